@@ -1,0 +1,100 @@
+//! Where stores read the time: the system's monotonic clock, or a manual
+//! clock that tests move by hand.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, OnceLock};
+use std::time::{Duration, Instant};
+
+/// A source of time, measured from a zero of the clock's choosing.
+///
+/// Fixed windows (the counter's and the fixed window's) are aligned to that
+/// zero, so every process sharing state must share the zero: a shared store
+/// uses its server's clock unless told otherwise.
+pub trait Clock: Clone + Send + Sync + 'static {
+    /// Time elapsed since the clock's zero.
+    fn now(&self) -> Duration;
+
+    /// [`now`](Clock::now) in whole microseconds, the stores' unit.
+    fn now_micros(&self) -> u64 {
+        micros(self.now())
+    }
+}
+
+/// Whole microseconds in `d`, saturating far beyond any real window.
+pub(crate) fn micros(d: Duration) -> u64 {
+    u64::try_from(d.as_micros()).unwrap_or(u64::MAX)
+}
+
+/// The process's monotonic clock ([`Instant`]), with its zero at the first
+/// time any `SystemClock` is read.
+///
+/// Monotonic time never steps back when the wall clock is adjusted, so a
+/// change of system time can neither reopen nor stretch a window.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct SystemClock;
+
+impl SystemClock {
+    fn anchor() -> Instant {
+        static ANCHOR: OnceLock<Instant> = OnceLock::new();
+        *ANCHOR.get_or_init(Instant::now)
+    }
+}
+
+impl Clock for SystemClock {
+    fn now(&self) -> Duration {
+        Self::anchor().elapsed()
+    }
+}
+
+/// A clock that only moves when told to; clones share one time.
+///
+/// It starts at zero. Tests hand a clone to a store and keep one to call
+/// [`advance`](ManualClock::advance) or [`set`](ManualClock::set), so a
+/// thirty-second scenario runs in microseconds without sleeping.
+///
+/// ```
+/// use std::time::Duration;
+/// use tower_sliding_window::{Clock, ManualClock};
+///
+/// let clock = ManualClock::new();
+/// let store_side = clock.clone();
+/// clock.advance(Duration::from_secs(5));
+/// assert_eq!(store_side.now(), Duration::from_secs(5));
+/// ```
+#[derive(Clone, Debug, Default)]
+pub struct ManualClock {
+    micros: Arc<AtomicU64>,
+}
+
+impl ManualClock {
+    /// A clock at zero.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Moves the clock forward by `d` (truncated to whole microseconds).
+    pub fn advance(&self, d: Duration) {
+        let step = micros(d);
+        // fetch_update never fails with a closure that always returns Some.
+        let _ = self
+            .micros
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |now| {
+                Some(now.saturating_add(step))
+            });
+    }
+
+    /// Puts the clock at `d` since zero, forwards or backwards.
+    pub fn set(&self, d: Duration) {
+        self.micros.store(micros(d), Ordering::Release);
+    }
+}
+
+impl Clock for ManualClock {
+    fn now(&self) -> Duration {
+        Duration::from_micros(self.now_micros())
+    }
+
+    fn now_micros(&self) -> u64 {
+        self.micros.load(Ordering::Acquire)
+    }
+}

@@ -1,0 +1,86 @@
+//! Fixed window: one count per block of the clock; the baseline the sliding
+//! algorithms improve on.
+
+use std::time::Duration;
+
+use super::refusal::{tightest, Verdict};
+use crate::clock::micros;
+use crate::decision::Decision;
+use crate::limit::Limit;
+
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+struct Slot {
+    window: u64,
+    count: u32,
+}
+
+/// State of the fixed window for every limit of a policy.
+///
+/// Windows are `[kW, (k+1)W)` from the clock's zero; a request is accepted
+/// iff the current block has counted fewer than `max`. A burst straddling two
+/// blocks can get up to twice the limit through in one window's length, which
+/// is what the sliding algorithms exist to prevent.
+#[derive(Clone, Debug, Default)]
+pub struct FixedWindow {
+    latest: u64,
+    slots: Box<[Slot]>,
+}
+
+impl FixedWindow {
+    /// A fixed window that has seen nothing.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Judges a request at `now` (since the clock's zero) against every limit,
+    /// counting it if all accept. A different number of limits than last time
+    /// starts the counts afresh.
+    pub fn decide(&mut self, now: Duration, limits: &[Limit]) -> Decision {
+        self.decide_micros(micros(now), limits)
+    }
+
+    pub(crate) fn decide_micros(&mut self, now: u64, limits: &[Limit]) -> Decision {
+        if self.slots.len() != limits.len() {
+            self.slots = vec![Slot::default(); limits.len()].into_boxed_slice();
+        }
+        let now = self.latest.max(now);
+        self.latest = now;
+        let mut verdict = Verdict::default();
+        for (index, (slot, limit)) in self.slots.iter_mut().zip(limits).enumerate() {
+            let k = now / limit.window_micros();
+            if slot.window != k {
+                *slot = Slot { window: k, count: 0 };
+            }
+            if slot.count >= limit.max() {
+                verdict.refuse(index, until_next_window(now, limit));
+            }
+        }
+        if let Some(refusal) = verdict.refusal(limits) {
+            return refusal;
+        }
+        for slot in self.slots.iter_mut() {
+            slot.count += 1;
+        }
+        let slots = &self.slots;
+        tightest(limits, |index| {
+            let (count, limit) = (slots[index].count, &limits[index]);
+            let replenish = if count == 0 { 0 } else { until_next_window(now, limit) };
+            (limit.max() - count, replenish)
+        })
+    }
+
+    pub(crate) fn idle_from_micros(&self, limits: &[Limit]) -> u64 {
+        self.slots
+            .iter()
+            .zip(limits)
+            .filter(|(slot, _)| slot.count > 0)
+            .map(|(slot, limit)| (slot.window + 1).saturating_mul(limit.window_micros()))
+            .max()
+            .unwrap_or(0)
+    }
+}
+
+fn until_next_window(now: u64, limit: &Limit) -> u64 {
+    let w = limit.window_micros();
+    w - now % w
+}

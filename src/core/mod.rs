@@ -1,0 +1,84 @@
+//! The sans-IO core: each algorithm as plain state over explicit timestamps.
+//!
+//! Nothing here reads a clock, takes a lock or touches a map. A store keeps
+//! one [`KeyState`] per key and policy, hands it the time, and gets a
+//! [`Decision`] back; that split is what lets the in-memory store, the Redis
+//! scripts and the tests agree decision for decision.
+//!
+//! ```
+//! use std::time::Duration;
+//! use tower_sliding_window::core::SlidingLog;
+//! use tower_sliding_window::Limit;
+//!
+//! let limits = [Limit::new(5, Duration::from_secs(30))?];
+//! let mut log = SlidingLog::new();
+//! for _ in 0..5 {
+//!     assert!(log.decide(Duration::ZERO, &limits).is_allowed());
+//! }
+//! let refused = log.decide(Duration::from_secs(25), &limits);
+//! assert!(!refused.is_allowed());
+//! // The request from 0 s still counts at exactly 30 s; one microsecond later it does not.
+//! assert_eq!(refused.retry_after(), Duration::from_micros(5_000_001));
+//! # Ok::<(), tower_sliding_window::ConfigError>(())
+//! ```
+
+mod counter;
+mod fixed;
+mod log;
+mod refusal;
+
+use std::time::Duration;
+
+pub use self::counter::SlidingCounter;
+pub use self::fixed::FixedWindow;
+pub use self::log::SlidingLog;
+use crate::clock::micros;
+use crate::decision::Decision;
+use crate::policy::{Algorithm, Policy};
+
+/// The state one key holds under one policy, whichever its algorithm.
+#[derive(Clone, Debug)]
+pub enum KeyState {
+    /// State of [`Algorithm::SlidingLog`].
+    Log(SlidingLog),
+    /// State of [`Algorithm::SlidingCounter`].
+    Counter(SlidingCounter),
+    /// State of [`Algorithm::FixedWindow`].
+    Fixed(FixedWindow),
+}
+
+impl KeyState {
+    /// A fresh state for `policy`: no request seen yet.
+    pub fn new(policy: &Policy) -> Self {
+        match policy.algorithm() {
+            Algorithm::SlidingLog => Self::Log(SlidingLog::new()),
+            Algorithm::SlidingCounter => Self::Counter(SlidingCounter::new()),
+            Algorithm::FixedWindow => Self::Fixed(FixedWindow::new()),
+        }
+    }
+
+    /// Judges one request arriving at `now` against every limit of `policy`,
+    /// and records it if all accept.
+    pub fn decide(&mut self, now: Duration, policy: &Policy) -> Decision {
+        self.decide_micros(micros(now), policy)
+    }
+
+    pub(crate) fn decide_micros(&mut self, now: u64, policy: &Policy) -> Decision {
+        let limits = policy.limits();
+        match self {
+            Self::Log(log) => log.decide_micros(now, limits, policy.largest_max()),
+            Self::Counter(counter) => counter.decide_micros(now, limits),
+            Self::Fixed(fixed) => fixed.decide_micros(now, limits),
+        }
+    }
+
+    /// The time (in microseconds since the clock's zero) from which this
+    /// state judges exactly as a fresh one would, so a store may forget it.
+    pub(crate) fn idle_from_micros(&self, policy: &Policy) -> u64 {
+        match self {
+            Self::Log(log) => log.idle_from_micros(policy.longest_window_micros()),
+            Self::Counter(counter) => counter.idle_from_micros(policy.limits()),
+            Self::Fixed(fixed) => fixed.idle_from_micros(policy.limits()),
+        }
+    }
+}

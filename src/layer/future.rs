@@ -1,0 +1,150 @@
+//! The response future: await the store's decision, then either answer the
+//! request or call the inner service with it.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{ready, Context, Poll};
+
+use bytes::Bytes;
+use http::{Request, Response};
+use pin_project_lite::pin_project;
+use tower::Service;
+
+use super::body::ResponseBody;
+use super::layer::LayerConfig;
+use super::response::{rejection, store_unavailable};
+use crate::decision::Decision;
+use crate::store::StoreError;
+
+pin_project! {
+    /// Response future of [`SlidingWindow`](crate::SlidingWindow).
+    pub struct ResponseFuture<F, S, B>
+    where
+        S: Service<Request<B>>,
+    {
+        #[pin]
+        state: State<F, S, S::Future, B>,
+        config: Arc<LayerConfig>,
+    }
+}
+
+pin_project! {
+    #[project = StateProj]
+    enum State<F, S, SF, B> {
+        /// Waiting for the store; holds what is needed to go on either way.
+        Check {
+            #[pin]
+            check: F,
+            inner: Option<S>,
+            request: Option<Request<B>>,
+            grpc: bool,
+        },
+        /// The request was let through; waiting for the inner service.
+        Call {
+            #[pin]
+            call: SF,
+            decision: Option<Decision>,
+        },
+        /// The layer answers by itself.
+        Answer {
+            response: Option<Response<Bytes>>,
+        },
+    }
+}
+
+impl<F, S, B> ResponseFuture<F, S, B>
+where
+    S: Service<Request<B>>,
+{
+    pub(crate) fn check(check: F, inner: S, request: Request<B>, config: Arc<LayerConfig>, grpc: bool) -> Self {
+        Self {
+            state: State::Check {
+                check,
+                inner: Some(inner),
+                request: Some(request),
+                grpc,
+            },
+            config,
+        }
+    }
+
+    pub(crate) fn pass(call: S::Future, config: Arc<LayerConfig>) -> Self {
+        Self {
+            state: State::Call {
+                call,
+                decision: None,
+            },
+            config,
+        }
+    }
+
+    pub(crate) fn answer(response: Response<Bytes>, config: Arc<LayerConfig>) -> Self {
+        Self {
+            state: State::Answer {
+                response: Some(response),
+            },
+            config,
+        }
+    }
+}
+
+impl<F, S, B, ResB> Future for ResponseFuture<F, S, B>
+where
+    F: Future<Output = Result<Decision, StoreError>>,
+    S: Service<Request<B>, Response = Response<ResB>>,
+{
+    type Output = Result<Response<ResponseBody<ResB>>, S::Error>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let mut this = self.project();
+        loop {
+            match this.state.as_mut().project() {
+                StateProj::Check {
+                    check,
+                    inner,
+                    request,
+                    grpc,
+                } => {
+                    let outcome = ready!(check.poll(cx));
+                    let grpc = *grpc;
+                    let (Some(mut inner), Some(mut request)) = (inner.take(), request.take())
+                    else {
+                        unreachable!("a pending check still holds the service and request")
+                    };
+                    let next = match outcome {
+                        Ok(decision) if decision.is_allowed() => {
+                            request.extensions_mut().insert(decision);
+                            State::Call {
+                                call: inner.call(request),
+                                decision: Some(decision),
+                            }
+                        }
+                        Ok(decision) => State::Answer {
+                            response: Some(rejection(&decision, &this.config.headers, grpc)),
+                        },
+                        Err(_) => State::Answer {
+                            response: Some(store_unavailable(grpc)),
+                        },
+                    };
+                    this.state.set(next);
+                }
+                StateProj::Call { call, decision } => {
+                    let mut response = ready!(call.poll(cx))?;
+                    if let Some(decision) = decision.take() {
+                        if this.config.headers_on_success {
+                            this.config.headers.apply(&decision, response.headers_mut());
+                        }
+                    }
+                    return Poll::Ready(Ok(response.map(ResponseBody::inner)));
+                }
+                StateProj::Answer { response } => {
+                    let response = response
+                        .take()
+                        .expect("ResponseFuture polled after completion");
+                    return Poll::Ready(Ok(response.map(ResponseBody::full)));
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,167 @@
+//! The layer: configuration, cheap to clone, that wraps services.
+
+use std::sync::Arc;
+
+use tower_layer::Layer;
+
+use super::key::MissingKey;
+use super::response::PolicyHeaders;
+use super::service::SlidingWindow;
+use crate::limit::Limit;
+use crate::policy::{Algorithm, Policy};
+use crate::store::MemoryStore;
+
+/// Applies sliding-window rate limiting to a service; see the
+/// [crate docs](crate) for a full example.
+///
+/// Built from a first [`Limit`] and a key extractor, then refined:
+///
+/// ```
+/// use std::time::Duration;
+/// use tower_sliding_window::{Algorithm, Limit, SlidingWindowLayer};
+///
+/// let layer = SlidingWindowLayer::new(Limit::per_second(10), |req: &http::Request<()>| {
+///     req.headers().get("x-api-key").and_then(|v| v.to_str().ok()).map(str::to_owned)
+/// })
+/// .limit(Limit::per_minute(100)) // judged together with 10/s, all-or-nothing
+/// .algorithm(Algorithm::SlidingLog);
+/// assert_eq!(layer.policy().limits().len(), 2);
+/// ```
+///
+/// Clones share one [`Policy`] and one store, so cloning the layer (as
+/// `axum::Router::layer` does for each route) never opens a new window. A
+/// layer built separately with the same limits counts separately.
+#[derive(Clone, Debug)]
+pub struct SlidingWindowLayer<E, St = MemoryStore> {
+    extractor: E,
+    store: St,
+    config: Arc<LayerConfig>,
+}
+
+/// What every service of one layer shares, behind one `Arc`.
+#[derive(Clone, Debug)]
+pub(crate) struct LayerConfig {
+    pub(crate) policy: Policy,
+    pub(crate) headers: PolicyHeaders,
+    pub(crate) headers_on_success: bool,
+    pub(crate) missing_key: MissingKey,
+}
+
+impl LayerConfig {
+    fn new(policy: Policy) -> Self {
+        Self {
+            headers: PolicyHeaders::new(&policy),
+            policy,
+            headers_on_success: true,
+            missing_key: MissingKey::default(),
+        }
+    }
+}
+
+impl<E> SlidingWindowLayer<E> {
+    /// A layer allowing `limit` per key, keys taken from requests by
+    /// `extractor`, counted by [`Algorithm::SlidingCounter`] in a new
+    /// [`MemoryStore`] on the system clock.
+    pub fn new(limit: Limit, extractor: E) -> Self {
+        let policy = match Policy::new(Algorithm::default(), [limit]) {
+            Ok(policy) => policy,
+            Err(err) => unreachable!("one valid limit always makes a policy: {err}"),
+        };
+        Self::with_policy(policy, extractor)
+    }
+
+    /// A layer judging by a ready-made `policy` (see [`Policy::new`] for the
+    /// fallible way to build one from a list).
+    pub fn with_policy(policy: Policy, extractor: E) -> Self {
+        Self {
+            extractor,
+            store: MemoryStore::new(),
+            config: Arc::new(LayerConfig::new(policy)),
+        }
+    }
+}
+
+impl<E, St> SlidingWindowLayer<E, St> {
+    /// Adds another limit to the policy; a request must fit every limit and
+    /// is counted in all of them or in none.
+    ///
+    /// This makes a new policy, with windows of its own.
+    ///
+    /// # Panics
+    ///
+    /// If the policy would hold more than [`Policy::MAX_LIMITS`] limits; use
+    /// [`Policy::new`] and [`with_policy`](SlidingWindowLayer::with_policy)
+    /// to get an error instead.
+    pub fn limit(self, limit: Limit) -> Self {
+        let policy = &self.config.policy;
+        let limits = policy.limits().iter().copied().chain([limit]);
+        match Policy::new(policy.algorithm(), limits) {
+            Ok(policy) => self.replace_policy(policy),
+            Err(err) => panic!("cannot add limit: {err}"),
+        }
+    }
+
+    /// Counts with `algorithm` (default [`Algorithm::SlidingCounter`]).
+    ///
+    /// This makes a new policy, with windows of its own.
+    pub fn algorithm(self, algorithm: Algorithm) -> Self {
+        let limits = self.config.policy.limits().to_vec();
+        match Policy::new(algorithm, limits) {
+            Ok(policy) => self.replace_policy(policy),
+            Err(err) => unreachable!("the limits came from a valid policy: {err}"),
+        }
+    }
+
+    /// Keeps state in `store` instead of a private [`MemoryStore`].
+    pub fn store<St2>(self, store: St2) -> SlidingWindowLayer<E, St2> {
+        SlidingWindowLayer {
+            extractor: self.extractor,
+            store,
+            config: self.config,
+        }
+    }
+
+    /// Whether accepted responses carry `RateLimit-Policy` and `RateLimit`
+    /// (default `true`). Rejections always carry them.
+    pub fn rate_limit_headers(mut self, on: bool) -> Self {
+        Arc::make_mut(&mut self.config).headers_on_success = on;
+        self
+    }
+
+    /// What to do with requests the extractor finds no key in (default
+    /// [`MissingKey::Reject`]).
+    pub fn on_missing_key(mut self, missing: MissingKey) -> Self {
+        Arc::make_mut(&mut self.config).missing_key = missing;
+        self
+    }
+
+    /// The policy requests are judged by.
+    pub fn policy(&self) -> &Policy {
+        &self.config.policy
+    }
+
+    /// The store holding the windows.
+    pub fn store_ref(&self) -> &St {
+        &self.store
+    }
+
+    fn replace_policy(mut self, policy: Policy) -> Self {
+        let config = Arc::make_mut(&mut self.config);
+        config.headers = PolicyHeaders::new(&policy);
+        config.policy = policy;
+        self
+    }
+}
+
+impl<S, E: Clone, St: Clone> Layer<S> for SlidingWindowLayer<E, St> {
+    type Service = SlidingWindow<S, E, St>;
+
+    fn layer(&self, inner: S) -> Self::Service {
+        SlidingWindow::new(
+            inner,
+            self.extractor.clone(),
+            self.store.clone(),
+            Arc::clone(&self.config),
+        )
+    }
+}

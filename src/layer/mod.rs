@@ -1,0 +1,17 @@
+//! The tower middleware: [`SlidingWindowLayer`], its service and future, and
+//! the HTTP and gRPC answers it writes.
+
+mod body;
+mod future;
+mod key;
+#[allow(clippy::module_inception)]
+mod layer;
+mod response;
+mod service;
+
+pub use self::body::ResponseBody;
+pub use self::future::ResponseFuture;
+pub use self::key::{KeyExtractor, MissingKey};
+pub use self::layer::SlidingWindowLayer;
+pub use self::response::{RATELIMIT, RATELIMIT_POLICY};
+pub use self::service::SlidingWindow;

@@ -1,0 +1,174 @@
+//! The HTTP side of a decision: rate-limit headers, and the responses the
+//! layer writes itself (429, 503, 400, or their gRPC equivalents).
+
+use bytes::Bytes;
+use http::header::{HeaderName, HeaderValue, CONTENT_TYPE, RETRY_AFTER};
+use http::{HeaderMap, Request, Response, StatusCode};
+
+use crate::decision::{Decision, Origin};
+use crate::limit::Limit;
+use crate::policy::Policy;
+
+/// `RateLimit-Policy` from draft-ietf-httpapi-ratelimit-headers-10.
+pub static RATELIMIT_POLICY: HeaderName = HeaderName::from_static("ratelimit-policy");
+/// `RateLimit` from draft-ietf-httpapi-ratelimit-headers-10.
+pub static RATELIMIT: HeaderName = HeaderName::from_static("ratelimit");
+
+static GRPC_STATUS: HeaderName = HeaderName::from_static("grpc-status");
+static GRPC_MESSAGE: HeaderName = HeaderName::from_static("grpc-message");
+
+/// gRPC status codes the layer answers with.
+const GRPC_INVALID_ARGUMENT: u16 = 3;
+const GRPC_RESOURCE_EXHAUSTED: u16 = 8;
+const GRPC_UNAVAILABLE: u16 = 14;
+
+/// Header text that depends only on the policy, computed once per layer.
+#[derive(Clone, Debug)]
+pub(crate) struct PolicyHeaders {
+    policy: HeaderValue,
+    names: Box<[String]>,
+}
+
+impl PolicyHeaders {
+    pub(crate) fn new(policy: &Policy) -> Self {
+        let names: Box<[String]> = policy.limits().iter().map(limit_name).collect();
+        let items: Vec<String> = policy
+            .limits()
+            .iter()
+            .zip(names.iter())
+            .map(|(limit, name)| {
+                format!(
+                    "\"{name}\";q={};w={}",
+                    limit.max(),
+                    ceil_secs(limit.window_micros()).max(1)
+                )
+            })
+            .collect();
+        let policy = HeaderValue::try_from(items.join(", "))
+            .unwrap_or_else(|_| HeaderValue::from_static(""));
+        Self { policy, names }
+    }
+
+    /// Sets `RateLimit-Policy` and `RateLimit` for `decision`.
+    pub(crate) fn apply(&self, decision: &Decision, headers: &mut HeaderMap) {
+        headers.insert(RATELIMIT_POLICY.clone(), self.policy.clone());
+        let name = self
+            .names
+            .get(decision.limit_index())
+            .map_or("", String::as_str);
+        let value = format!(
+            "\"{name}\";r={};t={}",
+            decision.remaining(),
+            ceil_secs(decision.replenish_micros)
+        );
+        if let Ok(value) = HeaderValue::try_from(value) {
+            headers.insert(RATELIMIT.clone(), value);
+        }
+    }
+}
+
+/// A short, stable name for a limit: its window, e.g. `60s` or `500ms`.
+fn limit_name(limit: &Limit) -> String {
+    let micros = limit.window_micros();
+    if micros % 1_000_000 == 0 {
+        format!("{}s", micros / 1_000_000)
+    } else if micros % 1_000 == 0 {
+        format!("{}ms", micros / 1_000)
+    } else {
+        format!("{micros}us")
+    }
+}
+
+/// Whole seconds, rounded up: a client that waits this long will not be early.
+pub(crate) fn ceil_secs(micros: u64) -> u64 {
+    micros.div_ceil(1_000_000)
+}
+
+/// Whether the request speaks gRPC, and so must be answered in gRPC's terms.
+pub(crate) fn is_grpc<B>(request: &Request<B>) -> bool {
+    request
+        .headers()
+        .get(CONTENT_TYPE)
+        .is_some_and(|value| value.as_bytes().starts_with(b"application/grpc"))
+}
+
+/// The answer to a request the limits refused.
+pub(crate) fn rejection(decision: &Decision, headers: &PolicyHeaders, grpc: bool) -> Response<Bytes> {
+    let wait = ceil_secs(decision.retry_after_micros).max(1);
+    let message = match decision.origin() {
+        Origin::StoreFull => format!(
+            "Too Many Requests: the rate limiter is tracking too many clients; retry after {wait} s"
+        ),
+        _ => format!(
+            "Too Many Requests: limit of {} per {} reached; retry after {wait} s",
+            decision.limit().max(),
+            limit_name(&decision.limit())
+        ),
+    };
+    let mut response = answer(
+        grpc,
+        StatusCode::TOO_MANY_REQUESTS,
+        GRPC_RESOURCE_EXHAUSTED,
+        message,
+    );
+    response
+        .headers_mut()
+        .insert(RETRY_AFTER, HeaderValue::from(wait));
+    headers.apply(decision, response.headers_mut());
+    response
+}
+
+/// The answer when the store could not decide and its failure policy is to refuse.
+pub(crate) fn store_unavailable(grpc: bool) -> Response<Bytes> {
+    answer(
+        grpc,
+        StatusCode::SERVICE_UNAVAILABLE,
+        GRPC_UNAVAILABLE,
+        "Service Unavailable: the rate limiter's store did not answer".to_owned(),
+    )
+}
+
+/// The answer to a request without a key, under [`crate::MissingKey::Reject`].
+pub(crate) fn missing_key(grpc: bool) -> Response<Bytes> {
+    answer(
+        grpc,
+        StatusCode::BAD_REQUEST,
+        GRPC_INVALID_ARGUMENT,
+        "Bad Request: the request carries no rate-limit key".to_owned(),
+    )
+}
+
+/// A plain-text HTTP response, or a trailers-only gRPC one carrying the same
+/// message in `grpc-message`.
+fn answer(grpc: bool, status: StatusCode, grpc_code: u16, message: String) -> Response<Bytes> {
+    if grpc {
+        let mut response = Response::new(Bytes::new());
+        let headers = response.headers_mut();
+        headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/grpc"));
+        headers.insert(GRPC_STATUS.clone(), HeaderValue::from(grpc_code));
+        if let Ok(message) = HeaderValue::try_from(grpc_message_encode(&message)) {
+            headers.insert(GRPC_MESSAGE.clone(), message);
+        }
+        return response;
+    }
+    let mut response = Response::new(Bytes::from(message + "\n"));
+    *response.status_mut() = status;
+    response.headers_mut().insert(
+        CONTENT_TYPE,
+        HeaderValue::from_static("text/plain; charset=utf-8"),
+    );
+    response
+}
+
+/// Percent-encodes what gRPC's `grpc-message` does not carry as is.
+fn grpc_message_encode(message: &str) -> String {
+    let mut out = String::with_capacity(message.len());
+    for byte in message.bytes() {
+        if (0x20..=0x7e).contains(&byte) && byte != b'%' {
+            out.push(char::from(byte));
+        } else {
+            out.push_str(&format!("%{byte:02X}"));
+        }
+    }
+    out
+}

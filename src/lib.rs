@@ -1,0 +1,104 @@
+//! Sliding-window rate limiting for any tower `Service`, in front of axum
+//! routers and tonic servers.
+//!
+//! [`SlidingWindowLayer`] takes a key out of each request (client IP, API
+//! key, user id…) with a closure, asks a [`Store`] whether the request fits
+//! the key's [`Limit`]s, and either passes it on or answers by itself:
+//! `429 Too Many Requests` with `Retry-After` and the IETF `RateLimit` /
+//! `RateLimit-Policy` headers, or for gRPC requests a trailers-only response
+//! with status `RESOURCE_EXHAUSTED`. Its error type is the inner service's,
+//! so axum's `Router::layer` and tonic's `Server::layer` take it as is.
+//!
+//! # Quick start
+//!
+//! ```
+//! use std::time::Duration;
+//! use tower::{service_fn, ServiceBuilder, ServiceExt};
+//! use tower_sliding_window::{Algorithm, Limit, ManualClock, MemoryStore, SlidingWindowLayer};
+//!
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! let clock = ManualClock::new();
+//! let layer = SlidingWindowLayer::new(Limit::new(5, Duration::from_secs(30))?, |req: &http::Request<String>| {
+//!     req.headers().get("x-client").and_then(|v| v.to_str().ok()).map(str::to_owned)
+//! })
+//! .algorithm(Algorithm::SlidingLog)
+//! .store(MemoryStore::with_clock(clock.clone()));
+//!
+//! let hello = service_fn(|_req: http::Request<String>| async {
+//!     Ok::<_, std::convert::Infallible>(http::Response::new(String::from("hello")))
+//! });
+//! let svc = ServiceBuilder::new().layer(layer).service(hello);
+//!
+//! let request = || http::Request::builder().header("x-client", "alice").body(String::new()).unwrap();
+//! for _ in 0..5 {
+//!     assert_eq!(svc.clone().oneshot(request()).await?.status(), 200);
+//! }
+//! let refused = svc.clone().oneshot(request()).await?;
+//! assert_eq!(refused.status(), 429);
+//! assert_eq!(refused.headers()["retry-after"], "31");
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! # Choosing an algorithm
+//!
+//! * [`Algorithm::SlidingLog`] is exact: no closed interval of one window's
+//!   length ever holds more accepted requests than the limit. It stores one
+//!   timestamp per accepted request (up to the limit) per key, so it suits
+//!   small limits and endpoints where a wrong rejection is expensive.
+//! * [`Algorithm::SlidingCounter`] (the default) keeps two counts per key and
+//!   limit and weights the previous window's by how much of it still
+//!   overlaps. It assumes the previous window's traffic was spread evenly:
+//!   traffic bunched at the *start* of the previous window is over-charged
+//!   (clients that sent nothing recently can be refused), and traffic bunched
+//!   at its *end* is under-charged (an attacker who knows the window alignment
+//!   can get nearly twice the limit through across one window length).
+//!   Cloudflare published that over 400 million requests from 270,000
+//!   sources, this approximation decided 0.003 % of requests differently
+//!   from an exact count, with an average gap of 6 % between real and
+//!   estimated rate.
+//! * [`Algorithm::FixedWindow`] counts per block of the clock. A burst
+//!   straddling two blocks gets up to twice the limit through; it is here as
+//!   the baseline, and for users who want exactly that.
+//!
+//! Against window shaping, do not rely on one window: a per-second limit with
+//! a per-minute limit catches a burst shaped against either.
+//!
+//! # Several limits: one layer or stacked layers
+//!
+//! Limits inside **one layer** ([`SlidingWindowLayer::limit`]) are judged
+//! all-or-nothing: a request is recorded in every window only if every window
+//! accepts it, so a request refused by the per-minute limit does not use up
+//! per-second quota. **Stacked layers** count independently: the outer layer
+//! records a request before the inner one judges it, so a request the inner
+//! layer refuses has still used the outer layer's quota.
+//!
+//! # Time
+//!
+//! Stores read a [`Clock`]: [`SystemClock`] (monotonic) by default, or a
+//! [`ManualClock`] that tests move by hand, so a scenario spanning minutes
+//! runs in microseconds. Windows are counted in whole microseconds.
+#![forbid(unsafe_code)]
+#![warn(missing_docs, unreachable_pub)]
+#![cfg_attr(docsrs, feature(doc_cfg))]
+
+mod clock;
+pub mod core;
+mod decision;
+mod error;
+mod layer;
+mod limit;
+mod policy;
+mod store;
+
+pub use crate::clock::{Clock, ManualClock, SystemClock};
+pub use crate::decision::{Decision, Origin};
+pub use crate::error::ConfigError;
+pub use crate::layer::{
+    KeyExtractor, MissingKey, ResponseBody, ResponseFuture, SlidingWindow, SlidingWindowLayer,
+    RATELIMIT, RATELIMIT_POLICY,
+};
+pub use crate::limit::Limit;
+pub use crate::policy::{Algorithm, Policy};
+pub use crate::store::{MemoryStore, Store, StoreError};

@@ -1,0 +1,106 @@
+//! A policy: the algorithm and the limits that judge one request together.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+use crate::error::ConfigError;
+use crate::limit::Limit;
+
+/// How requests are counted against a window.
+///
+/// See the crate docs' "Choosing an algorithm" for when each fits.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum Algorithm {
+    /// Two counts per key and limit, the previous window's weighted by how
+    /// much of it still overlaps the sliding window. Approximate: it assumes
+    /// the previous window's requests were spread evenly.
+    #[default]
+    SlidingCounter,
+    /// One timestamp per accepted request (at most the largest limit per key).
+    /// Exact: no closed interval of one window's length ever holds more than
+    /// the limit.
+    SlidingLog,
+    /// One count per fixed block of the clock. Cheapest, but a burst that
+    /// straddles two blocks gets up to twice the limit through.
+    FixedWindow,
+}
+
+/// An algorithm with one or more limits, judged all-or-nothing: a request is
+/// accepted only if every limit accepts it, and only then recorded in all.
+///
+/// A policy is shared by every clone of the layer that carries it; its
+/// identity (not its contents) separates its windows from other policies' in
+/// a [`MemoryStore`](crate::MemoryStore).
+#[derive(Clone, Debug)]
+pub struct Policy {
+    inner: Arc<PolicyInner>,
+}
+
+#[derive(Debug)]
+struct PolicyInner {
+    id: u64,
+    algorithm: Algorithm,
+    limits: Box<[Limit]>,
+    largest_max: u32,
+    longest_window_micros: u64,
+}
+
+impl Policy {
+    /// The most limits one policy may hold.
+    pub const MAX_LIMITS: usize = 8;
+
+    /// A policy judging requests by `algorithm` against every limit in `limits`.
+    ///
+    /// # Errors
+    ///
+    /// [`ConfigError::NoLimits`] for an empty list and
+    /// [`ConfigError::TooManyLimits`] for more than [`Policy::MAX_LIMITS`].
+    pub fn new(
+        algorithm: Algorithm,
+        limits: impl IntoIterator<Item = Limit>,
+    ) -> Result<Self, ConfigError> {
+        let limits: Box<[Limit]> = limits.into_iter().collect();
+        if limits.is_empty() {
+            return Err(ConfigError::NoLimits);
+        }
+        if limits.len() > Self::MAX_LIMITS {
+            return Err(ConfigError::TooManyLimits(limits.len()));
+        }
+        static NEXT_ID: AtomicU64 = AtomicU64::new(1);
+        let largest_max = limits.iter().map(Limit::max).max().unwrap_or(1);
+        let longest_window_micros = limits.iter().map(Limit::window_micros).max().unwrap_or(1);
+        Ok(Self {
+            inner: Arc::new(PolicyInner {
+                id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
+                algorithm,
+                limits,
+                largest_max,
+                longest_window_micros,
+            }),
+        })
+    }
+
+    /// The algorithm counting requests.
+    pub fn algorithm(&self) -> Algorithm {
+        self.inner.algorithm
+    }
+
+    /// The limits, in the order they were given.
+    pub fn limits(&self) -> &[Limit] {
+        &self.inner.limits
+    }
+
+    /// A process-unique number for this policy (shared by its clones).
+    pub fn id(&self) -> u64 {
+        self.inner.id
+    }
+
+    /// The largest `max` among the limits: the log's timestamps per key.
+    pub fn largest_max(&self) -> u32 {
+        self.inner.largest_max
+    }
+
+    pub(crate) fn longest_window_micros(&self) -> u64 {
+        self.inner.longest_window_micros
+    }
+}

@@ -1,0 +1,137 @@
+//! The in-memory store: sharded, atomic per key, self-cleaning, capped.
+
+use std::future::{ready, Ready};
+use std::hash::Hash;
+use std::sync::Arc;
+
+use super::sharded::Shards;
+use super::typed::TypeMap;
+use super::{Store, StoreError};
+use crate::clock::{Clock, SystemClock};
+use crate::decision::Decision;
+use crate::error::ConfigError;
+use crate::policy::Policy;
+
+/// State for every key in this process's memory.
+///
+/// * **Atomic per key.** Keys are spread over up to 64 shards, each behind its
+///   own short lock held only for one decision, so concurrent requests for a
+///   key are judged one after another and never over-admit, while requests
+///   for different keys rarely meet.
+/// * **Shared by clones.** Clones share all state, so one store can serve many
+///   layers. Windows belong to a [`Policy`] and its clones: two layers built
+///   separately never share a window, even for equal keys.
+/// * **Self-cleaning.** A key whose windows have all gone by is dropped the
+///   next time its shard is used after a five-second sweep interval (or when
+///   its shard is full); no clean-up call is needed.
+/// * **Capped.** At most [`max_keys`](MemoryStore::with_max_keys) live keys
+///   (one million by default), split evenly over the shards, per key type.
+///   A *new* key arriving at a full shard is refused — a 429 whose
+///   [`Origin`](crate::Origin) is `StoreFull` and whose retry-after is the
+///   time until some key in that shard goes idle. Live keys are never evicted
+///   early, so a flood of fresh keys cannot reset anyone's window.
+///
+/// Fixed windows (used by the counter) are aligned to the clock's zero.
+#[derive(Clone)]
+pub struct MemoryStore<C = SystemClock> {
+    inner: Arc<Inner<C>>,
+}
+
+struct Inner<C> {
+    clock: C,
+    max_keys: usize,
+    maps: TypeMap,
+}
+
+impl<C> std::fmt::Debug for MemoryStore<C> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("MemoryStore")
+            .field("max_keys", &self.inner.max_keys)
+            .finish_non_exhaustive()
+    }
+}
+
+impl MemoryStore<SystemClock> {
+    /// A store on the system's monotonic clock.
+    pub fn new() -> Self {
+        Self::with_clock(SystemClock)
+    }
+}
+
+impl Default for MemoryStore<SystemClock> {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl<C: Clock> MemoryStore<C> {
+    /// The default number of live keys a store holds per key type.
+    pub const DEFAULT_MAX_KEYS: usize = 1_000_000;
+
+    /// A store reading time from `clock` (a [`ManualClock`](crate::ManualClock) in tests).
+    pub fn with_clock(clock: C) -> Self {
+        Self::build(clock, Self::DEFAULT_MAX_KEYS)
+    }
+
+    /// The same store configuration with room for at most `max_keys` live keys.
+    ///
+    /// Configure before cloning: the result is a new, empty store.
+    ///
+    /// # Errors
+    ///
+    /// [`ConfigError::Store`] if `max_keys` is zero.
+    pub fn with_max_keys(self, max_keys: usize) -> Result<Self, ConfigError> {
+        if max_keys == 0 {
+            return Err(ConfigError::Store("max_keys must be at least 1".into()));
+        }
+        Ok(Self::build(self.inner.clock.clone(), max_keys))
+    }
+
+    fn build(clock: C, max_keys: usize) -> Self {
+        Self {
+            inner: Arc::new(Inner {
+                clock,
+                max_keys,
+                maps: TypeMap::default(),
+            }),
+        }
+    }
+
+    /// The clock the store reads.
+    pub fn clock(&self) -> &C {
+        &self.inner.clock
+    }
+
+    /// Judges a request for `key` under `policy` right now (no future involved).
+    pub fn decide_now<K>(&self, key: K, policy: &Policy) -> Decision
+    where
+        K: Hash + Eq + Send + Sync + 'static,
+    {
+        let now = self.inner.clock.now_micros();
+        let max_keys = self.inner.max_keys;
+        self.inner
+            .maps
+            .with(|| Shards::<K>::new(max_keys), |shards| shards.decide(key, policy, now))
+    }
+
+    /// The number of keys of type `K` held, live or not yet swept.
+    pub fn key_count<K>(&self) -> usize
+    where
+        K: Hash + Eq + Send + Sync + 'static,
+    {
+        let max_keys = self.inner.max_keys;
+        self.inner.maps.with(|| Shards::<K>::new(max_keys), Shards::len)
+    }
+}
+
+impl<K, C> Store<K> for MemoryStore<C>
+where
+    K: Hash + Eq + Send + Sync + 'static,
+    C: Clock,
+{
+    type Future = Ready<Result<Decision, StoreError>>;
+
+    fn decide(&self, key: K, policy: &Policy) -> Self::Future {
+        ready(Ok(self.decide_now(key, policy)))
+    }
+}

@@ -1,0 +1,34 @@
+//! Stores keep each key's state and judge requests against it atomically.
+//!
+//! The layer asks a [`Store`] for a [`Decision`](crate::Decision) once per
+//! request. A store owns its concurrency (no two concurrent requests for one
+//! key may both read a stale count) and its persistence; the algorithms
+//! themselves live in [`crate::core`].
+
+mod error;
+mod memory;
+mod sharded;
+mod typed;
+
+use std::future::Future;
+
+pub use self::error::StoreError;
+pub use self::memory::MemoryStore;
+use crate::decision::Decision;
+use crate::policy::Policy;
+
+/// Judges and records one request for `key` under every limit of a policy,
+/// in one atomic step.
+///
+/// Implementations must make the check and the record indivisible per key
+/// (one lock, one CAS loop or one server-side script), keep the windows of
+/// different policies apart even for equal keys, and never panic: failures
+/// come back as [`StoreError`], and the layer answers them under its
+/// documented policy.
+pub trait Store<K>: Clone + Send + Sync + 'static {
+    /// The pending decision.
+    type Future: Future<Output = Result<Decision, StoreError>> + Send + 'static;
+
+    /// Judges a request for `key` under `policy`, recording it if accepted.
+    fn decide(&self, key: K, policy: &Policy) -> Self::Future;
+}

@@ -1,0 +1,124 @@
+//! A sharded map from (policy, key) to key state, with idle eviction and a
+//! cap on the number of keys.
+
+use std::hash::{BuildHasher, Hash, RandomState};
+use std::sync::{Mutex, PoisonError};
+
+use hashbrown::HashTable;
+
+use crate::core::KeyState;
+use crate::decision::{Decision, Origin};
+use crate::policy::Policy;
+
+/// How often (in microseconds of store time) a shard in use looks for idle keys.
+const SWEEP_EVERY_MICROS: u64 = 5_000_000;
+
+struct Entry<K> {
+    policy: u64,
+    key: K,
+    /// From this time on the state judges like a fresh one and may be dropped.
+    idle_from: u64,
+    state: KeyState,
+}
+
+struct Shard<K> {
+    table: HashTable<Entry<K>>,
+    next_sweep: u64,
+}
+
+impl<K> Shard<K> {
+    /// Drops idle entries; returns when the earliest remaining one goes idle.
+    fn sweep(&mut self, now: u64) -> Option<u64> {
+        self.table.retain(|entry| entry.idle_from > now);
+        self.next_sweep = now.saturating_add(SWEEP_EVERY_MICROS);
+        self.table.iter().map(|entry| entry.idle_from).min()
+    }
+}
+
+/// Cache-line alignment keeps two shards' locks from sharing a line, so
+/// threads working on different shards do not slow each other down.
+#[repr(align(64))]
+struct Padded<T>(T);
+
+pub(super) struct Shards<K> {
+    shards: Box<[Padded<Mutex<Shard<K>>>]>,
+    hasher: RandomState,
+    keys_per_shard: usize,
+}
+
+impl<K: Hash + Eq> Shards<K> {
+    /// Enough shards for `max_keys` (at most 64), each holding its share.
+    pub(super) fn new(max_keys: usize) -> Self {
+        let count = (max_keys / 16).clamp(1, 64).next_power_of_two().min(64);
+        let shards = (0..count)
+            .map(|_| {
+                Padded(Mutex::new(Shard {
+                    table: HashTable::new(),
+                    next_sweep: SWEEP_EVERY_MICROS,
+                }))
+            })
+            .collect();
+        Self {
+            shards,
+            hasher: RandomState::new(),
+            keys_per_shard: max_keys.div_ceil(count).max(1),
+        }
+    }
+
+    pub(super) fn decide(&self, key: K, policy: &Policy, now: u64) -> Decision {
+        let id = policy.id();
+        let hash = self.hasher.hash_one((id, &key));
+        // The middle bits pick the shard: the table itself uses the low bits
+        // for buckets and the top seven as tags.
+        let index = (hash >> 32) as usize & (self.shards.len() - 1);
+        // A panic while holding the lock cannot leave a shard half-updated
+        // (every update is a plain store), so a poisoned lock is still sound.
+        let mut shard = self.shards[index]
+            .0
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        if now >= shard.next_sweep {
+            shard.sweep(now);
+        }
+        if let Some(entry) = shard
+            .table
+            .find_mut(hash, |entry| entry.policy == id && entry.key == key)
+        {
+            let decision = entry.state.decide_micros(now, policy);
+            entry.idle_from = entry.state.idle_from_micros(policy);
+            return decision;
+        }
+        if shard.table.len() >= self.keys_per_shard {
+            // Live keys are never dropped to make room: that would hand their
+            // owners a fresh window. A new key waits until one goes idle.
+            if let Some(earliest) = shard.sweep(now) {
+                if shard.table.len() >= self.keys_per_shard {
+                    let wait = earliest.saturating_sub(now).max(1);
+                    return Decision::substitute(false, policy.limits()[0], wait, Origin::StoreFull);
+                }
+            }
+        }
+        let mut state = KeyState::new(policy);
+        let decision = state.decide_micros(now, policy);
+        let idle_from = state.idle_from_micros(policy);
+        let hasher = &self.hasher;
+        shard.table.insert_unique(
+            hash,
+            Entry {
+                policy: id,
+                key,
+                idle_from,
+                state,
+            },
+            |entry| hasher.hash_one((entry.policy, &entry.key)),
+        );
+        decision
+    }
+
+    pub(super) fn len(&self) -> usize {
+        self.shards
+            .iter()
+            .map(|shard| shard.0.lock().unwrap_or_else(PoisonError::into_inner).table.len())
+            .sum()
+    }
+}

@@ -10,17 +10,21 @@ use pin_project_lite::pin_project;
 pin_project! {
     /// Either the inner service's body, passed through untouched, or the
     /// body of a response the layer wrote itself (a rejection's text).
-    #[project = ResponseBodyProj]
-    pub enum ResponseBody<B> {
-        /// The inner service's body.
+    pub struct ResponseBody<B> {
+        #[pin]
+        kind: Kind<B>,
+    }
+}
+
+pin_project! {
+    #[project = KindProj]
+    enum Kind<B> {
         Inner {
-            /// The body as the inner service wrote it.
             #[pin]
             body: B,
         },
-        /// A complete body written by the layer; `None` once sent.
+        // A complete body written by the layer; `None` once sent.
         Full {
-            /// The text still to send.
             data: Option<Bytes>,
         },
     }
@@ -28,12 +32,16 @@ pin_project! {
 
 impl<B> ResponseBody<B> {
     pub(crate) fn inner(body: B) -> Self {
-        Self::Inner { body }
+        Self {
+            kind: Kind::Inner { body },
+        }
     }
 
     pub(crate) fn full(data: Bytes) -> Self {
-        Self::Full {
-            data: (!data.is_empty()).then_some(data),
+        Self {
+            kind: Kind::Full {
+                data: (!data.is_empty()).then_some(data),
+            },
         }
     }
 }
@@ -50,25 +58,27 @@ where
         self: Pin<&mut Self>,
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Self::Data>, Self::Error>>> {
-        match self.project() {
-            ResponseBodyProj::Inner { body } => body.poll_frame(cx),
-            ResponseBodyProj::Full { data } => {
+        match self.project().kind.project() {
+            KindProj::Inner { body } => body.poll_frame(cx),
+            KindProj::Full { data } => {
                 Poll::Ready(data.take().map(|data| Ok(Frame::data(data.into()))))
             }
         }
     }
 
     fn is_end_stream(&self) -> bool {
-        match self {
-            Self::Inner { body } => body.is_end_stream(),
-            Self::Full { data } => data.is_none(),
+        match &self.kind {
+            Kind::Inner { body } => body.is_end_stream(),
+            Kind::Full { data } => data.is_none(),
         }
     }
 
     fn size_hint(&self) -> SizeHint {
-        match self {
-            Self::Inner { body } => body.size_hint(),
-            Self::Full { data } => SizeHint::with_exact(data.as_ref().map_or(0, |d| d.len() as u64)),
+        match &self.kind {
+            Kind::Inner { body } => body.size_hint(),
+            Kind::Full { data } => {
+                SizeHint::with_exact(data.as_ref().map_or(0, |data| data.len() as u64))
+            }
         }
     }
 }

@@ -32,13 +32,15 @@ impl Verdict {
     }
 }
 
-/// The accepted decision for the limit with the least remaining quota; the
-/// closure yields `(remaining, replenish_after)` for a limit's index.
+/// The accepted decision for the limit with the least remaining quota (of
+/// those, the one that takes longest to grow, so that the policy as a whole
+/// has more quota once it has); the closure yields `(remaining,
+/// replenish_after)` for a limit's index.
 pub(super) fn tightest(limits: &[Limit], mut quota: impl FnMut(usize) -> (u32, u64)) -> Decision {
     let mut best = (0, quota(0));
     for index in 1..limits.len() {
         let candidate = quota(index);
-        if candidate.0 < best.1 .0 {
+        if candidate.0 < best.1 .0 || (candidate.0 == best.1 .0 && candidate.1 > best.1 .1) {
             best = (index, candidate);
         }
     }

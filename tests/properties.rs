@@ -1,0 +1,158 @@
+//! Property tests over random traffic: the algorithms against naive models,
+//! the exactness of retry-after, and the memory store against the core.
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use proptest::prelude::*;
+use tower_sliding_window::core::{FixedWindow, KeyState, SlidingCounter, SlidingLog};
+use tower_sliding_window::{Algorithm, Decision, Limit, ManualClock, MemoryStore, Policy};
+
+/// One to three limits with small maxima and windows of 1 to 40 ms (in µs).
+fn limits() -> impl Strategy<Value = Vec<Limit>> {
+    prop::collection::vec((1u32..6, 1u64..40_000), 1..=3).prop_map(|specs| {
+        specs
+            .into_iter()
+            .map(|(max, w)| Limit::new(max, Duration::from_micros(w)).unwrap())
+            .collect()
+    })
+}
+
+/// Gaps between arrivals in µs: many at one instant, some small, some long.
+fn gaps() -> impl Strategy<Value = Vec<u64>> {
+    prop::collection::vec(prop_oneof![Just(0u64), 0u64..2_000, 0u64..60_000], 1..300)
+}
+
+fn micros(t: u64) -> Duration {
+    Duration::from_micros(t)
+}
+
+/// Judges by decision of a cloned state, so probing does not record anything.
+fn probe(decide: impl FnOnce(Duration) -> Decision, at: u64) -> bool {
+    decide(micros(at)).is_allowed()
+}
+
+proptest! {
+    /// The log accepts exactly when every limit's closed window
+    /// `[now - W, now]` holds fewer than `max` accepted requests.
+    #[test]
+    fn log_matches_a_naive_exact_count(limits in limits(), gaps in gaps()) {
+        let mut log = SlidingLog::new();
+        let mut accepted: Vec<u64> = Vec::new();
+        let mut now = 0u64;
+        for gap in gaps {
+            now += gap;
+            let fits = limits.iter().all(|l| {
+                let w = l.window().as_micros() as u64;
+                accepted.iter().filter(|&&t| t + w >= now).count() < l.max() as usize
+            });
+            let decision = log.decide(micros(now), &limits);
+            prop_assert_eq!(decision.is_allowed(), fits, "at {} µs", now);
+            if fits {
+                accepted.push(now);
+            }
+        }
+        // No closed window-length interval ever holds more than the limit.
+        for l in &limits {
+            let w = l.window().as_micros() as u64;
+            for &start in &accepted {
+                let inside = accepted.iter().filter(|&&t| t >= start && t <= start + w).count();
+                prop_assert!(inside <= l.max() as usize);
+            }
+        }
+    }
+
+    /// The counter accepts exactly when `(1 - x) * previous + current + 1 <= max`
+    /// for every limit (computed here from a per-window tally), and after an
+    /// acceptance the weighted estimate never exceeds the limit.
+    #[test]
+    fn counter_matches_a_naive_weighted_count(limits in limits(), gaps in gaps()) {
+        let mut counter = SlidingCounter::new();
+        let mut tallies: Vec<HashMap<u64, u128>> = vec![HashMap::new(); limits.len()];
+        let mut now = 0u64;
+        let weighted_times_w = |tally: &HashMap<u64, u128>, l: &Limit, now: u64, extra: u128| {
+            let w = l.window().as_micros() as u64;
+            let (k, e) = (now / w, now % w);
+            let previous = if k == 0 { 0 } else { tally.get(&(k - 1)).copied().unwrap_or(0) };
+            let current = tally.get(&k).copied().unwrap_or(0);
+            previous * u128::from(w - e) + (current + extra) * u128::from(w)
+        };
+        for gap in gaps {
+            now += gap;
+            let fits = limits.iter().zip(&tallies).all(|(l, tally)| {
+                let w = u128::from(l.window().as_micros() as u64);
+                weighted_times_w(tally, l, now, 1) <= u128::from(l.max()) * w
+            });
+            let decision = counter.decide(micros(now), &limits);
+            prop_assert_eq!(decision.is_allowed(), fits, "at {} µs", now);
+            if fits {
+                for (l, tally) in limits.iter().zip(tallies.iter_mut()) {
+                    *tally.entry(now / l.window().as_micros() as u64).or_default() += 1;
+                    let w = u128::from(l.window().as_micros() as u64);
+                    prop_assert!(weighted_times_w(tally, l, now, 0) <= u128::from(l.max()) * w);
+                }
+            }
+        }
+    }
+
+    /// A refusal's retry-after is exact for every algorithm: one microsecond
+    /// earlier is still refused, and at retry-after the request fits.
+    #[test]
+    fn retry_after_is_the_first_instant_that_fits(
+        limits in limits(),
+        gaps in gaps(),
+        algorithm in prop_oneof![Just(Algorithm::SlidingLog), Just(Algorithm::SlidingCounter), Just(Algorithm::FixedWindow)],
+    ) {
+        let policy = Policy::new(algorithm, limits).unwrap();
+        let mut state = KeyState::new(&policy);
+        let mut now = 0u64;
+        for gap in gaps {
+            now += gap;
+            let decision = state.decide(micros(now), &policy);
+            if !decision.is_allowed() {
+                let wait = decision.retry_after().as_micros() as u64;
+                prop_assert!(wait >= 1);
+                prop_assert!(!probe(|t| state.clone().decide(t, &policy), now + wait - 1), "{:?}", decision);
+                prop_assert!(probe(|t| state.clone().decide(t, &policy), now + wait), "{:?}", decision);
+            } else if decision.remaining() < decision.limit().max() {
+                // `replenish_after` is when one more request than `remaining` fits.
+                let later = now + decision.replenish_after().as_micros() as u64;
+                let mut ahead = state.clone();
+                for _ in 0..=decision.remaining() {
+                    prop_assert!(ahead.decide(micros(later), &policy).is_allowed(), "{:?}", decision);
+                }
+            }
+        }
+    }
+
+    /// The memory store decides exactly as the core does, key by key.
+    #[test]
+    fn memory_store_agrees_with_the_core(
+        limits in limits(),
+        traffic in prop::collection::vec((0u8..4, prop_oneof![Just(0u64), 0u64..20_000]), 1..300),
+        algorithm in prop_oneof![Just(Algorithm::SlidingLog), Just(Algorithm::SlidingCounter), Just(Algorithm::FixedWindow)],
+    ) {
+        let policy = Policy::new(algorithm, limits).unwrap();
+        let clock = ManualClock::new();
+        let store = MemoryStore::with_clock(clock.clone());
+        let mut states: HashMap<u8, KeyState> = HashMap::new();
+        let mut now = 0u64;
+        for (key, gap) in traffic {
+            now += gap;
+            clock.set(micros(now));
+            let expected = states.entry(key).or_insert_with(|| KeyState::new(&policy)).decide(micros(now), &policy);
+            prop_assert_eq!(store.decide_now(key, &policy), expected);
+        }
+    }
+}
+
+#[test]
+fn fixed_window_resets_at_the_boundary() {
+    let limits = [Limit::new(2, Duration::from_secs(10)).unwrap()];
+    let mut fixed = FixedWindow::new();
+    assert!(fixed.decide(Duration::from_secs(9), &limits).is_allowed());
+    assert!(fixed.decide(Duration::from_secs(9), &limits).is_allowed());
+    let refused = fixed.decide(Duration::from_secs(9), &limits);
+    assert_eq!(refused.retry_after(), Duration::from_secs(1));
+    assert!(fixed.decide(Duration::from_secs(10), &limits).is_allowed());
+}

@@ -1,0 +1,279 @@
+//! The behaviour every store must reproduce, run through the real layer with
+//! a manual clock. Each store's test file calls these with a fresh store
+//! reading the given clock.
+
+use std::convert::Infallible;
+use std::time::Duration;
+
+use http::{Request, Response, StatusCode};
+use tower::util::ServiceFn;
+use tower::{service_fn, Layer, ServiceExt};
+use tower_sliding_window::core::KeyState;
+use tower_sliding_window::{
+    Algorithm, Limit, ManualClock, Policy, ResponseBody, SlidingWindow, SlidingWindowLayer, Store,
+};
+
+type Handler = ServiceFn<fn(Request<()>) -> std::future::Ready<Result<Response<()>, Infallible>>>;
+type KeyFn = fn(&Request<()>) -> Option<String>;
+
+pub type Svc<St> = SlidingWindow<Handler, KeyFn, St>;
+
+fn ok(_: Request<()>) -> std::future::Ready<Result<Response<()>, Infallible>> {
+    std::future::ready(Ok(Response::new(())))
+}
+
+fn client_key(request: &Request<()>) -> Option<String> {
+    request
+        .headers()
+        .get("x-client")
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_owned)
+}
+
+/// The layer over a handler that always answers 200, keyed by `x-client`.
+pub fn service<St: Store<String>>(store: St, policy: Policy) -> Svc<St> {
+    SlidingWindowLayer::with_policy(policy, client_key as KeyFn)
+        .store(store)
+        .layer(service_fn(ok as fn(_) -> _))
+}
+
+pub fn policy(algorithm: Algorithm, limits: &[(u32, u64)]) -> Policy {
+    Policy::new(
+        algorithm,
+        limits
+            .iter()
+            .map(|&(max, secs)| Limit::new(max, Duration::from_secs(secs)).unwrap()),
+    )
+    .unwrap()
+}
+
+pub async fn hit<St: Store<String>>(svc: &Svc<St>, client: &str) -> Response<ResponseBody<()>> {
+    let request = Request::builder()
+        .header("x-client", client)
+        .body(())
+        .unwrap();
+    svc.clone().oneshot(request).await.unwrap()
+}
+
+fn header<'a>(response: &'a Response<ResponseBody<()>>, name: &str) -> Option<&'a str> {
+    response.headers().get(name).map(|v| v.to_str().unwrap())
+}
+
+fn at(clock: &ManualClock, secs: f64) {
+    clock.set(Duration::from_secs_f64(secs));
+}
+
+/// SPEC vector L through the layer, with the `Retry-After` values it implies.
+pub async fn vector_l<St: Store<String>>(store: St, clock: ManualClock) {
+    let svc = service(store, policy(Algorithm::SlidingLog, &[(5, 30)]));
+    let script: [(f64, &[u16]); 6] = [
+        (0.0, &[200]),
+        (5.0, &[200, 200]),
+        (15.0, &[200, 200]),
+        (25.0, &[429]),
+        (35.0, &[200]),
+        (40.0, &[200, 200, 429]),
+    ];
+    for (time, statuses) in script {
+        at(&clock, time);
+        for &expected in statuses {
+            let response = hit(&svc, "L").await;
+            assert_eq!(response.status(), expected, "at {time}s");
+            if expected == 429 {
+                // 5 s and one tick until the blocking request is more than 30 s old.
+                assert_eq!(header(&response, "retry-after"), Some("6"), "at {time}s");
+                assert_eq!(header(&response, "ratelimit"), Some("\"30s\";r=0;t=6"));
+            }
+        }
+    }
+}
+
+/// Vector C's set-up: the window [0, 30) accepted five.
+async fn fill_previous_window<St: Store<String>>(svc: &Svc<St>, clock: &ManualClock, client: &str, times: &[f64]) {
+    for &time in times {
+        at(clock, time);
+        assert_eq!(hit(svc, client).await.status(), 200);
+    }
+}
+
+/// SPEC vectors C and Q through the layer.
+pub async fn vectors_c_and_q<St: Store<String>>(store: St, clock: ManualClock) {
+    let svc = service(store, policy(Algorithm::SlidingCounter, &[(5, 30)]));
+    let spread = [0.0, 5.0, 5.0, 15.0, 15.0];
+
+    fill_previous_window(&svc, &clock, "C", &spread).await;
+    at(&clock, 35.0);
+    assert_eq!(hit(&svc, "C").await.status(), 429, "C at 35 s: 5.17 > 5");
+    at(&clock, 40.0);
+    assert_eq!(hit(&svc, "C").await.status(), 200, "C at 40 s: 4.33");
+    assert_eq!(hit(&svc, "C").await.status(), 429, "C at 40 s again: 5.33");
+
+    // Q, on fresh keys with the same history (the clock goes back to 0 for them).
+    for (client, time, expected) in [("Q1", 33.0, 429), ("Q2", 35.999, 429), ("Q3", 36.0, 200)] {
+        fill_previous_window(&svc, &clock, client, &spread).await;
+        at(&clock, time);
+        let response = hit(&svc, client).await;
+        assert_eq!(response.status(), expected, "{client} at {time}s");
+        if client == "Q1" {
+            assert_eq!(header(&response, "retry-after"), Some("3"), "exactly 3 s at 33 s");
+        }
+    }
+}
+
+/// SPEC vector Q.3: traffic bunched at the start of the previous window.
+pub async fn vector_q_log_versus_counter<St: Store<String>>(store: St, clock: ManualClock) {
+    let log = service(store.clone(), policy(Algorithm::SlidingLog, &[(5, 30)]));
+    let counter = service(store, policy(Algorithm::SlidingCounter, &[(5, 30)]));
+    let early = [0.0, 0.2, 0.4, 0.6, 0.8];
+    fill_previous_window(&log, &clock, "early", &early).await;
+    fill_previous_window(&counter, &clock, "early", &early).await;
+    at(&clock, 33.0);
+    assert_eq!(hit(&log, "early").await.status(), 200, "the log sees nothing since 3 s");
+    assert_eq!(hit(&counter, "early").await.status(), 429, "the counter charges 4.5");
+}
+
+/// Two limits in one layer: a request refused by either is recorded in neither.
+pub async fn all_or_nothing<St: Store<String>>(store: St, clock: ManualClock) {
+    // 2 per second and 3 per two seconds.
+    let svc = service(store, policy(Algorithm::SlidingLog, &[(2, 1), (3, 2)]));
+    at(&clock, 0.0);
+    assert_eq!(hit(&svc, "k").await.status(), 200);
+    assert_eq!(hit(&svc, "k").await.status(), 200);
+    let refused = hit(&svc, "k").await;
+    assert_eq!(refused.status(), 429);
+    assert_eq!(header(&refused, "ratelimit"), Some("\"1s\";r=0;t=2"), "the 1 s limit refused");
+    assert_eq!(
+        header(&refused, "ratelimit-policy"),
+        Some("\"1s\";q=2;w=1, \"2s\";q=3;w=2")
+    );
+
+    at(&clock, 1.5);
+    // Had the refusal at 0 s counted in the 2 s window, it would be full now.
+    assert_eq!(hit(&svc, "k").await.status(), 200);
+    let refused = hit(&svc, "k").await;
+    assert_eq!(refused.status(), 429, "the 2 s window holds 0, 0 and 1.5");
+    assert_eq!(header(&refused, "ratelimit"), Some("\"2s\";r=0;t=1"));
+
+    at(&clock, 2.000_001);
+    // The requests from 0 s have left the 2 s window. Had the refusal at 1.5 s
+    // counted in the 1 s window, it would hold two requests and refuse.
+    assert_eq!(hit(&svc, "k").await.status(), 200);
+    assert_eq!(hit(&svc, "k").await.status(), 429, "now the 1 s window is full");
+}
+
+/// Mixed traffic over several keys gives, header for header, what the core
+/// computes for the same times.
+pub async fn matches_the_core<St: Store<String>>(store: St, clock: ManualClock) {
+    for algorithm in [Algorithm::SlidingLog, Algorithm::SlidingCounter, Algorithm::FixedWindow] {
+        let policy = policy(algorithm, &[(3, 1), (10, 5)]);
+        let svc = service(store.clone(), policy.clone());
+        let mut states: Vec<KeyState> = (0..3).map(|_| KeyState::new(&policy)).collect();
+        // A fixed pseudo-random walk: small steps, bursts at one instant, a few long gaps.
+        let mut seed = 0x2545_f491_4f6c_dd1d_u64;
+        let mut now_micros = 0u64;
+        for _ in 0..400 {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            now_micros += match seed % 10 {
+                0..=3 => 0,
+                4..=8 => seed % 300_000,
+                _ => seed % 3_000_000,
+            };
+            let key = (seed >> 20) as usize % states.len();
+            clock.set(Duration::from_micros(now_micros));
+            let expected = states[key].decide(Duration::from_micros(now_micros), &policy);
+            let response = hit(&svc, &format!("walk-{key}")).await;
+            let expected_status = if expected.is_allowed() { 200 } else { 429 };
+            assert_eq!(response.status(), expected_status, "{algorithm:?} at {now_micros} µs");
+            let expected_remaining = format!(";r={};", expected.remaining());
+            assert!(
+                header(&response, "ratelimit").unwrap().contains(&expected_remaining),
+                "{algorithm:?} at {now_micros} µs: {:?} vs {expected:?}",
+                header(&response, "ratelimit")
+            );
+        }
+    }
+}
+
+/// Many tasks on one key at one instant: exactly `limit` get through.
+pub async fn concurrent_requests_admit_exactly_the_limit<St: Store<String>>(store: St, clock: ManualClock) {
+    at(&clock, 7.0);
+    for algorithm in [Algorithm::SlidingLog, Algorithm::SlidingCounter, Algorithm::FixedWindow] {
+        let svc = service(store.clone(), policy(algorithm, &[(25, 60)]));
+        let tasks: Vec<_> = (0..200)
+            .map(|_| {
+                let svc = svc.clone();
+                tokio::spawn(async move { hit(&svc, "crowd").await.status() })
+            })
+            .collect();
+        let mut accepted = 0;
+        for task in tasks {
+            if task.await.unwrap() == StatusCode::OK {
+                accepted += 1;
+            }
+        }
+        assert_eq!(accepted, 25, "{algorithm:?}");
+    }
+}
+
+/// Two layers sharing one store keep separate windows for the same key.
+pub async fn policies_do_not_share_windows<St: Store<String>>(store: St, clock: ManualClock) {
+    at(&clock, 1.0);
+    let strict = service(store.clone(), policy(Algorithm::SlidingCounter, &[(1, 10)]));
+    let lenient = service(store, policy(Algorithm::SlidingCounter, &[(3, 10)]));
+    assert_eq!(hit(&strict, "shared").await.status(), 200);
+    assert_eq!(hit(&strict, "shared").await.status(), 429);
+    for _ in 0..3 {
+        assert_eq!(hit(&lenient, "shared").await.status(), 200);
+    }
+    assert_eq!(hit(&lenient, "shared").await.status(), 429);
+}
+
+/// Runs every case of the suite against stores made by `$make(clock)`.
+#[macro_export]
+macro_rules! conformance_suite {
+    ($make:expr) => {
+        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+        async fn vector_l() {
+            let clock = tower_sliding_window::ManualClock::new();
+            $crate::suite::vector_l($make(clock.clone()).await, clock).await;
+        }
+
+        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+        async fn vectors_c_and_q() {
+            let clock = tower_sliding_window::ManualClock::new();
+            $crate::suite::vectors_c_and_q($make(clock.clone()).await, clock).await;
+        }
+
+        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+        async fn vector_q_log_versus_counter() {
+            let clock = tower_sliding_window::ManualClock::new();
+            $crate::suite::vector_q_log_versus_counter($make(clock.clone()).await, clock).await;
+        }
+
+        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+        async fn all_or_nothing() {
+            let clock = tower_sliding_window::ManualClock::new();
+            $crate::suite::all_or_nothing($make(clock.clone()).await, clock).await;
+        }
+
+        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+        async fn matches_the_core() {
+            let clock = tower_sliding_window::ManualClock::new();
+            $crate::suite::matches_the_core($make(clock.clone()).await, clock).await;
+        }
+
+        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+        async fn concurrent_requests_admit_exactly_the_limit() {
+            let clock = tower_sliding_window::ManualClock::new();
+            $crate::suite::concurrent_requests_admit_exactly_the_limit($make(clock.clone()).await, clock).await;
+        }
+
+        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+        async fn policies_do_not_share_windows() {
+            let clock = tower_sliding_window::ManualClock::new();
+            $crate::suite::policies_do_not_share_windows($make(clock.clone()).await, clock).await;
+        }
+    };
+}

@@ -38,7 +38,12 @@ pub enum Origin {
 
 impl Decision {
     /// A verdict that stands in for the limits, such as a fail-open admission.
-    pub(crate) fn substitute(allowed: bool, limit: Limit, retry_after_micros: u64, origin: Origin) -> Self {
+    pub(crate) fn substitute(
+        allowed: bool,
+        limit: Limit,
+        retry_after_micros: u64,
+        origin: Origin,
+    ) -> Self {
         Self {
             allowed,
             limit_index: 0,

@@ -51,7 +51,10 @@ where
     String::from_utf8(bytes.to_vec()).unwrap()
 }
 
-fn layer(limit: Limit, clock: &ManualClock) -> SlidingWindowLayer<fn(&Request<String>) -> Option<String>, MemoryStore<ManualClock>> {
+fn layer(
+    limit: Limit,
+    clock: &ManualClock,
+) -> SlidingWindowLayer<fn(&Request<String>) -> Option<String>, MemoryStore<ManualClock>> {
     SlidingWindowLayer::new(limit, by_client as fn(&Request<String>) -> Option<String>)
         .store(MemoryStore::with_clock(clock.clone()))
 }
@@ -69,7 +72,11 @@ async fn accepted_responses_carry_headers_and_the_decision() {
     // quota (one more than the 2 left) returns when that window ends.
     assert_eq!(response.headers()["ratelimit"], "\"1s\";r=2;t=2");
     assert!(response.headers().get("retry-after").is_none());
-    assert_eq!(body_text(response).await, "2", "the handler saw the decision");
+    assert_eq!(
+        body_text(response).await,
+        "2",
+        "the handler saw the decision"
+    );
 }
 
 #[tokio::test]
@@ -82,14 +89,21 @@ async fn headers_on_accepted_responses_can_be_switched_off() {
     assert!(accepted.headers().get("ratelimit").is_none());
     let refused = svc.clone().oneshot(request(Some("a"), None)).await.unwrap();
     assert_eq!(refused.status(), StatusCode::TOO_MANY_REQUESTS);
-    assert_eq!(refused.headers()["ratelimit"], "\"1s\";r=0;t=2", "rejections keep them");
+    assert_eq!(
+        refused.headers()["ratelimit"],
+        "\"1s\";r=0;t=2",
+        "rejections keep them"
+    );
 }
 
 #[tokio::test]
 async fn rejection_is_a_plain_429_with_retry_after() {
     let clock = ManualClock::new();
     let svc = ServiceBuilder::new()
-        .layer(layer(Limit::new(1, Duration::from_secs(10)).unwrap(), &clock))
+        .layer(layer(
+            Limit::new(1, Duration::from_secs(10)).unwrap(),
+            &clock,
+        ))
         .service(service_fn(echo_decision));
     svc.clone().oneshot(request(Some("a"), None)).await.unwrap();
     clock.set(Duration::from_millis(2_500));
@@ -98,7 +112,10 @@ async fn rejection_is_a_plain_429_with_retry_after() {
     // Counter with a limit of 1: the request in [0, 10) weighs on [10, 20)
     // until it ends, so the next fits at 20 s.
     assert_eq!(refused.headers()["retry-after"], "18");
-    assert_eq!(refused.headers()["content-type"], "text/plain; charset=utf-8");
+    assert_eq!(
+        refused.headers()["content-type"],
+        "text/plain; charset=utf-8"
+    );
     assert!(body_text(refused).await.contains("limit of 1 per 10s"));
 }
 
@@ -109,12 +126,26 @@ async fn grpc_requests_get_resource_exhausted_trailers_only() {
         .layer(layer(Limit::per_minute(1), &clock))
         .service(service_fn(echo_decision));
     let grpc = Some("application/grpc+proto");
-    assert_eq!(svc.clone().oneshot(request(Some("g"), grpc)).await.unwrap().status(), 200);
+    assert_eq!(
+        svc.clone()
+            .oneshot(request(Some("g"), grpc))
+            .await
+            .unwrap()
+            .status(),
+        200
+    );
     let refused = svc.clone().oneshot(request(Some("g"), grpc)).await.unwrap();
-    assert_eq!(refused.status(), StatusCode::OK, "gRPC errors travel with HTTP 200");
+    assert_eq!(
+        refused.status(),
+        StatusCode::OK,
+        "gRPC errors travel with HTTP 200"
+    );
     assert_eq!(refused.headers()["content-type"], "application/grpc");
     assert_eq!(refused.headers()["grpc-status"], "8");
-    assert!(refused.headers()["grpc-message"].to_str().unwrap().contains("retry after 120 s"));
+    assert!(refused.headers()["grpc-message"]
+        .to_str()
+        .unwrap()
+        .contains("retry after 120 s"));
     assert_eq!(refused.headers()["retry-after"], "120");
     assert_eq!(body_text(refused).await, "", "trailers-only: no body");
 }
@@ -128,7 +159,11 @@ async fn missing_key_is_refused_by_default_and_can_pass() {
     let response = strict.clone().oneshot(request(None, None)).await.unwrap();
     assert_eq!(response.status(), StatusCode::BAD_REQUEST);
     assert!(body_text(response).await.contains("no rate-limit key"));
-    let grpc = strict.clone().oneshot(request(None, Some("application/grpc"))).await.unwrap();
+    let grpc = strict
+        .clone()
+        .oneshot(request(None, Some("application/grpc")))
+        .await
+        .unwrap();
     assert_eq!(grpc.headers()["grpc-status"], "3");
 
     let lenient = ServiceBuilder::new()
@@ -159,7 +194,10 @@ async fn a_failing_store_answers_503_not_an_error() {
         .service(service_fn(echo_decision));
     let response = svc.clone().oneshot(request(Some("a"), None)).await.unwrap();
     assert_eq!(response.status(), StatusCode::SERVICE_UNAVAILABLE);
-    let grpc = svc.oneshot(request(Some("a"), Some("application/grpc"))).await.unwrap();
+    let grpc = svc
+        .oneshot(request(Some("a"), Some("application/grpc")))
+        .await
+        .unwrap();
     assert_eq!(grpc.headers()["grpc-status"], "14");
 }
 
@@ -188,8 +226,24 @@ async fn stacked_layers_count_independently() {
     let mut combined_statuses = Vec::new();
     for second in [0, 0, 0, 2, 4] {
         clock.set(Duration::from_secs(second));
-        stacked_statuses.push(stacked.clone().oneshot(request(Some("s"), None)).await.unwrap().status().as_u16());
-        combined_statuses.push(combined.clone().oneshot(request(Some("s"), None)).await.unwrap().status().as_u16());
+        stacked_statuses.push(
+            stacked
+                .clone()
+                .oneshot(request(Some("s"), None))
+                .await
+                .unwrap()
+                .status()
+                .as_u16(),
+        );
+        combined_statuses.push(
+            combined
+                .clone()
+                .oneshot(request(Some("s"), None))
+                .await
+                .unwrap()
+                .status()
+                .as_u16(),
+        );
     }
     // Stacked: the two refused at 0 s were counted by the outer per-minute
     // layer, so its quota of 3 is gone by 2 s.
@@ -202,25 +256,63 @@ async fn stacked_layers_count_independently() {
 async fn cloned_layers_and_services_share_windows() {
     let clock = ManualClock::new();
     let layer = layer(Limit::per_second(2), &clock);
-    let a = ServiceBuilder::new().layer(layer.clone()).service(service_fn(echo_decision));
-    let b = ServiceBuilder::new().layer(layer).service(service_fn(echo_decision));
-    assert_eq!(a.clone().oneshot(request(Some("x"), None)).await.unwrap().status(), 200);
-    assert_eq!(b.clone().oneshot(request(Some("x"), None)).await.unwrap().status(), 200);
-    assert_eq!(a.oneshot(request(Some("x"), None)).await.unwrap().status(), 429);
+    let a = ServiceBuilder::new()
+        .layer(layer.clone())
+        .service(service_fn(echo_decision));
+    let b = ServiceBuilder::new()
+        .layer(layer)
+        .service(service_fn(echo_decision));
+    assert_eq!(
+        a.clone()
+            .oneshot(request(Some("x"), None))
+            .await
+            .unwrap()
+            .status(),
+        200
+    );
+    assert_eq!(
+        b.clone()
+            .oneshot(request(Some("x"), None))
+            .await
+            .unwrap()
+            .status(),
+        200
+    );
+    assert_eq!(
+        a.oneshot(request(Some("x"), None)).await.unwrap().status(),
+        429
+    );
 }
 
 #[test]
 fn bad_configuration_is_a_clear_error() {
-    assert_eq!(Limit::new(0, Duration::from_secs(1)), Err(ConfigError::ZeroLimit));
+    assert_eq!(
+        Limit::new(0, Duration::from_secs(1)),
+        Err(ConfigError::ZeroLimit)
+    );
     assert_eq!(Limit::new(1, Duration::ZERO), Err(ConfigError::ZeroWindow));
-    assert!(matches!(Limit::new(1, Duration::from_nanos(1_500)), Err(ConfigError::WindowNotWholeMicros(_))));
-    assert!(matches!(Limit::new(1, Duration::MAX), Err(ConfigError::WindowTooLong(_))));
-    assert_eq!(Policy::new(Algorithm::SlidingLog, []).unwrap_err(), ConfigError::NoLimits);
+    assert!(matches!(
+        Limit::new(1, Duration::from_nanos(1_500)),
+        Err(ConfigError::WindowNotWholeMicros(_))
+    ));
+    assert!(matches!(
+        Limit::new(1, Duration::MAX),
+        Err(ConfigError::WindowTooLong(_))
+    ));
+    assert_eq!(
+        Policy::new(Algorithm::SlidingLog, []).unwrap_err(),
+        ConfigError::NoLimits
+    );
     let nine = std::iter::repeat_n(Limit::per_second(1), 9);
     let err = Policy::new(Algorithm::SlidingLog, nine).unwrap_err();
-    assert_eq!(err.to_string(), "a policy holds at most 8 limits, 9 were given");
     assert_eq!(
-        Limit::new(0, Duration::from_secs(1)).unwrap_err().to_string(),
+        err.to_string(),
+        "a policy holds at most 8 limits, 9 were given"
+    );
+    assert_eq!(
+        Limit::new(0, Duration::from_secs(1))
+            .unwrap_err()
+            .to_string(),
         "a limit must allow at least one request per window"
     );
     assert!(MemoryStore::new().with_max_keys(0).is_err());

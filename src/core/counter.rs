@@ -23,7 +23,11 @@ impl Slot {
         if k == self.window {
             return;
         }
-        self.previous = if k == self.window + 1 { self.current } else { 0 };
+        self.previous = if k == self.window + 1 {
+            self.current
+        } else {
+            0
+        };
         self.current = 0;
         self.window = k;
     }

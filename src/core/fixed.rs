@@ -49,7 +49,10 @@ impl FixedWindow {
         for (index, (slot, limit)) in self.slots.iter_mut().zip(limits).enumerate() {
             let k = now / limit.window_micros();
             if slot.window != k {
-                *slot = Slot { window: k, count: 0 };
+                *slot = Slot {
+                    window: k,
+                    count: 0,
+                };
             }
             if slot.count >= limit.max() {
                 verdict.refuse(index, until_next_window(now, limit));
@@ -64,7 +67,11 @@ impl FixedWindow {
         let slots = &self.slots;
         tightest(limits, |index| {
             let (count, limit) = (slots[index].count, &limits[index]);
-            let replenish = if count == 0 { 0 } else { until_next_window(now, limit) };
+            let replenish = if count == 0 {
+                0
+            } else {
+                until_next_window(now, limit)
+            };
             (limit.max() - count, replenish)
         })
     }

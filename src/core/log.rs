@@ -114,8 +114,9 @@ impl SlidingLog {
     }
 
     pub(crate) fn idle_from_micros(&self, longest_window: u64) -> u64 {
-        self.newest()
-            .map_or(0, |newest| newest.saturating_add(longest_window).saturating_add(1))
+        self.newest().map_or(0, |newest| {
+            newest.saturating_add(longest_window).saturating_add(1)
+        })
     }
 }
 

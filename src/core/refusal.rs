@@ -13,7 +13,10 @@ pub(super) struct Verdict {
 impl Verdict {
     /// Notes that limit `index` refuses until `retry_after` has passed.
     pub(super) fn refuse(&mut self, index: usize, retry_after: u64) {
-        if self.refusal.is_none_or(|(_, longest)| retry_after > longest) {
+        if self
+            .refusal
+            .is_none_or(|(_, longest)| retry_after > longest)
+        {
             self.refusal = Some((index, retry_after));
         }
     }

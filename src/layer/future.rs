@@ -57,7 +57,13 @@ impl<F, S, B> ResponseFuture<F, S, B>
 where
     S: Service<Request<B>>,
 {
-    pub(crate) fn check(check: F, inner: S, request: Request<B>, config: Arc<LayerConfig>, grpc: bool) -> Self {
+    pub(crate) fn check(
+        check: F,
+        inner: S,
+        request: Request<B>,
+        config: Arc<LayerConfig>,
+        grpc: bool,
+    ) -> Self {
         Self {
             state: State::Check {
                 check,

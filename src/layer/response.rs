@@ -93,7 +93,11 @@ pub(crate) fn is_grpc<B>(request: &Request<B>) -> bool {
 }
 
 /// The answer to a request the limits refused.
-pub(crate) fn rejection(decision: &Decision, headers: &PolicyHeaders, grpc: bool) -> Response<Bytes> {
+pub(crate) fn rejection(
+    decision: &Decision,
+    headers: &PolicyHeaders,
+    grpc: bool,
+) -> Response<Bytes> {
     let wait = ceil_secs(decision.retry_after_micros).max(1);
     let message = match decision.origin() {
         Origin::StoreFull => format!(

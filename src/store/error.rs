@@ -14,10 +14,7 @@ pub struct StoreError {
 
 impl StoreError {
     /// An error described by `message`, caused by `source` if given.
-    pub fn new(
-        message: impl Into<String>,
-        source: Option<Box<dyn Error + Send + Sync>>,
-    ) -> Self {
+    pub fn new(message: impl Into<String>, source: Option<Box<dyn Error + Send + Sync>>) -> Self {
         Self {
             message: message.into(),
             source,

@@ -109,9 +109,10 @@ impl<C: Clock> MemoryStore<C> {
     {
         let now = self.inner.clock.now_micros();
         let max_keys = self.inner.max_keys;
-        self.inner
-            .maps
-            .with(|| Shards::<K>::new(max_keys), |shards| shards.decide(key, policy, now))
+        self.inner.maps.with(
+            || Shards::<K>::new(max_keys),
+            |shards| shards.decide(key, policy, now),
+        )
     }
 
     /// The number of keys of type `K` held, live or not yet swept.
@@ -120,7 +121,9 @@ impl<C: Clock> MemoryStore<C> {
         K: Hash + Eq + Send + Sync + 'static,
     {
         let max_keys = self.inner.max_keys;
-        self.inner.maps.with(|| Shards::<K>::new(max_keys), Shards::len)
+        self.inner
+            .maps
+            .with(|| Shards::<K>::new(max_keys), Shards::len)
     }
 }
 

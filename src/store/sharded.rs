@@ -94,7 +94,12 @@ impl<K: Hash + Eq> Shards<K> {
             if let Some(earliest) = shard.sweep(now) {
                 if shard.table.len() >= self.keys_per_shard {
                     let wait = earliest.saturating_sub(now).max(1);
-                    return Decision::substitute(false, policy.limits()[0], wait, Origin::StoreFull);
+                    return Decision::substitute(
+                        false,
+                        policy.limits()[0],
+                        wait,
+                        Origin::StoreFull,
+                    );
                 }
             }
         }
@@ -118,7 +123,14 @@ impl<K: Hash + Eq> Shards<K> {
     pub(super) fn len(&self) -> usize {
         self.shards
             .iter()
-            .map(|shard| shard.0.lock().unwrap_or_else(PoisonError::into_inner).table.len())
+            .map(|shard| {
+                shard
+                    .0
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner)
+                    .table
+                    .len()
+            })
             .sum()
     }
 }

@@ -32,7 +32,10 @@ impl TypeMap {
         let mut others = self.others.lock().unwrap_or_else(PoisonError::into_inner);
         // Another thread may have set `first` to a `T` since we looked.
         let existing = self.first.get().into_iter().chain(others.iter());
-        if let Some(found) = existing.cloned().find_map(|value| value.downcast::<T>().ok()) {
+        if let Some(found) = existing
+            .cloned()
+            .find_map(|value| value.downcast::<T>().ok())
+        {
             return found;
         }
         let created = Arc::new(make());

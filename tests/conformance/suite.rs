@@ -89,7 +89,12 @@ pub async fn vector_l<St: Store<String>>(store: St, clock: ManualClock) {
 }
 
 /// Vector C's set-up: the window [0, 30) accepted five.
-async fn fill_previous_window<St: Store<String>>(svc: &Svc<St>, clock: &ManualClock, client: &str, times: &[f64]) {
+async fn fill_previous_window<St: Store<String>>(
+    svc: &Svc<St>,
+    clock: &ManualClock,
+    client: &str,
+    times: &[f64],
+) {
     for &time in times {
         at(clock, time);
         assert_eq!(hit(svc, client).await.status(), 200);
@@ -115,7 +120,11 @@ pub async fn vectors_c_and_q<St: Store<String>>(store: St, clock: ManualClock) {
         let response = hit(&svc, client).await;
         assert_eq!(response.status(), expected, "{client} at {time}s");
         if client == "Q1" {
-            assert_eq!(header(&response, "retry-after"), Some("3"), "exactly 3 s at 33 s");
+            assert_eq!(
+                header(&response, "retry-after"),
+                Some("3"),
+                "exactly 3 s at 33 s"
+            );
         }
     }
 }
@@ -128,8 +137,16 @@ pub async fn vector_q_log_versus_counter<St: Store<String>>(store: St, clock: Ma
     fill_previous_window(&log, &clock, "early", &early).await;
     fill_previous_window(&counter, &clock, "early", &early).await;
     at(&clock, 33.0);
-    assert_eq!(hit(&log, "early").await.status(), 200, "the log sees nothing since 3 s");
-    assert_eq!(hit(&counter, "early").await.status(), 429, "the counter charges 4.5");
+    assert_eq!(
+        hit(&log, "early").await.status(),
+        200,
+        "the log sees nothing since 3 s"
+    );
+    assert_eq!(
+        hit(&counter, "early").await.status(),
+        429,
+        "the counter charges 4.5"
+    );
 }
 
 /// Two limits in one layer: a request refused by either is recorded in neither.
@@ -141,7 +158,11 @@ pub async fn all_or_nothing<St: Store<String>>(store: St, clock: ManualClock) {
     assert_eq!(hit(&svc, "k").await.status(), 200);
     let refused = hit(&svc, "k").await;
     assert_eq!(refused.status(), 429);
-    assert_eq!(header(&refused, "ratelimit"), Some("\"1s\";r=0;t=2"), "the 1 s limit refused");
+    assert_eq!(
+        header(&refused, "ratelimit"),
+        Some("\"1s\";r=0;t=2"),
+        "the 1 s limit refused"
+    );
     assert_eq!(
         header(&refused, "ratelimit-policy"),
         Some("\"1s\";q=2;w=1, \"2s\";q=3;w=2")
@@ -158,13 +179,21 @@ pub async fn all_or_nothing<St: Store<String>>(store: St, clock: ManualClock) {
     // The requests from 0 s have left the 2 s window. Had the refusal at 1.5 s
     // counted in the 1 s window, it would hold two requests and refuse.
     assert_eq!(hit(&svc, "k").await.status(), 200);
-    assert_eq!(hit(&svc, "k").await.status(), 429, "now the 1 s window is full");
+    assert_eq!(
+        hit(&svc, "k").await.status(),
+        429,
+        "now the 1 s window is full"
+    );
 }
 
 /// Mixed traffic over several keys gives, header for header, what the core
 /// computes for the same times.
 pub async fn matches_the_core<St: Store<String>>(store: St, clock: ManualClock) {
-    for algorithm in [Algorithm::SlidingLog, Algorithm::SlidingCounter, Algorithm::FixedWindow] {
+    for algorithm in [
+        Algorithm::SlidingLog,
+        Algorithm::SlidingCounter,
+        Algorithm::FixedWindow,
+    ] {
         let policy = policy(algorithm, &[(3, 1), (10, 5)]);
         let svc = service(store.clone(), policy.clone());
         let mut states: Vec<KeyState> = (0..3).map(|_| KeyState::new(&policy)).collect();
@@ -185,10 +214,16 @@ pub async fn matches_the_core<St: Store<String>>(store: St, clock: ManualClock) 
             let expected = states[key].decide(Duration::from_micros(now_micros), &policy);
             let response = hit(&svc, &format!("walk-{key}")).await;
             let expected_status = if expected.is_allowed() { 200 } else { 429 };
-            assert_eq!(response.status(), expected_status, "{algorithm:?} at {now_micros} µs");
+            assert_eq!(
+                response.status(),
+                expected_status,
+                "{algorithm:?} at {now_micros} µs"
+            );
             let expected_remaining = format!(";r={};", expected.remaining());
             assert!(
-                header(&response, "ratelimit").unwrap().contains(&expected_remaining),
+                header(&response, "ratelimit")
+                    .unwrap()
+                    .contains(&expected_remaining),
                 "{algorithm:?} at {now_micros} µs: {:?} vs {expected:?}",
                 header(&response, "ratelimit")
             );
@@ -197,9 +232,16 @@ pub async fn matches_the_core<St: Store<String>>(store: St, clock: ManualClock) 
 }
 
 /// Many tasks on one key at one instant: exactly `limit` get through.
-pub async fn concurrent_requests_admit_exactly_the_limit<St: Store<String>>(store: St, clock: ManualClock) {
+pub async fn concurrent_requests_admit_exactly_the_limit<St: Store<String>>(
+    store: St,
+    clock: ManualClock,
+) {
     at(&clock, 7.0);
-    for algorithm in [Algorithm::SlidingLog, Algorithm::SlidingCounter, Algorithm::FixedWindow] {
+    for algorithm in [
+        Algorithm::SlidingLog,
+        Algorithm::SlidingCounter,
+        Algorithm::FixedWindow,
+    ] {
         let svc = service(store.clone(), policy(algorithm, &[(25, 60)]));
         let tasks: Vec<_> = (0..200)
             .map(|_| {
@@ -267,7 +309,11 @@ macro_rules! conformance_suite {
         #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
         async fn concurrent_requests_admit_exactly_the_limit() {
             let clock = tower_sliding_window::ManualClock::new();
-            $crate::suite::concurrent_requests_admit_exactly_the_limit($make(clock.clone()).await, clock).await;
+            $crate::suite::concurrent_requests_admit_exactly_the_limit(
+                $make(clock.clone()).await,
+                clock,
+            )
+            .await;
         }
 
         #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -46,7 +46,7 @@ impl Limit {
         if window > Self::MAX_WINDOW {
             return Err(ConfigError::WindowTooLong(window));
         }
-        if window.subsec_nanos() % 1_000 != 0 {
+        if !window.subsec_nanos().is_multiple_of(1_000) {
             return Err(ConfigError::WindowNotWholeMicros(window));
         }
         Ok(Self {

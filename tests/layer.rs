@@ -51,11 +51,13 @@ where
     String::from_utf8(bytes.to_vec()).unwrap()
 }
 
+type ByClient = fn(&Request<String>) -> Option<String>;
+
 fn layer(
     limit: Limit,
     clock: &ManualClock,
-) -> SlidingWindowLayer<fn(&Request<String>) -> Option<String>, MemoryStore<ManualClock>> {
-    SlidingWindowLayer::new(limit, by_client as fn(&Request<String>) -> Option<String>)
+) -> SlidingWindowLayer<ByClient, MemoryStore<ManualClock>> {
+    SlidingWindowLayer::new(limit, by_client as ByClient)
         .store(MemoryStore::with_clock(clock.clone()))
 }
 

@@ -70,9 +70,9 @@ impl PolicyHeaders {
 /// A short, stable name for a limit: its window, e.g. `60s` or `500ms`.
 fn limit_name(limit: &Limit) -> String {
     let micros = limit.window_micros();
-    if micros % 1_000_000 == 0 {
+    if micros.is_multiple_of(1_000_000) {
         format!("{}s", micros / 1_000_000)
-    } else if micros % 1_000 == 0 {
+    } else if micros.is_multiple_of(1_000) {
         format!("{}ms", micros / 1_000)
     } else {
         format!("{micros}us")

@@ -1,0 +1,215 @@
+//! Replays the traffic of the source document's tables through the real
+//! layer, on the in-memory store with a manual clock, and prints each table
+//! with the outcomes the layer gave.
+//!
+//! Run with `cargo run --example demo`.
+
+use std::convert::Infallible;
+use std::time::Duration;
+
+use http::{Request, Response};
+use tower::{service_fn, ServiceBuilder, ServiceExt};
+use tower_sliding_window::{Algorithm, Limit, ManualClock, MemoryStore, SlidingWindowLayer};
+
+type Outcome = (u16, Option<String>);
+
+/// A layer-wrapped service plus the clock its store reads.
+struct Bench {
+    clock: ManualClock,
+    algorithm: Algorithm,
+    limit: Limit,
+}
+
+impl Bench {
+    fn new(algorithm: Algorithm, limit: Limit) -> Self {
+        Self {
+            clock: ManualClock::new(),
+            algorithm,
+            limit,
+        }
+    }
+
+    /// Sends requests at the given times (in seconds) and returns each status
+    /// and `Retry-After`.
+    async fn replay(&self, times: &[f64]) -> Vec<Outcome> {
+        let layer = SlidingWindowLayer::new(self.limit, |_: &Request<()>| Some("client"))
+            .algorithm(self.algorithm)
+            .store(MemoryStore::with_clock(self.clock.clone()));
+        let svc = ServiceBuilder::new()
+            .layer(layer)
+            .service(service_fn(|_| async {
+                Ok::<_, Infallible>(Response::new(()))
+            }));
+        let mut outcomes = Vec::new();
+        for &t in times {
+            self.clock.set(Duration::from_secs_f64(t));
+            let response = svc
+                .clone()
+                .oneshot(Request::new(()))
+                .await
+                .expect("infallible");
+            let retry = response
+                .headers()
+                .get("retry-after")
+                .and_then(|v| v.to_str().ok())
+                .map(str::to_owned);
+            outcomes.push((response.status().as_u16(), retry));
+        }
+        outcomes
+    }
+}
+
+fn describe(outcome: &Outcome) -> String {
+    match outcome {
+        (200, _) => "accepted".into(),
+        (status, Some(retry)) => format!("rejected ({status}, Retry-After: {retry})"),
+        (status, None) => format!("rejected ({status})"),
+    }
+}
+
+fn five_per_30s() -> Limit {
+    Limit::new(5, Duration::from_secs(30)).expect("a valid limit")
+}
+
+async fn vector_l() {
+    println!("Sliding window log, 30 s window, limit 5 (the document's first table)\n");
+    println!(
+        "{:<6} {:<9} {:<29} {:<47} {}",
+        "time", "arrivals", "document says", "log through the layer", "counter, same traffic"
+    );
+    let rows: [(f64, usize, &str); 6] = [
+        (0.0, 1, "accepted"),
+        (5.0, 2, "both accepted (count 3)"),
+        (15.0, 2, "both accepted (count 5)"),
+        (25.0, 1, "rejected, at the limit"),
+        (35.0, 1, "accepted, 0 s has expired"),
+        (40.0, 3, "two accepted, third rejected"),
+    ];
+    let times: Vec<f64> = rows
+        .iter()
+        .flat_map(|&(t, n, _)| std::iter::repeat_n(t, n))
+        .collect();
+    let log = Bench::new(Algorithm::SlidingLog, five_per_30s())
+        .replay(&times)
+        .await;
+    let counter = Bench::new(Algorithm::SlidingCounter, five_per_30s())
+        .replay(&times)
+        .await;
+    let mut at = 0;
+    for (t, n, says) in rows {
+        let got = |outcomes: &[Outcome]| {
+            outcomes[at..at + n]
+                .iter()
+                .map(describe)
+                .collect::<Vec<_>>()
+                .join(", ")
+        };
+        println!(
+            "{:<6} {:<9} {:<29} {:<47} {}",
+            format!("{t}s"),
+            n,
+            says,
+            got(&log),
+            got(&counter)
+        );
+        at += n;
+    }
+    println!();
+}
+
+async fn vectors_c_and_q() {
+    println!("Sliding window counter, 30 s window, limit 5; the window [0 s, 30 s) accepted 5\n");
+    println!(
+        "{:<14} {:<8} {:<9} {:<26} {}",
+        "time", "1 - x", "weighted", "document says", "counter through the layer"
+    );
+    let spread = [0.0, 5.0, 5.0, 15.0, 15.0];
+    let rows: [(&[f64], &str, &str, &str); 6] = [
+        (&[35.0], "5/6", "4.17", "rejected (5.17 > 5)"),
+        (&[40.0], "2/3", "3.33", "accepted (4.33)"),
+        (&[40.0, 40.0], "2/3", "4.33", "rejected (5.33 > 5)"),
+        (&[33.0], "9/10", "4.50", "rejected, retry in 3 s"),
+        (&[35.999], "0.80003", "4.0002", "rejected (just under 36 s)"),
+        (&[36.0], "4/5", "4.00", "accepted (exactly 5)"),
+    ];
+    for (times, one_minus_x, weighted, says) in rows {
+        let bench = Bench::new(Algorithm::SlidingCounter, five_per_30s());
+        let history: Vec<f64> = spread.iter().chain(times).copied().collect();
+        let outcomes = bench.replay(&history).await;
+        let last = outcomes.last().expect("at least one request");
+        let label = if times.len() > 1 {
+            format!("{}s again", times[0])
+        } else {
+            format!("{}s", times[0])
+        };
+        println!(
+            "{:<14} {:<8} {:<9} {:<26} {}",
+            label,
+            one_minus_x,
+            weighted,
+            says,
+            describe(last)
+        );
+    }
+    println!();
+
+    println!(
+        "Where they disagree: the five requests of [0 s, 30 s) all came in its first second\n"
+    );
+    let early = [0.0, 0.2, 0.4, 0.6, 0.8, 33.0];
+    for algorithm in [Algorithm::SlidingLog, Algorithm::SlidingCounter] {
+        let outcomes = Bench::new(algorithm, five_per_30s()).replay(&early).await;
+        println!(
+            "  {:<16} at 33 s: {}",
+            format!("{algorithm:?}"),
+            describe(&outcomes[5])
+        );
+    }
+    println!("  (the log looks back to 3 s and sees nothing; the counter still charges 4.5)\n");
+}
+
+async fn boundary_burst() {
+    println!("Boundary burst: 100 per minute; 100 requests in the last second before the");
+    println!("minute turns and 100 in the first second after it\n");
+    let w = 60.0;
+    let times: Vec<f64> = (0..100)
+        .map(|i| w - 1.0 + f64::from(i) / 100.0)
+        .chain((0..100).map(|i| w + f64::from(i) / 100.0))
+        .collect();
+    let limit = Limit::per_minute(100);
+    for (algorithm, document) in [
+        (Algorithm::FixedWindow, 200),
+        (Algorithm::SlidingLog, 100),
+        (Algorithm::SlidingCounter, 101),
+    ] {
+        let outcomes = Bench::new(algorithm, limit).replay(&times).await;
+        let accepted: Vec<f64> = times
+            .iter()
+            .zip(&outcomes)
+            .filter(|(_, (status, _))| *status == 200)
+            .map(|(&t, _)| t)
+            .collect();
+        let densest = accepted
+            .iter()
+            .map(|&start| {
+                accepted
+                    .iter()
+                    .filter(|&&t| t >= start && t <= start + w)
+                    .count()
+            })
+            .max()
+            .unwrap_or(0);
+        println!(
+            "  {:<16} document: {document:>3}   through the layer: {densest:>3} in one 60 s interval",
+            format!("{algorithm:?}")
+        );
+    }
+    println!();
+}
+
+#[tokio::main(flavor = "current_thread")]
+async fn main() {
+    vector_l().await;
+    vectors_c_and_q().await;
+    boundary_burst().await;
+}

@@ -89,6 +89,7 @@ mod decision;
 mod error;
 mod layer;
 mod limit;
+mod observe;
 mod policy;
 mod store;
 
@@ -102,3 +103,6 @@ pub use crate::layer::{
 pub use crate::limit::Limit;
 pub use crate::policy::{Algorithm, Policy};
 pub use crate::store::{MemoryStore, Store, StoreError};
+#[cfg(feature = "redis")]
+#[cfg_attr(docsrs, doc(cfg(feature = "redis")))]
+pub use crate::store::{FailurePolicy, RedisStore};

@@ -43,6 +43,7 @@ struct PolicyInner {
     limits: Box<[Limit]>,
     largest_max: u32,
     longest_window_micros: u64,
+    signature: String,
 }
 
 impl Policy {
@@ -69,6 +70,7 @@ impl Policy {
         static NEXT_ID: AtomicU64 = AtomicU64::new(1);
         let largest_max = limits.iter().map(Limit::max).max().unwrap_or(1);
         let longest_window_micros = limits.iter().map(Limit::window_micros).max().unwrap_or(1);
+        let signature = signature(algorithm, &limits);
         Ok(Self {
             inner: Arc::new(PolicyInner {
                 id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
@@ -76,6 +78,7 @@ impl Policy {
                 limits,
                 largest_max,
                 longest_window_micros,
+                signature,
             }),
         })
     }
@@ -103,4 +106,24 @@ impl Policy {
     pub(crate) fn longest_window_micros(&self) -> u64 {
         self.inner.longest_window_micros
     }
+
+    /// A text naming the algorithm and limits, equal for equal policies in
+    /// every process (unlike [`id`](Policy::id)), e.g. `log:5/30000000`. Remote
+    /// stores name state with it, so instances of one service share windows.
+    pub fn signature(&self) -> &str {
+        &self.inner.signature
+    }
+}
+
+fn signature(algorithm: Algorithm, limits: &[Limit]) -> String {
+    let tag = match algorithm {
+        Algorithm::SlidingCounter => "ctr",
+        Algorithm::SlidingLog => "log",
+        Algorithm::FixedWindow => "fix",
+    };
+    let limits: Vec<String> = limits
+        .iter()
+        .map(|limit| format!("{}/{}", limit.max(), limit.window_micros()))
+        .collect();
+    format!("{tag}:{}", limits.join(","))
 }

@@ -59,6 +59,23 @@ impl SlidingCounter {
         Self::default()
     }
 
+    #[cfg(feature = "redis")]
+    /// A counter holding `latest` and one `(window, previous, current)` per
+    /// limit, as a remote store reports them.
+    pub(crate) fn from_parts(latest: u64, slots: impl IntoIterator<Item = (u64, u32, u32)>) -> Self {
+        Self {
+            latest,
+            slots: slots
+                .into_iter()
+                .map(|(window, previous, current)| Slot {
+                    window,
+                    previous,
+                    current,
+                })
+                .collect(),
+        }
+    }
+
     /// Judges a request at `now` (since the clock's zero) against every limit,
     /// counting it if all accept. A different number of limits than last time
     /// starts the counts afresh.

@@ -32,6 +32,19 @@ impl FixedWindow {
         Self::default()
     }
 
+    #[cfg(feature = "redis")]
+    /// A fixed window holding `latest` and one `(window, count)` per limit,
+    /// as a remote store reports them.
+    pub(crate) fn from_parts(latest: u64, slots: impl IntoIterator<Item = (u64, u32)>) -> Self {
+        Self {
+            latest,
+            slots: slots
+                .into_iter()
+                .map(|(window, count)| Slot { window, count })
+                .collect(),
+        }
+    }
+
     /// Judges a request at `now` (since the clock's zero) against every limit,
     /// counting it if all accept. A different number of limits than last time
     /// starts the counts afresh.

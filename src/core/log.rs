@@ -66,10 +66,8 @@ impl SlidingLog {
         for (index, limit) in limits.iter().enumerate() {
             let max = limit.max() as usize;
             if self.len() >= max {
-                let blocking = self.stamp(self.len() - max);
-                let expires = blocking.saturating_add(limit.window_micros());
-                if expires >= now {
-                    verdict.refuse(index, expires - now + 1);
+                if let Some(wait) = blocked_for(self.stamp(self.len() - max), now, limit) {
+                    verdict.refuse(index, wait);
                 }
             }
         }
@@ -103,14 +101,8 @@ impl SlidingLog {
     fn quota(&self, now: u64, limit: &Limit) -> (u32, u64) {
         let oldest_counted = now.saturating_sub(limit.window_micros());
         let first = partition_point(self.len(), |i| self.stamp(i) < oldest_counted);
-        let in_window = (self.len() - first) as u32;
-        let remaining = limit.max().saturating_sub(in_window);
-        let replenish = if in_window == 0 {
-            0
-        } else {
-            (self.stamp(first) + limit.window_micros() + 1).saturating_sub(now)
-        };
-        (remaining, replenish)
+        let oldest = (first < self.len()).then(|| self.stamp(first));
+        quota((self.len() - first) as u32, oldest, now, limit)
     }
 
     pub(crate) fn idle_from_micros(&self, longest_window: u64) -> u64 {
@@ -118,6 +110,24 @@ impl SlidingLog {
             newest.saturating_add(longest_window).saturating_add(1)
         })
     }
+}
+
+/// How long the `max`-th most recent stamp, `blocking`, still keeps a
+/// request out: until it is more than one window old, one tick past the
+/// window's closed end. `None` if it already has left.
+pub(crate) fn blocked_for(blocking: u64, now: u64, limit: &Limit) -> Option<u64> {
+    let expires = blocking.saturating_add(limit.window_micros());
+    (expires >= now).then(|| expires - now + 1)
+}
+
+/// Remaining quota with `in_window` stamps inside `limit`'s window, and how
+/// long until the `oldest` of them leaves it.
+pub(crate) fn quota(in_window: u32, oldest: Option<u64>, now: u64, limit: &Limit) -> (u32, u64) {
+    let remaining = limit.max().saturating_sub(in_window);
+    let replenish = oldest.map_or(0, |oldest| {
+        (oldest.saturating_add(limit.window_micros()) + 1).saturating_sub(now)
+    });
+    (remaining, replenish)
 }
 
 /// The first index in `0..len` for which `before` is false (it must be true

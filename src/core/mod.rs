@@ -24,8 +24,8 @@
 
 mod counter;
 mod fixed;
-mod log;
-mod refusal;
+pub(crate) mod log;
+pub(crate) mod refusal;
 
 use std::time::Duration;
 

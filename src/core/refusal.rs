@@ -6,13 +6,13 @@ use crate::limit::Limit;
 /// Collects per-limit verdicts: a refusal names the longest wait, an
 /// acceptance the limit with the least quota left.
 #[derive(Default)]
-pub(super) struct Verdict {
+pub(crate) struct Verdict {
     refusal: Option<(usize, u64)>,
 }
 
 impl Verdict {
     /// Notes that limit `index` refuses until `retry_after` has passed.
-    pub(super) fn refuse(&mut self, index: usize, retry_after: u64) {
+    pub(crate) fn refuse(&mut self, index: usize, retry_after: u64) {
         if self
             .refusal
             .is_none_or(|(_, longest)| retry_after > longest)
@@ -22,7 +22,7 @@ impl Verdict {
     }
 
     /// The refusal with the longest wait, if any limit refused.
-    pub(super) fn refusal(&self, limits: &[Limit]) -> Option<Decision> {
+    pub(crate) fn refusal(&self, limits: &[Limit]) -> Option<Decision> {
         self.refusal.map(|(index, retry_after)| Decision {
             allowed: false,
             limit_index: index as u8,
@@ -39,7 +39,7 @@ impl Verdict {
 /// those, the one that takes longest to grow, so that the policy as a whole
 /// has more quota once it has); the closure yields `(remaining,
 /// replenish_after)` for a limit's index.
-pub(super) fn tightest(limits: &[Limit], mut quota: impl FnMut(usize) -> (u32, u64)) -> Decision {
+pub(crate) fn tightest(limits: &[Limit], mut quota: impl FnMut(usize) -> (u32, u64)) -> Decision {
     let mut best = (0, quota(0));
     for index in 1..limits.len() {
         let candidate = quota(index);

@@ -7,6 +7,8 @@
 
 mod error;
 mod memory;
+#[cfg(feature = "redis")]
+mod redis;
 mod sharded;
 mod typed;
 
@@ -14,6 +16,8 @@ use std::future::Future;
 
 pub use self::error::StoreError;
 pub use self::memory::MemoryStore;
+#[cfg(feature = "redis")]
+pub use self::redis::{FailurePolicy, RedisStore};
 use crate::decision::Decision;
 use crate::policy::Policy;
 

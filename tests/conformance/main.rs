@@ -1,4 +1,6 @@
-//! The conformance suite, run against every store.
+//! The conformance suite, run against every store: in memory, Redis on a
+//! single node (`REDIS_URL`, default `redis://127.0.0.1:6379`), and a
+//! three-node Redis Cluster the test starts on loopback ports.
 
 mod suite;
 
@@ -10,4 +12,73 @@ mod memory {
     }
 
     crate::conformance_suite!(make);
+}
+
+#[cfg(feature = "redis")]
+#[path = "../support/redis_server.rs"]
+mod redis_server;
+
+#[cfg(feature = "redis")]
+mod redis_single {
+    use std::time::Duration;
+
+    use tower_sliding_window::{FailurePolicy, ManualClock, RedisStore};
+
+    use crate::redis_server::{shared_url, unique_prefix};
+
+    async fn make(clock: ManualClock) -> RedisStore {
+        let url = shared_url();
+        RedisStore::connect(&url)
+            .await
+            .unwrap_or_else(|e| panic!("the Redis tests need a Redis at {url} (set REDIS_URL): {e}"))
+            .with_prefix(&unique_prefix("conformance"))
+            .with_clock(clock)
+            // Failures must show up as failures here, not as admissions.
+            .with_failure_policy(FailurePolicy::FailClosed)
+            .with_timeout(Duration::from_secs(5))
+    }
+
+    crate::conformance_suite!(make);
+}
+
+#[cfg(feature = "redis")]
+mod redis_cluster {
+    use std::time::Duration;
+
+    use tower_sliding_window::{FailurePolicy, ManualClock, RedisStore};
+
+    use crate::redis_server::{unique_prefix, Cluster};
+    use crate::suite;
+
+    async fn make(urls: &[String], clock: ManualClock) -> RedisStore {
+        let urls: Vec<&str> = urls.iter().map(String::as_str).collect();
+        RedisStore::connect_cluster(&urls)
+            .await
+            .expect("connect to the test cluster")
+            .with_prefix(&unique_prefix("cluster"))
+            .with_clock(clock)
+            .with_failure_policy(FailurePolicy::FailClosed)
+            .with_timeout(Duration::from_secs(5))
+    }
+
+    /// One test for the whole suite, so the cluster is started and torn down once.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn whole_suite_on_a_three_node_cluster() {
+        let cluster = tokio::task::spawn_blocking(Cluster::start).await.unwrap();
+        let urls = cluster.urls();
+        macro_rules! run {
+            ($case:ident) => {{
+                let clock = ManualClock::new();
+                suite::$case(make(&urls, clock.clone()).await, clock).await;
+            }};
+        }
+        run!(vector_l);
+        run!(vectors_c_and_q);
+        run!(vector_q_log_versus_counter);
+        run!(all_or_nothing);
+        run!(matches_the_core);
+        run!(concurrent_requests_admit_exactly_the_limit);
+        run!(policies_do_not_share_windows);
+        drop(cluster);
+    }
 }

@@ -1,0 +1,280 @@
+//! The Redis store: one server-side script call per decision, shared by
+//! every instance of a service, on a single node or a Redis Cluster.
+
+mod failure;
+mod keys;
+mod scripts;
+
+use std::fmt::Display;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::time::Duration;
+
+use redis::aio::{ConnectionManager, ConnectionManagerConfig};
+use redis::cluster::ClusterClient;
+use redis::cluster_async::ClusterConnection;
+use redis::{RedisResult, ScriptInvocation};
+
+pub use self::failure::FailurePolicy;
+use super::{MemoryStore, Store, StoreError};
+use crate::clock::Clock;
+use crate::decision::{Decision, Origin};
+use crate::policy::{Algorithm, Policy};
+
+/// State kept in Redis, so that every instance of a service shares one limit.
+///
+/// * **One round trip per decision.** All limits of a policy are judged and
+///   recorded all-or-nothing by one script, called by its SHA (reloaded
+///   transparently after a restart, failover or `SCRIPT FLUSH`).
+/// * **Server time.** By default the script reads Redis `TIME`, so
+///   application servers with skewed clocks agree, and fixed windows are
+///   aligned to the Unix epoch. Each key remembers the latest time it was
+///   judged at, so a server clock that steps back (a failover to a node
+///   whose clock is behind) cannot admit extra requests.
+///   [`with_clock`](RedisStore::with_clock) supplies the time from the
+///   client instead (a [`ManualClock`](crate::ManualClock) in tests).
+/// * **Compact.** The log keeps a ring of 8-byte timestamps (as many as the
+///   largest limit) in one string; the counter one string of 8 + 16 bytes
+///   per limit. Every key expires once it has been idle long enough to no
+///   longer matter.
+/// * **Keys** are `prefix:{user key}:signature`: the user's key is a hash tag,
+///   escaped so that `{`, `}`, `%` and control bytes can neither move it to
+///   another slot nor make two keys collide. Layers with equal policies and
+///   prefixes share windows — across processes, which is the point; give
+///   unrelated layers different prefixes.
+/// * **Failures** are bounded by a timeout (50 ms by default) and answered
+///   by a [`FailurePolicy`] (fail open by default).
+///
+/// Supports Redis 6 and later (tested on 7.0), standalone or cluster.
+#[derive(Clone)]
+pub struct RedisStore {
+    connection: Connection,
+    prefix: Arc<str>,
+    clock: Option<ClientClock>,
+    timeout: Duration,
+    failure: FailurePolicy,
+    fallback: MemoryStore<FallbackClock>,
+}
+
+#[derive(Clone)]
+enum Connection {
+    Single(ConnectionManager),
+    Cluster(ClusterConnection),
+}
+
+type ClientClock = Arc<dyn Fn() -> u64 + Send + Sync>;
+
+/// The clock of the local fallback store: the client clock if one was given,
+/// else the process's monotonic clock.
+#[derive(Clone)]
+struct FallbackClock(Option<ClientClock>);
+
+impl Clock for FallbackClock {
+    fn now(&self) -> Duration {
+        Duration::from_micros(self.now_micros())
+    }
+
+    fn now_micros(&self) -> u64 {
+        match &self.0 {
+            Some(clock) => clock(),
+            None => crate::clock::SystemClock.now_micros(),
+        }
+    }
+}
+
+impl std::fmt::Debug for RedisStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RedisStore")
+            .field("cluster", &matches!(self.connection, Connection::Cluster(_)))
+            .field("prefix", &self.prefix)
+            .field("client_clock", &self.clock.is_some())
+            .field("timeout", &self.timeout)
+            .field("failure", &self.failure)
+            .finish()
+    }
+}
+
+impl RedisStore {
+    /// The default key prefix.
+    pub const DEFAULT_PREFIX: &'static str = "tsw";
+    /// The default time a decision may take before the failure policy answers.
+    pub const DEFAULT_TIMEOUT: Duration = Duration::from_millis(50);
+
+    /// Connects to one Redis server, e.g. `redis://127.0.0.1:6379`.
+    ///
+    /// The connection reconnects by itself after failures.
+    ///
+    /// # Errors
+    ///
+    /// [`StoreError`] if the URL is invalid or the server does not answer.
+    pub async fn connect(url: &str) -> Result<Self, StoreError> {
+        let client = redis::Client::open(url).map_err(|e| error(format!("invalid Redis URL {url:?}"), e))?;
+        let config = ConnectionManagerConfig::new()
+            .set_connection_timeout(Some(Duration::from_secs(2)))
+            .set_response_timeout(Some(Duration::from_secs(2)))
+            .set_number_of_retries(2)
+            .set_max_delay(Duration::from_millis(500));
+        let manager = ConnectionManager::new_with_config(client, config)
+            .await
+            .map_err(|e| error(format!("cannot connect to Redis at {url}"), e))?;
+        Ok(Self::from_connection_manager(manager))
+    }
+
+    /// Connects to a Redis Cluster through any of its nodes.
+    ///
+    /// # Errors
+    ///
+    /// [`StoreError`] if a URL is invalid or the cluster does not answer.
+    pub async fn connect_cluster(urls: &[&str]) -> Result<Self, StoreError> {
+        let client = ClusterClient::builder(urls.iter().copied())
+            .connection_timeout(Duration::from_secs(2))
+            .response_timeout(Duration::from_secs(2))
+            .retries(2)
+            .build()
+            .map_err(|e| error(format!("invalid Redis Cluster URLs {urls:?}"), e))?;
+        let connection = client
+            .get_async_connection()
+            .await
+            .map_err(|e| error(format!("cannot connect to Redis Cluster at {urls:?}"), e))?;
+        Ok(Self::from_cluster_connection(connection))
+    }
+
+    /// A store over an existing single-node connection.
+    pub fn from_connection_manager(manager: ConnectionManager) -> Self {
+        Self::build(Connection::Single(manager))
+    }
+
+    /// A store over an existing cluster connection.
+    pub fn from_cluster_connection(connection: ClusterConnection) -> Self {
+        Self::build(Connection::Cluster(connection))
+    }
+
+    fn build(connection: Connection) -> Self {
+        Self {
+            connection,
+            prefix: Arc::from(Self::DEFAULT_PREFIX),
+            clock: None,
+            timeout: Self::DEFAULT_TIMEOUT,
+            failure: FailurePolicy::default(),
+            fallback: MemoryStore::with_clock(FallbackClock(None)),
+        }
+    }
+
+    /// Names every key `prefix:{…}:…` (default `tsw`).
+    pub fn with_prefix(mut self, prefix: &str) -> Self {
+        self.prefix = Arc::from(keys::escape(prefix));
+        self
+    }
+
+    /// Reads time from `clock` on the client instead of Redis `TIME`.
+    ///
+    /// Every instance sharing the keys must then share the clock's zero; this
+    /// is meant for tests with a [`ManualClock`](crate::ManualClock).
+    pub fn with_clock<C: Clock>(mut self, clock: C) -> Self {
+        let clock: ClientClock = Arc::new(move || clock.now_micros());
+        self.fallback = MemoryStore::with_clock(FallbackClock(Some(Arc::clone(&clock))));
+        self.clock = Some(clock);
+        self
+    }
+
+    /// How long one decision may take before the failure policy answers
+    /// instead (default 50 ms).
+    pub fn with_timeout(mut self, timeout: Duration) -> Self {
+        self.timeout = timeout;
+        self
+    }
+
+    /// What to do when Redis fails or is too slow (default
+    /// [`FailurePolicy::FailOpen`]).
+    pub fn with_failure_policy(mut self, failure: FailurePolicy) -> Self {
+        self.failure = failure;
+        self
+    }
+
+    /// The Redis key holding `key`'s state under `policy`.
+    pub fn key_name(&self, key: &impl Display, policy: &Policy) -> String {
+        keys::key_name(&self.prefix, key, policy.signature())
+    }
+
+    /// Judges `key` under `policy` in Redis, with no timeout or failure policy.
+    async fn judge(&self, name: &str, policy: &Policy) -> Result<Decision, StoreError> {
+        let now = self.clock.as_ref().map(|clock| clock().to_string()).unwrap_or_default();
+        let script = match policy.algorithm() {
+            Algorithm::SlidingLog => &*scripts::LOG,
+            Algorithm::SlidingCounter | Algorithm::FixedWindow => &*scripts::WINDOW,
+        };
+        let mut invocation = script.key(name);
+        invocation.arg(now);
+        match policy.algorithm() {
+            Algorithm::SlidingLog => invocation.arg(policy.largest_max()),
+            Algorithm::SlidingCounter => invocation.arg("s"),
+            Algorithm::FixedWindow => invocation.arg("f"),
+        };
+        invocation.arg(scripts::ttl_millis(policy));
+        for limit in policy.limits() {
+            invocation.arg(limit.max()).arg(limit.window_micros());
+        }
+        let reply: Vec<i64> = self
+            .invoke(&invocation)
+            .await
+            .map_err(|e| error("Redis script failed".into(), e))?;
+        match policy.algorithm() {
+            Algorithm::SlidingLog => scripts::log_decision(policy, &reply),
+            Algorithm::SlidingCounter | Algorithm::FixedWindow => {
+                scripts::window_decision(policy, &reply)
+            }
+        }
+    }
+
+    async fn invoke(&self, invocation: &ScriptInvocation<'_>) -> RedisResult<Vec<i64>> {
+        match &self.connection {
+            Connection::Single(manager) => invocation.invoke_async(&mut manager.clone()).await,
+            Connection::Cluster(cluster) => invocation.invoke_async(&mut cluster.clone()).await,
+        }
+    }
+
+    /// Answers for a failed or late call, by the failure policy.
+    fn on_failure(&self, name: String, policy: &Policy, err: StoreError) -> Result<Decision, StoreError> {
+        crate::observe::store_failed(&err, self.failure);
+        match self.failure {
+            FailurePolicy::FailOpen => {
+                Ok(Decision::substitute(true, policy.limits()[0], 0, Origin::FailOpen))
+            }
+            FailurePolicy::FailClosed => Err(err),
+            FailurePolicy::Fallback => {
+                let mut decision = self.fallback.decide_now(name, policy);
+                decision.origin = Origin::Fallback;
+                Ok(decision)
+            }
+        }
+    }
+}
+
+fn error(context: String, source: redis::RedisError) -> StoreError {
+    StoreError::new(context, Some(Box::new(source)))
+}
+
+impl<K: Display> Store<K> for RedisStore {
+    type Future = Pin<Box<dyn Future<Output = Result<Decision, StoreError>> + Send>>;
+
+    fn decide(&self, key: K, policy: &Policy) -> Self::Future {
+        let name = self.key_name(&key, policy);
+        let store = self.clone();
+        let policy = policy.clone();
+        Box::pin(async move {
+            let outcome = tokio::time::timeout(store.timeout, store.judge(&name, &policy)).await;
+            match outcome {
+                Ok(Ok(decision)) => Ok(decision),
+                Ok(Err(err)) => store.on_failure(name, &policy, err),
+                Err(_) => {
+                    let err = StoreError::new(
+                        format!("Redis did not answer within {:?}", store.timeout),
+                        None,
+                    );
+                    store.on_failure(name, &policy, err)
+                }
+            }
+        })
+    }
+}

@@ -1,0 +1,119 @@
+-- Sliding window counter and fixed window, every limit of a policy at once.
+--
+-- KEYS[1]  the key's state: an 8-byte latest time, then per limit the fixed
+--          window index (8 bytes) and the previous and current counts (4 each)
+-- ARGV[1]  now in microseconds, or '' to read the server's TIME
+-- ARGV[2]  's' for the sliding counter, 'f' for the fixed window
+-- ARGV[3]  TTL in milliseconds, set on every accepted request
+-- ARGV[4..] max, window (microseconds) for each limit
+--
+-- Returns {allowed, now, then window, previous, current per limit}: the
+-- state the request was judged against (windows rolled, before counting
+-- it), from which the client derives remaining quota and retry-after.
+
+-- Lua numbers are doubles: exact to 2^53 and no further. The weighted test
+-- multiplies counts by windows, so it is done on base-2^16 limbs.
+local function limbs(x)
+  local out = {}
+  for i = 1, 4 do
+    local r = math.fmod(x, 65536)
+    out[i] = r
+    x = (x - r) / 65536
+  end
+  return out
+end
+
+local function mul(a, b)
+  local x, y = limbs(a), limbs(b)
+  local p = {0, 0, 0, 0, 0, 0, 0, 0, 0}
+  for i = 1, 4 do
+    local carry = 0
+    for j = 1, 4 do
+      local v = p[i + j - 1] + x[i] * y[j] + carry
+      carry = math.floor(v / 65536)
+      p[i + j - 1] = v - carry * 65536
+    end
+    local k = i + 4
+    while carry > 0 do
+      local v = p[k] + carry
+      carry = math.floor(v / 65536)
+      p[k] = v - carry * 65536
+      k = k + 1
+    end
+  end
+  return p
+end
+
+local function le(p, q)
+  for i = 9, 1, -1 do
+    if p[i] ~= q[i] then
+      return p[i] < q[i]
+    end
+  end
+  return true
+end
+
+local now
+if ARGV[1] == '' then
+  local t = redis.call('TIME')
+  now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+else
+  now = tonumber(ARGV[1])
+end
+local sliding = ARGV[2] == 's'
+local n = (#ARGV - 3) / 2
+
+local raw = redis.call('GET', KEYS[1])
+local latest = 0
+local windows, previous, current = {}, {}, {}
+if raw and #raw == 8 + 16 * n then
+  latest = struct.unpack('<i8', raw)
+  for i = 1, n do
+    windows[i], previous[i], current[i] = struct.unpack('<i8I4I4', raw, 9 + (i - 1) * 16)
+  end
+else
+  for i = 1, n do
+    windows[i], previous[i], current[i] = 0, 0, 0
+  end
+end
+-- A clock that stepped back judges at the latest time already seen.
+if latest > now then
+  now = latest
+end
+
+local allowed = 1
+for i = 1, n do
+  local max = tonumber(ARGV[2 + 2 * i])
+  local w = tonumber(ARGV[3 + 2 * i])
+  local elapsed = math.fmod(now, w)
+  local k = (now - elapsed) / w
+  if k ~= windows[i] then
+    if sliding and k == windows[i] + 1 then
+      previous[i] = current[i]
+    else
+      previous[i] = 0
+    end
+    current[i] = 0
+    windows[i] = k
+  end
+  local fits = current[i] + 1 <= max
+  if fits and sliding then
+    fits = le(mul(previous[i], w - elapsed), mul(max - current[i] - 1, w))
+  end
+  if not fits then
+    allowed = 0
+  end
+end
+
+local reply = {allowed, now}
+local packed = {struct.pack('<i8', now)}
+for i = 1, n do
+  reply[#reply + 1] = windows[i]
+  reply[#reply + 1] = previous[i]
+  reply[#reply + 1] = current[i]
+  packed[#packed + 1] = struct.pack('<i8I4I4', windows[i], previous[i], current[i] + 1)
+end
+if allowed == 1 then
+  redis.call('SET', KEYS[1], table.concat(packed), 'PX', ARGV[3])
+end
+return reply

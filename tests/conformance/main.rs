@@ -79,6 +79,8 @@ mod redis_cluster {
         run!(matches_the_core);
         run!(concurrent_requests_admit_exactly_the_limit);
         run!(policies_do_not_share_windows);
+        run!(awkward_keys_stay_apart);
+        run!(clock_stepping_back_admits_nothing_extra);
         drop(cluster);
     }
 }

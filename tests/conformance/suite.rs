@@ -272,6 +272,48 @@ pub async fn policies_do_not_share_windows<St: Store<String>>(store: St, clock: 
     assert_eq!(hit(&lenient, "shared").await.status(), 429);
 }
 
+/// Keys that look like Redis syntax, escapes or binary never share a window.
+pub async fn awkward_keys_stay_apart<St: Store<String>>(store: St, clock: ManualClock) {
+    at(&clock, 3.0);
+    let policy = policy(Algorithm::SlidingLog, &[(1, 60)]);
+    let huge = "k".repeat(1 << 20);
+    let keys: Vec<String> = [
+        "a{b}", "a%7Bb%7D", "a%257Bb", "{", "}", "{}", ":", "a:b", "", "nul\0", "nul\u{1}", "%00",
+        "é{", &huge,
+    ]
+    .iter()
+    .map(|k| k.to_string())
+    .collect();
+    for key in &keys {
+        let first = store.decide(key.clone(), &policy).await.unwrap();
+        assert!(first.is_allowed(), "{:?} was already counted: it shares a window", &key[..key.len().min(20)]);
+    }
+    for key in &keys {
+        let second = store.decide(key.clone(), &policy).await.unwrap();
+        assert!(!second.is_allowed(), "{:?} lost its window", &key[..key.len().min(20)]);
+    }
+}
+
+/// A clock that steps back never reopens a window.
+pub async fn clock_stepping_back_admits_nothing_extra<St: Store<String>>(store: St, clock: ManualClock) {
+    for algorithm in [Algorithm::SlidingLog, Algorithm::SlidingCounter, Algorithm::FixedWindow] {
+        let policy = policy(algorithm, &[(3, 10)]);
+        let key = format!("back-{algorithm:?}");
+        at(&clock, 100.0);
+        for _ in 0..3 {
+            assert!(store.decide(key.clone(), &policy).await.unwrap().is_allowed());
+        }
+        for back_to in [99.0, 50.0, 0.0] {
+            at(&clock, back_to);
+            let decision = store.decide(key.clone(), &policy).await.unwrap();
+            assert!(!decision.is_allowed(), "{algorithm:?} at {back_to}s after 100s");
+        }
+        // Days later everything is free again, without overflow.
+        at(&clock, 100.0 + 86_400.0 * 400.0);
+        assert!(store.decide(key.clone(), &policy).await.unwrap().is_allowed(), "{algorithm:?}");
+    }
+}
+
 /// Runs every case of the suite against stores made by `$make(clock)`.
 #[macro_export]
 macro_rules! conformance_suite {
@@ -314,6 +356,18 @@ macro_rules! conformance_suite {
                 clock,
             )
             .await;
+        }
+
+        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+        async fn awkward_keys_stay_apart() {
+            let clock = tower_sliding_window::ManualClock::new();
+            $crate::suite::awkward_keys_stay_apart($make(clock.clone()).await, clock).await;
+        }
+
+        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+        async fn clock_stepping_back_admits_nothing_extra() {
+            let clock = tower_sliding_window::ManualClock::new();
+            $crate::suite::clock_stepping_back_admits_nothing_extra($make(clock.clone()).await, clock).await;
         }
 
         #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -102,7 +102,7 @@ pub use crate::layer::{
 };
 pub use crate::limit::Limit;
 pub use crate::policy::{Algorithm, Policy};
-pub use crate::store::{MemoryStore, Store, StoreError};
 #[cfg(feature = "redis")]
 #[cfg_attr(docsrs, doc(cfg(feature = "redis")))]
 pub use crate::store::{FailurePolicy, RedisStore};
+pub use crate::store::{MemoryStore, Store, StoreError};

@@ -102,4 +102,16 @@ impl Limit {
     pub(crate) fn window_micros(&self) -> u64 {
         self.window_micros
     }
+
+    /// The window in its largest whole unit: `60s`, `500ms` or `1500us`.
+    pub(crate) fn window_name(&self) -> String {
+        let micros = self.window_micros;
+        if micros.is_multiple_of(1_000_000) {
+            format!("{}s", micros / 1_000_000)
+        } else if micros.is_multiple_of(1_000) {
+            format!("{}ms", micros / 1_000)
+        } else {
+            format!("{micros}us")
+        }
+    }
 }

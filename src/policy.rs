@@ -107,8 +107,9 @@ impl Policy {
         self.inner.longest_window_micros
     }
 
-    /// A text naming the algorithm and limits, equal for equal policies in
-    /// every process (unlike [`id`](Policy::id)), e.g. `log:5/30000000`. Remote
+    /// A short text naming the algorithm and limits, equal for equal
+    /// policies in every process (unlike [`id`](Policy::id)), e.g. `l5/30s`
+    /// or `c10/1s,100/60s`. Remote
     /// stores name state with it, so instances of one service share windows.
     pub fn signature(&self) -> &str {
         &self.inner.signature
@@ -117,13 +118,13 @@ impl Policy {
 
 fn signature(algorithm: Algorithm, limits: &[Limit]) -> String {
     let tag = match algorithm {
-        Algorithm::SlidingCounter => "ctr",
-        Algorithm::SlidingLog => "log",
-        Algorithm::FixedWindow => "fix",
+        Algorithm::SlidingCounter => "c",
+        Algorithm::SlidingLog => "l",
+        Algorithm::FixedWindow => "f",
     };
     let limits: Vec<String> = limits
         .iter()
-        .map(|limit| format!("{}/{}", limit.max(), limit.window_micros()))
+        .map(|limit| format!("{}/{}", limit.max(), limit.window_name()))
         .collect();
-    format!("{tag}:{}", limits.join(","))
+    format!("{tag}{}", limits.join(","))
 }

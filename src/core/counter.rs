@@ -46,10 +46,12 @@ fn split(now: u64, w: u64) -> (u64, u64) {
 /// done in integers, multiplied through by the window length:
 /// `previous * (W - elapsed) + (current + 1) * W <= max * W`, so boundary
 /// instants (accept at exactly 36 s in the spec's vector Q) come out exact.
+///
+/// A clock that steps back is judged at the start of the latest fixed window
+/// already counted in, never earlier, so it cannot reopen a window; within
+/// one window an earlier time only weighs the previous count more.
 #[derive(Clone, Debug, Default)]
 pub struct SlidingCounter {
-    /// The latest time judged, so a clock stepping back cannot reopen a window.
-    latest: u64,
     slots: Box<[Slot]>,
 }
 
@@ -60,11 +62,10 @@ impl SlidingCounter {
     }
 
     #[cfg(feature = "redis")]
-    /// A counter holding `latest` and one `(window, previous, current)` per
-    /// limit, as a remote store reports them.
-    pub(crate) fn from_parts(latest: u64, slots: impl IntoIterator<Item = (u64, u32, u32)>) -> Self {
+    /// A counter holding one `(window, previous, current)` per limit, as a
+    /// remote store reports them.
+    pub(crate) fn from_parts(slots: impl IntoIterator<Item = (u64, u32, u32)>) -> Self {
         Self {
-            latest,
             slots: slots
                 .into_iter()
                 .map(|(window, previous, current)| Slot {
@@ -87,8 +88,7 @@ impl SlidingCounter {
         if self.slots.len() != limits.len() {
             self.slots = vec![Slot::default(); limits.len()].into_boxed_slice();
         }
-        let now = self.latest.max(now);
-        self.latest = now;
+        let now = now.max(counted_since(self.slots.iter().map(|s| s.window), limits));
         let mut verdict = Verdict::default();
         for (index, (slot, limit)) in self.slots.iter_mut().zip(limits).enumerate() {
             let w = limit.window_micros();
@@ -135,6 +135,16 @@ impl SlidingCounter {
             .max()
             .unwrap_or(0)
     }
+}
+
+/// The start of the latest fixed window any limit has counted in: the
+/// earliest time a decision may be made at.
+pub(crate) fn counted_since(windows: impl Iterator<Item = u64>, limits: &[Limit]) -> u64 {
+    windows
+        .zip(limits)
+        .map(|(window, limit)| window.saturating_mul(limit.window_micros()))
+        .max()
+        .unwrap_or(0)
 }
 
 /// If `extra` more requests fit now, how many more would fit after them

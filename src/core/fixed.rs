@@ -3,6 +3,7 @@
 
 use std::time::Duration;
 
+use super::counter::counted_since;
 use super::refusal::{tightest, Verdict};
 use crate::clock::micros;
 use crate::decision::Decision;
@@ -22,7 +23,6 @@ struct Slot {
 /// is what the sliding algorithms exist to prevent.
 #[derive(Clone, Debug, Default)]
 pub struct FixedWindow {
-    latest: u64,
     slots: Box<[Slot]>,
 }
 
@@ -33,11 +33,10 @@ impl FixedWindow {
     }
 
     #[cfg(feature = "redis")]
-    /// A fixed window holding `latest` and one `(window, count)` per limit,
-    /// as a remote store reports them.
-    pub(crate) fn from_parts(latest: u64, slots: impl IntoIterator<Item = (u64, u32)>) -> Self {
+    /// A fixed window holding one `(window, count)` per limit, as a remote
+    /// store reports them.
+    pub(crate) fn from_parts(slots: impl IntoIterator<Item = (u64, u32)>) -> Self {
         Self {
-            latest,
             slots: slots
                 .into_iter()
                 .map(|(window, count)| Slot { window, count })
@@ -56,8 +55,8 @@ impl FixedWindow {
         if self.slots.len() != limits.len() {
             self.slots = vec![Slot::default(); limits.len()].into_boxed_slice();
         }
-        let now = self.latest.max(now);
-        self.latest = now;
+        // A clock that stepped back is judged in the latest block counted in.
+        let now = now.max(counted_since(self.slots.iter().map(|s| s.window), limits));
         let mut verdict = Verdict::default();
         for (index, (slot, limit)) in self.slots.iter_mut().zip(limits).enumerate() {
             let k = now / limit.window_micros();

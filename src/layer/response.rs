@@ -31,7 +31,7 @@ pub(crate) struct PolicyHeaders {
 
 impl PolicyHeaders {
     pub(crate) fn new(policy: &Policy) -> Self {
-        let names: Box<[String]> = policy.limits().iter().map(limit_name).collect();
+        let names: Box<[String]> = policy.limits().iter().map(Limit::window_name).collect();
         let items: Vec<String> = policy
             .limits()
             .iter()
@@ -67,18 +67,6 @@ impl PolicyHeaders {
     }
 }
 
-/// A short, stable name for a limit: its window, e.g. `60s` or `500ms`.
-fn limit_name(limit: &Limit) -> String {
-    let micros = limit.window_micros();
-    if micros.is_multiple_of(1_000_000) {
-        format!("{}s", micros / 1_000_000)
-    } else if micros.is_multiple_of(1_000) {
-        format!("{}ms", micros / 1_000)
-    } else {
-        format!("{micros}us")
-    }
-}
-
 /// Whole seconds, rounded up: a client that waits this long will not be early.
 pub(crate) fn ceil_secs(micros: u64) -> u64 {
     micros.div_ceil(1_000_000)
@@ -106,7 +94,7 @@ pub(crate) fn rejection(
         _ => format!(
             "Too Many Requests: limit of {} per {} reached; retry after {wait} s",
             decision.limit().max(),
-            limit_name(&decision.limit())
+            decision.limit().window_name()
         ),
     };
     let mut response = answer(

@@ -30,7 +30,9 @@ mod redis_single {
         let url = shared_url();
         RedisStore::connect(&url)
             .await
-            .unwrap_or_else(|e| panic!("the Redis tests need a Redis at {url} (set REDIS_URL): {e}"))
+            .unwrap_or_else(|e| {
+                panic!("the Redis tests need a Redis at {url} (set REDIS_URL): {e}")
+            })
             .with_prefix(&unique_prefix("conformance"))
             .with_clock(clock)
             // Failures must show up as failures here, not as admissions.

@@ -286,31 +286,60 @@ pub async fn awkward_keys_stay_apart<St: Store<String>>(store: St, clock: Manual
     .collect();
     for key in &keys {
         let first = store.decide(key.clone(), &policy).await.unwrap();
-        assert!(first.is_allowed(), "{:?} was already counted: it shares a window", &key[..key.len().min(20)]);
+        assert!(
+            first.is_allowed(),
+            "{:?} was already counted: it shares a window",
+            &key[..key.len().min(20)]
+        );
     }
     for key in &keys {
         let second = store.decide(key.clone(), &policy).await.unwrap();
-        assert!(!second.is_allowed(), "{:?} lost its window", &key[..key.len().min(20)]);
+        assert!(
+            !second.is_allowed(),
+            "{:?} lost its window",
+            &key[..key.len().min(20)]
+        );
     }
 }
 
 /// A clock that steps back never reopens a window.
-pub async fn clock_stepping_back_admits_nothing_extra<St: Store<String>>(store: St, clock: ManualClock) {
-    for algorithm in [Algorithm::SlidingLog, Algorithm::SlidingCounter, Algorithm::FixedWindow] {
+pub async fn clock_stepping_back_admits_nothing_extra<St: Store<String>>(
+    store: St,
+    clock: ManualClock,
+) {
+    for algorithm in [
+        Algorithm::SlidingLog,
+        Algorithm::SlidingCounter,
+        Algorithm::FixedWindow,
+    ] {
         let policy = policy(algorithm, &[(3, 10)]);
         let key = format!("back-{algorithm:?}");
         at(&clock, 100.0);
         for _ in 0..3 {
-            assert!(store.decide(key.clone(), &policy).await.unwrap().is_allowed());
+            assert!(store
+                .decide(key.clone(), &policy)
+                .await
+                .unwrap()
+                .is_allowed());
         }
         for back_to in [99.0, 50.0, 0.0] {
             at(&clock, back_to);
             let decision = store.decide(key.clone(), &policy).await.unwrap();
-            assert!(!decision.is_allowed(), "{algorithm:?} at {back_to}s after 100s");
+            assert!(
+                !decision.is_allowed(),
+                "{algorithm:?} at {back_to}s after 100s"
+            );
         }
         // Days later everything is free again, without overflow.
         at(&clock, 100.0 + 86_400.0 * 400.0);
-        assert!(store.decide(key.clone(), &policy).await.unwrap().is_allowed(), "{algorithm:?}");
+        assert!(
+            store
+                .decide(key.clone(), &policy)
+                .await
+                .unwrap()
+                .is_allowed(),
+            "{algorithm:?}"
+        );
     }
 }
 
@@ -367,7 +396,11 @@ macro_rules! conformance_suite {
         #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
         async fn clock_stepping_back_admits_nothing_extra() {
             let clock = tower_sliding_window::ManualClock::new();
-            $crate::suite::clock_stepping_back_admits_nothing_extra($make(clock.clone()).await, clock).await;
+            $crate::suite::clock_stepping_back_admits_nothing_extra(
+                $make(clock.clone()).await,
+                clock,
+            )
+            .await;
         }
 
         #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

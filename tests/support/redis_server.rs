@@ -88,7 +88,11 @@ impl Server {
         self.child = Some(child);
         let deadline = Instant::now() + Duration::from_secs(10);
         while self.cli(&["PING"]).as_deref() != Some("PONG") {
-            assert!(Instant::now() < deadline, "redis-server on port {} did not start", self.port);
+            assert!(
+                Instant::now() < deadline,
+                "redis-server on port {} did not start",
+                self.port
+            );
             std::thread::sleep(Duration::from_millis(20));
         }
     }
@@ -112,7 +116,10 @@ impl Server {
 
     fn signal(&self, signal: &str) {
         if let Some(child) = &self.child {
-            let status = Command::new("kill").args([signal, &child.id().to_string()]).status().unwrap();
+            let status = Command::new("kill")
+                .args([signal, &child.id().to_string()])
+                .status()
+                .unwrap();
             assert!(status.success());
         }
     }
@@ -128,6 +135,39 @@ impl Server {
         (output.status.success() && !text.starts_with("Could not connect")).then_some(text)
     }
 
+    /// Starts recording every command the server receives.
+    pub fn monitor(&self) -> Monitor {
+        let mut child = Command::new("redis-cli")
+            .args(["-p", &self.port.to_string(), "MONITOR"])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("redis-cli");
+        let stdout = child.stdout.take().unwrap();
+        let lines = std::thread::spawn(move || {
+            use std::io::BufRead;
+            std::io::BufReader::new(stdout)
+                .lines()
+                .map_while(Result::ok)
+                .collect()
+        });
+        // MONITOR answers OK once it is attached.
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while !self
+            .cli(&["CLIENT", "LIST"])
+            .unwrap_or_default()
+            .contains("cmd=monitor")
+        {
+            assert!(Instant::now() < deadline, "MONITOR did not attach");
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        Monitor {
+            child,
+            lines: Some(lines),
+            port: self.port,
+        }
+    }
+
     /// Calls of `command` (e.g. `evalsha`) recorded in `INFO commandstats`.
     pub fn command_calls(&self, command: &str) -> u64 {
         let stats = self.cli(&["INFO", "commandstats"]).unwrap_or_default();
@@ -138,6 +178,33 @@ impl Server {
             .and_then(|rest| rest.split(',').next())
             .and_then(|n| n.parse().ok())
             .unwrap_or(0)
+    }
+}
+
+/// A running `redis-cli MONITOR`.
+pub struct Monitor {
+    child: Child,
+    lines: Option<std::thread::JoinHandle<Vec<String>>>,
+    port: u16,
+}
+
+impl Monitor {
+    /// Stops recording; returns the commands seen, without the markers the
+    /// test itself sent.
+    pub fn finish(mut self) -> Vec<String> {
+        // A marker command, so we know everything before it has been printed.
+        let _ = Command::new("redis-cli")
+            .args(["-p", &self.port.to_string(), "ECHO", "monitor-end"])
+            .output();
+        std::thread::sleep(Duration::from_millis(200));
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let lines = self.lines.take().unwrap().join().unwrap();
+        lines
+            .into_iter()
+            .take_while(|line| !line.contains("monitor-end"))
+            .filter(|line| line.contains('[') && !line.contains("\"CLIENT\""))
+            .collect()
     }
 }
 
@@ -168,7 +235,10 @@ impl Cluster {
                 ])
             })
             .collect();
-        let addresses: Vec<String> = nodes.iter().map(|n| format!("127.0.0.1:{}", n.port)).collect();
+        let addresses: Vec<String> = nodes
+            .iter()
+            .map(|n| format!("127.0.0.1:{}", n.port))
+            .collect();
         let status = Command::new("redis-cli")
             .args(["--cluster", "create"])
             .args(&addresses)
@@ -185,7 +255,10 @@ impl Cluster {
                 if info.contains("cluster_state:ok") {
                     break;
                 }
-                assert!(Instant::now() < deadline, "cluster did not reach cluster_state:ok");
+                assert!(
+                    Instant::now() < deadline,
+                    "cluster did not reach cluster_state:ok"
+                );
                 std::thread::sleep(Duration::from_millis(50));
             }
         }

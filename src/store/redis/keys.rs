@@ -52,7 +52,10 @@ mod tests {
 
     #[test]
     fn braces_colons_and_control_bytes_cannot_break_the_tag() {
-        assert_eq!(key_name("p", &"a}b{c:d", "log:1/1"), "p:{a%7Db%7Bc:d}:log:1/1");
+        assert_eq!(
+            key_name("p", &"a}b{c:d", "log:1/1"),
+            "p:{a%7Db%7Bc:d}:log:1/1"
+        );
         assert_eq!(key_name("p", &"nul\0", "x"), "p:{nul%00}:x");
         // The escape character is itself escaped, so these stay apart.
         assert_ne!(key_name("p", &"%7B", "x"), key_name("p", &"{", "x"));

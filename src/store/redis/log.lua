@@ -90,12 +90,18 @@ else
   head = head + 1
   if head >= cap then head = 0 end
 end
-redis.call('SETRANGE', key, 0, struct.pack('<I4I4', head, len))
-redis.call('SETRANGE', key, 8 + slot * 8, struct.pack('<i8', now))
-redis.call('PEXPIRE', key, ARGV[3])
+local header_bytes = struct.pack('<I4I4', head, len)
+local stamp_bytes = struct.pack('<i8', now)
 if whole then
-  -- Keep the local copy in step for the counts below.
-  whole = redis.call('GET', key)
+  -- Small rings are rewritten whole, so Redis allocates exactly their size.
+  local before = string.sub(whole, 9, 8 + slot * 8)
+  local after = string.sub(whole, 17 + slot * 8)
+  whole = header_bytes .. before .. stamp_bytes .. after
+  redis.call('SET', key, whole, 'PX', ARGV[3])
+else
+  redis.call('SETRANGE', key, 0, header_bytes)
+  redis.call('SETRANGE', key, 8 + slot * 8, stamp_bytes)
+  redis.call('PEXPIRE', key, ARGV[3])
 end
 
 local reply = {1, now}

@@ -35,8 +35,8 @@ use crate::policy::{Algorithm, Policy};
 ///   [`with_clock`](RedisStore::with_clock) supplies the time from the
 ///   client instead (a [`ManualClock`](crate::ManualClock) in tests).
 /// * **Compact.** The log keeps a ring of 8-byte timestamps (as many as the
-///   largest limit) in one string; the counter one string of 8 + 16 bytes
-///   per limit. Every key expires once it has been idle long enough to no
+///   largest limit) in one string; the counter one string of 12 bytes per
+///   limit. Every key expires once it has been idle long enough to no
 ///   longer matter.
 /// * **Keys** are `prefix:{user key}:signature`: the user's key is a hash tag,
 ///   escaped so that `{`, `}`, `%` and control bytes can neither move it to
@@ -86,7 +86,10 @@ impl Clock for FallbackClock {
 impl std::fmt::Debug for RedisStore {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("RedisStore")
-            .field("cluster", &matches!(self.connection, Connection::Cluster(_)))
+            .field(
+                "cluster",
+                &matches!(self.connection, Connection::Cluster(_)),
+            )
             .field("prefix", &self.prefix)
             .field("client_clock", &self.clock.is_some())
             .field("timeout", &self.timeout)
@@ -109,7 +112,8 @@ impl RedisStore {
     ///
     /// [`StoreError`] if the URL is invalid or the server does not answer.
     pub async fn connect(url: &str) -> Result<Self, StoreError> {
-        let client = redis::Client::open(url).map_err(|e| error(format!("invalid Redis URL {url:?}"), e))?;
+        let client =
+            redis::Client::open(url).map_err(|e| error(format!("invalid Redis URL {url:?}"), e))?;
         let config = ConnectionManagerConfig::new()
             .set_connection_timeout(Some(Duration::from_secs(2)))
             .set_response_timeout(Some(Duration::from_secs(2)))
@@ -199,7 +203,11 @@ impl RedisStore {
 
     /// Judges `key` under `policy` in Redis, with no timeout or failure policy.
     async fn judge(&self, name: &str, policy: &Policy) -> Result<Decision, StoreError> {
-        let now = self.clock.as_ref().map(|clock| clock().to_string()).unwrap_or_default();
+        let now = self
+            .clock
+            .as_ref()
+            .map(|clock| clock().to_string())
+            .unwrap_or_default();
         let script = match policy.algorithm() {
             Algorithm::SlidingLog => &*scripts::LOG,
             Algorithm::SlidingCounter | Algorithm::FixedWindow => &*scripts::WINDOW,
@@ -235,12 +243,20 @@ impl RedisStore {
     }
 
     /// Answers for a failed or late call, by the failure policy.
-    fn on_failure(&self, name: String, policy: &Policy, err: StoreError) -> Result<Decision, StoreError> {
+    fn on_failure(
+        &self,
+        name: String,
+        policy: &Policy,
+        err: StoreError,
+    ) -> Result<Decision, StoreError> {
         crate::observe::store_failed(&err, self.failure);
         match self.failure {
-            FailurePolicy::FailOpen => {
-                Ok(Decision::substitute(true, policy.limits()[0], 0, Origin::FailOpen))
-            }
+            FailurePolicy::FailOpen => Ok(Decision::substitute(
+                true,
+                policy.limits()[0],
+                0,
+                Origin::FailOpen,
+            )),
             FailurePolicy::FailClosed => Err(err),
             FailurePolicy::Fallback => {
                 let mut decision = self.fallback.decide_now(name, policy);

@@ -13,7 +13,8 @@ use crate::policy::{Algorithm, Policy};
 use crate::store::StoreError;
 
 /// Sliding counter and fixed window.
-pub(super) static WINDOW: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("window.lua")));
+pub(super) static WINDOW: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("window.lua")));
 /// Sliding log.
 pub(super) static LOG: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("log.lua")));
 
@@ -53,15 +54,18 @@ pub(super) fn window_decision(policy: &Policy, reply: &[i64]) -> Result<Decision
     let mut slots = Vec::with_capacity(limits.len());
     for i in 0..limits.len() {
         let at = 2 + 3 * i;
-        slots.push((number(reply, at)?, number(reply, at + 1)?, number(reply, at + 2)?));
+        slots.push((
+            number(reply, at)?,
+            number(reply, at + 1)?,
+            number(reply, at + 2)?,
+        ));
     }
     let decision = match policy.algorithm() {
-        Algorithm::FixedWindow => FixedWindow::from_parts(
-            now,
-            slots.into_iter().map(|(window, _, count)| (window, count)),
-        )
-        .decide_micros(now, limits),
-        _ => SlidingCounter::from_parts(now, slots).decide_micros(now, limits),
+        Algorithm::FixedWindow => {
+            FixedWindow::from_parts(slots.into_iter().map(|(window, _, count)| (window, count)))
+                .decide_micros(now, limits)
+        }
+        _ => SlidingCounter::from_parts(slots).decide_micros(now, limits),
     };
     if decision.is_allowed() != allowed {
         return Err(StoreError::new(

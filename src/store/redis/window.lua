@@ -1,7 +1,11 @@
 -- Sliding window counter and fixed window, every limit of a policy at once.
 --
--- KEYS[1]  the key's state: an 8-byte latest time, then per limit the fixed
---          window index (8 bytes) and the previous and current counts (4 each)
+-- KEYS[1]  the key's state: per limit, the fixed window index modulo 2^32
+--          and the previous and current counts, 4 bytes each
+--
+-- Twelve bytes a limit keep a one-limit key within Redis's smallest string
+-- allocation. The index is stored modulo 2^32: the key's TTL drops it after
+-- two idle windows, so the full index is always within 2^31 windows of now.
 -- ARGV[1]  now in microseconds, or '' to read the server's TIME
 -- ARGV[2]  's' for the sliding counter, 'f' for the fixed window
 -- ARGV[3]  TTL in milliseconds, set on every accepted request
@@ -63,22 +67,32 @@ end
 local sliding = ARGV[2] == 's'
 local n = (#ARGV - 3) / 2
 
+local WRAP = 4294967296
 local raw = redis.call('GET', KEYS[1])
-local latest = 0
 local windows, previous, current = {}, {}, {}
-if raw and #raw == 8 + 16 * n then
-  latest = struct.unpack('<i8', raw)
-  for i = 1, n do
-    windows[i], previous[i], current[i] = struct.unpack('<i8I4I4', raw, 9 + (i - 1) * 16)
-  end
-else
-  for i = 1, n do
+for i = 1, n do
+  local w = tonumber(ARGV[3 + 2 * i])
+  local k = (now - math.fmod(now, w)) / w
+  if raw and #raw == 12 * n then
+    local stored
+    stored, previous[i], current[i] = struct.unpack('<I4I4I4', raw, 1 + (i - 1) * 12)
+    local behind = math.fmod(math.fmod(k, WRAP) - stored + WRAP, WRAP)
+    if behind < WRAP / 2 then
+      windows[i] = k - behind
+    else
+      windows[i] = k + (WRAP - behind)
+    end
+  else
     windows[i], previous[i], current[i] = 0, 0, 0
   end
 end
--- A clock that stepped back judges at the latest time already seen.
-if latest > now then
-  now = latest
+-- A clock that stepped back is judged at the start of the latest window
+-- already counted in, never earlier.
+for i = 1, n do
+  local since = windows[i] * tonumber(ARGV[3 + 2 * i])
+  if since > now then
+    now = since
+  end
 end
 
 local allowed = 1
@@ -106,12 +120,12 @@ for i = 1, n do
 end
 
 local reply = {allowed, now}
-local packed = {struct.pack('<i8', now)}
+local packed = {}
 for i = 1, n do
   reply[#reply + 1] = windows[i]
   reply[#reply + 1] = previous[i]
   reply[#reply + 1] = current[i]
-  packed[#packed + 1] = struct.pack('<i8I4I4', windows[i], previous[i], current[i] + 1)
+  packed[#packed + 1] = struct.pack('<I4I4I4', math.fmod(windows[i], WRAP), previous[i], current[i] + 1)
 end
 if allowed == 1 then
   redis.call('SET', KEYS[1], table.concat(packed), 'PX', ARGV[3])

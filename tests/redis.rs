@@ -1,0 +1,404 @@
+//! Redis-only behaviour: agreement with the memory store on random traffic,
+//! atomicity across connections, one round trip per decision, bytes per key,
+//! server time, and the failure policies against a server that dies.
+#![cfg(feature = "redis")]
+
+#[path = "support/redis_server.rs"]
+mod redis_server;
+
+use std::time::{Duration, Instant};
+
+use http::{Request, Response, StatusCode};
+use redis_server::{shared_url, unique_prefix, Server};
+use tower::{service_fn, ServiceBuilder, ServiceExt};
+use tower_sliding_window::{
+    Algorithm, FailurePolicy, Limit, ManualClock, MemoryStore, Origin, Policy, RedisStore,
+    SlidingWindowLayer, Store,
+};
+
+const ALGORITHMS: [Algorithm; 3] = [
+    Algorithm::SlidingLog,
+    Algorithm::SlidingCounter,
+    Algorithm::FixedWindow,
+];
+
+async fn store_at(url: &str, clock: &ManualClock) -> RedisStore {
+    RedisStore::connect(url)
+        .await
+        .unwrap_or_else(|e| panic!("the Redis tests need a Redis at {url} (set REDIS_URL): {e}"))
+        .with_prefix(&unique_prefix("redis"))
+        .with_clock(clock.clone())
+        .with_failure_policy(FailurePolicy::FailClosed)
+        .with_timeout(Duration::from_secs(5))
+}
+
+fn policy(algorithm: Algorithm, limits: &[(u32, u64)]) -> Policy {
+    Policy::new(
+        algorithm,
+        limits
+            .iter()
+            .map(|&(max, ms)| Limit::new(max, Duration::from_millis(ms)).unwrap()),
+    )
+    .unwrap()
+}
+
+struct XorShift(u64);
+
+impl XorShift {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn random_traffic_gets_identical_decisions_from_redis_and_memory() {
+    let mut decisions = 0;
+    for (seed, algorithm) in [
+        (7u64, ALGORITHMS[0]),
+        (11, ALGORITHMS[1]),
+        (13, ALGORITHMS[2]),
+        (17, ALGORITHMS[0]),
+    ] {
+        // Fresh stores per run: Redis shares windows between equal policies.
+        let clock = ManualClock::new();
+        let redis = store_at(&shared_url(), &clock).await;
+        let memory = MemoryStore::with_clock(clock.clone());
+        let policy = policy(algorithm, &[(4, 1_000), (20, 10_000)]);
+        let mut rng = XorShift(seed.wrapping_mul(0x9e37_79b9_7f4a_7c15));
+        let mut now = 0u64;
+        for _ in 0..600 {
+            let r = rng.next();
+            now += match r % 8 {
+                0..=2 => 0,
+                3..=6 => r % 400_000,
+                _ => r % 6_000_000,
+            };
+            clock.set(Duration::from_micros(now));
+            let key = format!("client-{}", (r >> 32) % 5);
+            let from_memory = memory.decide(key.clone(), &policy).await.unwrap();
+            let from_redis = redis.decide(key, &policy).await.unwrap();
+            assert_eq!(from_redis, from_memory, "{algorithm:?} at {now} µs");
+            decisions += 1;
+        }
+    }
+    println!("differential: {decisions} decisions, Redis and memory identical");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_connections_hammering_one_key_admit_exactly_the_limit() {
+    let clock = ManualClock::new();
+    clock.set(Duration::from_secs(5));
+    let url = shared_url();
+    let first = store_at(&url, &clock)
+        .await
+        .with_prefix("tsw-test:shared-two-conn");
+    let prefix = unique_prefix("two-connections");
+    let first = first.with_prefix(&prefix);
+    let second = store_at(&url, &clock).await.with_prefix(&prefix);
+    for algorithm in ALGORITHMS {
+        for limit in [1u32, 10, 100] {
+            let policy = policy(algorithm, &[(limit, 60_000)]);
+            let tasks: Vec<_> = (0..(limit as usize * 2 + 50))
+                .map(|i| {
+                    let store = if i % 2 == 0 {
+                        first.clone()
+                    } else {
+                        second.clone()
+                    };
+                    let policy = policy.clone();
+                    tokio::spawn(
+                        async move { store.decide("hot", &policy).await.unwrap().is_allowed() },
+                    )
+                })
+                .collect();
+            let mut accepted = 0;
+            for task in tasks {
+                accepted += u32::from(task.await.unwrap());
+            }
+            assert_eq!(accepted, limit, "{algorithm:?} limit {limit}");
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_script_call_per_decision_whatever_the_number_of_limits() {
+    let server = tokio::task::spawn_blocking(Server::start).await.unwrap();
+    let clock = ManualClock::new();
+    let store = store_at(&server.url(), &clock).await;
+    for algorithm in ALGORITHMS {
+        let policy = policy(algorithm, &[(5, 1_000), (50, 60_000), (500, 3_600_000)]);
+        // Load the script first, so the count below is the steady state.
+        store.decide("warm-up", &policy).await.unwrap();
+        // MONITOR shows every command a client sends, and marks the ones a
+        // script runs inside the server with "lua]".
+        let monitor = server.monitor();
+        for i in 0..200u64 {
+            clock.set(Duration::from_millis(i * 37));
+            store.decide(format!("k{}", i % 3), &policy).await.unwrap();
+        }
+        let seen = monitor.finish();
+        let from_client: Vec<&String> = seen.iter().filter(|line| !line.contains("lua]")).collect();
+        let evalsha = from_client
+            .iter()
+            .filter(|line| line.contains("\"EVALSHA\""))
+            .count();
+        assert_eq!(evalsha, 200, "{algorithm:?}");
+        assert_eq!(
+            from_client.len(),
+            200,
+            "{algorithm:?}: nothing but EVALSHA: {from_client:?}"
+        );
+        println!(
+            "{algorithm:?}, 3 limits: 200 decisions, {} round trips",
+            from_client.len()
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn script_flush_is_recovered_transparently() {
+    let server = tokio::task::spawn_blocking(Server::start).await.unwrap();
+    let clock = ManualClock::new();
+    let store = store_at(&server.url(), &clock).await;
+    let policy = policy(Algorithm::SlidingCounter, &[(2, 60_000)]);
+    assert!(store.decide("k", &policy).await.unwrap().is_allowed());
+    server.cli(&["SCRIPT", "FLUSH"]).unwrap();
+    let decision = store.decide("k", &policy).await.unwrap();
+    assert!(decision.is_allowed());
+    assert_eq!(decision.origin(), Origin::Limits);
+    assert!(
+        !store.decide("k", &policy).await.unwrap().is_allowed(),
+        "state survived the flush"
+    );
+}
+
+/// `MEMORY USAGE` of one key's state after filling its limit.
+async fn bytes_for(
+    store: &RedisStore,
+    server: &Server,
+    algorithm: Algorithm,
+    limits: &[(u32, u64)],
+) -> u64 {
+    let policy = policy(algorithm, limits);
+    let requests = limits.iter().map(|&(max, _)| max).max().unwrap();
+    let tasks: Vec<_> = (0..requests)
+        .map(|_| {
+            let (store, policy) = (store.clone(), policy.clone());
+            tokio::spawn(async move { store.decide("203.0.113.7", &policy).await.unwrap() })
+        })
+        .collect();
+    let mut accepted = 0;
+    for task in tasks {
+        accepted += u32::from(task.await.unwrap().is_allowed());
+    }
+    let smallest = limits.iter().map(|&(max, _)| max).min().unwrap();
+    assert_eq!(accepted, smallest, "{algorithm:?} {limits:?}");
+    let name = store.key_name(&"203.0.113.7", &policy);
+    server
+        .cli(&["MEMORY", "USAGE", &name, "SAMPLES", "0"])
+        .unwrap()
+        .parse()
+        .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn state_is_compact() {
+    let server = tokio::task::spawn_blocking(Server::start).await.unwrap();
+    let clock = ManualClock::new();
+    // The default prefix and an IPv4 key, as in production: MEMORY USAGE
+    // counts the key's name too.
+    let store = store_at(&server.url(), &clock)
+        .await
+        .with_prefix(RedisStore::DEFAULT_PREFIX);
+    for max in [5u32, 100, 10_000] {
+        let bytes = bytes_for(&store, &server, Algorithm::SlidingLog, &[(max, 3_600_000)]).await;
+        let per_stamp = bytes as f64 / f64::from(max);
+        println!("log, limit {max}: MEMORY USAGE {bytes} bytes ({per_stamp:.1} per timestamp)");
+        // 8 bytes a stamp, plus a fixed header and Redis's own key overhead;
+        // large rings grow in place, where Redis may reserve up to twice.
+        assert!(
+            bytes <= 16 * u64::from(max) + 100,
+            "log limit {max}: {bytes} bytes"
+        );
+    }
+    for limits in [
+        &[(100u32, 60_000u64)][..],
+        &[(10, 1_000), (100, 60_000)][..],
+    ] {
+        let bytes = bytes_for(&store, &server, Algorithm::SlidingCounter, limits).await;
+        println!(
+            "counter, {} limit(s): MEMORY USAGE {bytes} bytes",
+            limits.len()
+        );
+        // One limit fits Redis's smallest string; each further one adds 12 bytes.
+        let bound = 100 + 32 * (limits.len() as u64 - 1);
+        assert!(bytes <= bound, "counter {limits:?}: {bytes} bytes");
+    }
+    let ttl: i64 = server
+        .cli(&[
+            "PTTL",
+            &store.key_name(
+                &"203.0.113.7",
+                &policy(Algorithm::SlidingCounter, &[(100, 60_000)]),
+            ),
+        ])
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert!(ttl > 0 && ttl <= 120_001, "every key expires: PTTL {ttl}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn server_time_is_used_by_default() {
+    let store = RedisStore::connect(&shared_url())
+        .await
+        .expect("Redis")
+        .with_prefix(&unique_prefix("server-time"))
+        .with_failure_policy(FailurePolicy::FailClosed)
+        .with_timeout(Duration::from_secs(5));
+    for algorithm in ALGORITHMS {
+        let policy = policy(algorithm, &[(3, 10_000)]);
+        for _ in 0..3 {
+            assert!(
+                store.decide("t", &policy).await.unwrap().is_allowed(),
+                "{algorithm:?}"
+            );
+        }
+        let refused = store.decide("t", &policy).await.unwrap();
+        assert!(!refused.is_allowed(), "{algorithm:?}");
+        assert!(
+            refused.retry_after() > Duration::ZERO
+                && refused.retry_after() <= Duration::from_secs(20)
+        );
+    }
+}
+
+/// Sends one request through a layer over `store` and times it.
+async fn timed_status(
+    store: &RedisStore,
+    policy: &Policy,
+) -> (StatusCode, Duration, Option<Origin>) {
+    let layer = SlidingWindowLayer::with_policy(policy.clone(), |_: &Request<()>| Some("faulty"))
+        .store(store.clone());
+    let svc =
+        ServiceBuilder::new()
+            .layer(layer)
+            .service(service_fn(|request: Request<()>| async move {
+                let origin = request
+                    .extensions()
+                    .get::<tower_sliding_window::Decision>()
+                    .map(|d| d.origin());
+                let mut response = Response::new(());
+                response.extensions_mut().insert(origin);
+                Ok::<_, std::convert::Infallible>(response)
+            }));
+    let started = Instant::now();
+    let response = svc.oneshot(Request::new(())).await.unwrap();
+    let origin = response
+        .extensions()
+        .get::<Option<Origin>>()
+        .copied()
+        .flatten();
+    (response.status(), started.elapsed(), origin)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn failure_policies_hold_while_redis_is_down_and_recover() {
+    let mut server = tokio::task::spawn_blocking(Server::start).await.unwrap();
+    let clock = ManualClock::new();
+    let timeout = Duration::from_millis(100);
+    let make = |failure| {
+        let url = server.url();
+        let clock = clock.clone();
+        async move {
+            store_at(&url, &clock)
+                .await
+                .with_failure_policy(failure)
+                .with_timeout(timeout)
+        }
+    };
+    let open = make(FailurePolicy::FailOpen).await;
+    let closed = make(FailurePolicy::FailClosed).await;
+    let fallback = make(FailurePolicy::Fallback).await;
+    let policy = policy(Algorithm::SlidingLog, &[(2, 60_000)]);
+    for store in [&open, &closed, &fallback] {
+        assert_eq!(timed_status(store, &policy).await.0, StatusCode::OK);
+    }
+
+    let mut worst = Duration::ZERO;
+    for (label, stop) in [("killed", true), ("paused", false)] {
+        if stop {
+            server.kill();
+        } else {
+            server.pause();
+        }
+        for _ in 0..3 {
+            let (status, took, origin) = timed_status(&open, &policy).await;
+            assert_eq!(
+                (status, origin),
+                (StatusCode::OK, Some(Origin::FailOpen)),
+                "fail open, {label}"
+            );
+            worst = worst.max(took);
+            let (status, took, _) = timed_status(&closed, &policy).await;
+            assert_eq!(
+                status,
+                StatusCode::SERVICE_UNAVAILABLE,
+                "fail closed, {label}"
+            );
+            worst = worst.max(took);
+        }
+        // The fallback limits locally: a fresh local window of 2.
+        clock.advance(Duration::from_secs(120));
+        let statuses: Vec<(StatusCode, Option<Origin>)> = {
+            let mut out = Vec::new();
+            for _ in 0..3 {
+                let (status, took, origin) = timed_status(&fallback, &policy).await;
+                worst = worst.max(took);
+                out.push((status, origin));
+            }
+            out
+        };
+        assert_eq!(
+            statuses[0],
+            (StatusCode::OK, Some(Origin::Fallback)),
+            "{label}"
+        );
+        assert_eq!(
+            statuses[1],
+            (StatusCode::OK, Some(Origin::Fallback)),
+            "{label}"
+        );
+        assert_eq!(statuses[2].0, StatusCode::TOO_MANY_REQUESTS, "{label}");
+
+        if stop {
+            server.restart();
+        } else {
+            server.resume();
+        }
+        // Reconnection is automatic: decisions come from Redis again.
+        clock.advance(Duration::from_secs(120));
+        let deadline = Instant::now() + Duration::from_secs(10);
+        for store in [&open, &closed, &fallback] {
+            loop {
+                let (status, _, origin) = timed_status(store, &policy).await;
+                if status == StatusCode::OK && origin == Some(Origin::Limits) {
+                    break;
+                }
+                assert!(
+                    Instant::now() < deadline,
+                    "no recovery after the server was {label}"
+                );
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        }
+    }
+    println!("worst latency while Redis was down: {worst:?} (timeout {timeout:?})");
+    assert!(
+        worst <= timeout + Duration::from_millis(250),
+        "worst {worst:?}"
+    );
+}

@@ -106,3 +106,8 @@ pub use crate::policy::{Algorithm, Policy};
 #[cfg_attr(docsrs, doc(cfg(feature = "redis")))]
 pub use crate::store::{FailurePolicy, RedisStore};
 pub use crate::store::{MemoryStore, Store, StoreError};
+
+/// The README's code blocks, compiled and run as doctests.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+struct ReadmeDoctests;

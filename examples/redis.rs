@@ -23,7 +23,11 @@ fn api_key(request: &Request<Body>) -> Option<String> {
 }
 
 /// One instance: its own Redis connection, the shared limit.
-async fn start_instance(name: &'static str, url: &str, prefix: &str) -> Result<SocketAddr, Box<dyn std::error::Error>> {
+async fn start_instance(
+    name: &'static str,
+    url: &str,
+    prefix: &str,
+) -> Result<SocketAddr, Box<dyn std::error::Error>> {
     let store = RedisStore::connect(url)
         .await?
         .with_prefix(prefix)
@@ -32,7 +36,9 @@ async fn start_instance(name: &'static str, url: &str, prefix: &str) -> Result<S
     let layer = SlidingWindowLayer::new(limit, api_key)
         .algorithm(Algorithm::SlidingLog)
         .store(store);
-    let app = Router::new().route("/", get(move || async move { name })).layer(layer);
+    let app = Router::new()
+        .route("/", get(move || async move { name }))
+        .layer(layer);
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
     let addr = listener.local_addr()?;
     tokio::spawn(async move { axum::serve(listener, app).await });
@@ -42,7 +48,8 @@ async fn start_instance(name: &'static str, url: &str, prefix: &str) -> Result<S
 /// A minimal HTTP/1.1 GET; returns the status line and the `ratelimit` header.
 async fn get_once(addr: SocketAddr, key: &str) -> std::io::Result<(String, String)> {
     let mut stream = tokio::net::TcpStream::connect(addr).await?;
-    let request = format!("GET / HTTP/1.1\r\nhost: demo\r\nx-api-key: {key}\r\nconnection: close\r\n\r\n");
+    let request =
+        format!("GET / HTTP/1.1\r\nhost: demo\r\nx-api-key: {key}\r\nconnection: close\r\n\r\n");
     stream.write_all(request.as_bytes()).await?;
     let mut reply = String::new();
     stream.read_to_string(&mut reply).await?;
@@ -60,7 +67,9 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let url = std::env::var("REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379".into());
     // A prefix of this run's own, so that running the example twice in a row
     // starts from a clean slate.
-    let run = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH)?.as_millis();
+    let run = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)?
+        .as_millis();
     let prefix = format!("tsw-example-{run}");
     let a = start_instance("instance A", &url, &prefix).await?;
     let b = start_instance("instance B", &url, &prefix).await?;
@@ -70,7 +79,10 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     for i in 0..8 {
         let (name, addr) = if i % 2 == 0 { ("A", a) } else { ("B", b) };
         let (status, ratelimit) = get_once(addr, "alice").await?;
-        println!("request {} to {name}: {status:<30} ratelimit: {ratelimit}", i + 1);
+        println!(
+            "request {} to {name}: {status:<30} ratelimit: {ratelimit}",
+            i + 1
+        );
     }
     let (status, _) = get_once(b, "bob").await?;
     println!("\nbob, a different key, on B: {status}");

@@ -1,9 +1,10 @@
 //! A policy: the algorithm and the limits that judge one request together.
 
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use crate::error::ConfigError;
+use crate::layer::PolicyHeaders;
 use crate::limit::Limit;
 
 /// How requests are counted against a window.
@@ -30,7 +31,17 @@ pub enum Algorithm {
 ///
 /// A policy is shared by every clone of the layer that carries it; its
 /// identity (not its contents) separates its windows from other policies' in
-/// a [`MemoryStore`](crate::MemoryStore).
+/// a [`MemoryStore`](crate::MemoryStore). Cloning is cheap (one `Arc`).
+///
+/// ```
+/// use tower_sliding_window::{Algorithm, Limit, Policy};
+///
+/// let free = Policy::new(Algorithm::SlidingCounter, [Limit::per_second(10), Limit::per_minute(100)])?
+///     .named("free");
+/// assert_eq!(free.label(), "free");
+/// assert_eq!(free.signature(), "c10/1s,100/60s");
+/// # Ok::<(), tower_sliding_window::ConfigError>(())
+/// ```
 #[derive(Clone, Debug)]
 pub struct Policy {
     inner: Arc<PolicyInner>,
@@ -44,6 +55,9 @@ struct PolicyInner {
     largest_max: u32,
     longest_window_micros: u64,
     signature: String,
+    name: Option<String>,
+    /// Header text, built the first time a layer needs it.
+    headers: OnceLock<PolicyHeaders>,
 }
 
 impl Policy {
@@ -68,19 +82,36 @@ impl Policy {
             return Err(ConfigError::TooManyLimits(limits.len()));
         }
         static NEXT_ID: AtomicU64 = AtomicU64::new(1);
-        let largest_max = limits.iter().map(Limit::max).max().unwrap_or(1);
-        let longest_window_micros = limits.iter().map(Limit::window_micros).max().unwrap_or(1);
-        let signature = signature(algorithm, &limits);
         Ok(Self {
             inner: Arc::new(PolicyInner {
                 id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
                 algorithm,
+                largest_max: limits.iter().map(Limit::max).max().unwrap_or(1),
+                longest_window_micros: limits.iter().map(Limit::window_micros).max().unwrap_or(1),
+                signature: signature(algorithm, &limits),
                 limits,
-                largest_max,
-                longest_window_micros,
-                signature,
+                name: None,
+                headers: OnceLock::new(),
             }),
         })
+    }
+
+    /// The same policy (same windows) with a name, used as its label in
+    /// metrics and logs instead of its [`signature`](Policy::signature).
+    pub fn named(self, name: impl Into<String>) -> Self {
+        let inner = &self.inner;
+        Self {
+            inner: Arc::new(PolicyInner {
+                id: inner.id,
+                algorithm: inner.algorithm,
+                limits: inner.limits.clone(),
+                largest_max: inner.largest_max,
+                longest_window_micros: inner.longest_window_micros,
+                signature: inner.signature.clone(),
+                name: Some(name.into()),
+                headers: OnceLock::new(),
+            }),
+        }
     }
 
     /// The algorithm counting requests.
@@ -109,10 +140,20 @@ impl Policy {
 
     /// A short text naming the algorithm and limits, equal for equal
     /// policies in every process (unlike [`id`](Policy::id)), e.g. `l5/30s`
-    /// or `c10/1s,100/60s`. Remote
-    /// stores name state with it, so instances of one service share windows.
+    /// or `c10/1s,100/60s`. Remote stores name state with it, so instances
+    /// of one service share windows.
     pub fn signature(&self) -> &str {
         &self.inner.signature
+    }
+
+    /// The name given with [`named`](Policy::named), else the signature: what
+    /// metrics and logs call this policy (never a client's key).
+    pub fn label(&self) -> &str {
+        self.inner.name.as_deref().unwrap_or(&self.inner.signature)
+    }
+
+    pub(crate) fn headers(&self) -> &PolicyHeaders {
+        self.inner.headers.get_or_init(|| PolicyHeaders::new(self))
     }
 }
 

@@ -15,7 +15,26 @@ use super::body::ResponseBody;
 use super::layer::LayerConfig;
 use super::response::{rejection, store_unavailable};
 use crate::decision::Decision;
+use crate::observe;
+use crate::policy::Policy;
 use crate::store::StoreError;
+
+/// The policy a request was judged by: the layer's own (no extra reference
+/// count on the hot path), or one a plan picked.
+#[derive(Debug)]
+pub(crate) enum Chosen {
+    Layer,
+    Plan(Policy),
+}
+
+impl Chosen {
+    fn get<'a>(&'a self, config: &'a LayerConfig) -> &'a Policy {
+        match self {
+            Self::Layer => &config.policy,
+            Self::Plan(policy) => policy,
+        }
+    }
+}
 
 pin_project! {
     /// Response future of [`SlidingWindow`](crate::SlidingWindow).
@@ -26,6 +45,7 @@ pin_project! {
         #[pin]
         state: State<F, S, S::Future, B>,
         config: Arc<LayerConfig>,
+        chosen: Chosen,
     }
 }
 
@@ -62,6 +82,7 @@ where
         inner: S,
         request: Request<B>,
         config: Arc<LayerConfig>,
+        chosen: Chosen,
         grpc: bool,
     ) -> Self {
         Self {
@@ -72,6 +93,7 @@ where
                 grpc,
             },
             config,
+            chosen,
         }
     }
 
@@ -82,6 +104,7 @@ where
                 decision: None,
             },
             config,
+            chosen: Chosen::Layer,
         }
     }
 
@@ -91,6 +114,7 @@ where
                 response: Some(response),
             },
             config,
+            chosen: Chosen::Layer,
         }
     }
 }
@@ -118,20 +142,30 @@ where
                     else {
                         unreachable!("a pending check still holds the service and request")
                     };
+                    let policy = this.chosen.get(this.config);
                     let next = match outcome {
-                        Ok(decision) if decision.is_allowed() => {
-                            request.extensions_mut().insert(decision);
-                            State::Call {
-                                call: inner.call(request),
-                                decision: Some(decision),
+                        Ok(decision) => {
+                            observe::decided(policy, &decision);
+                            if decision.is_allowed() {
+                                request.extensions_mut().insert(decision);
+                                State::Call {
+                                    call: inner.call(request),
+                                    decision: Some(decision),
+                                }
+                            } else {
+                                let response =
+                                    rejection(&decision, policy, &this.config.rejection, grpc);
+                                State::Answer {
+                                    response: Some(response),
+                                }
                             }
                         }
-                        Ok(decision) => State::Answer {
-                            response: Some(rejection(&decision, &this.config.headers, grpc)),
-                        },
-                        Err(_) => State::Answer {
-                            response: Some(store_unavailable(grpc)),
-                        },
+                        Err(err) => {
+                            observe::unavailable(policy, &err);
+                            State::Answer {
+                                response: Some(store_unavailable(grpc)),
+                            }
+                        }
                     };
                     this.state.set(next);
                 }
@@ -139,7 +173,8 @@ where
                     let mut response = ready!(call.poll(cx))?;
                     if let Some(decision) = decision.take() {
                         if this.config.headers_on_success {
-                            this.config.headers.apply(&decision, response.headers_mut());
+                            let policy = this.chosen.get(this.config);
+                            policy.headers().apply(&decision, response.headers_mut());
                         }
                     }
                     return Poll::Ready(Ok(response.map(ResponseBody::inner)));

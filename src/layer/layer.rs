@@ -2,10 +2,12 @@
 
 use std::sync::Arc;
 
+use http::Request;
 use tower_layer::Layer;
 
 use super::key::MissingKey;
-use super::response::PolicyHeaders;
+use super::plan::{PlanByKey, PlanByRequest, SinglePolicy};
+use super::rejection::Rejection;
 use super::service::SlidingWindow;
 use crate::limit::Limit;
 use crate::policy::{Algorithm, Policy};
@@ -32,9 +34,10 @@ use crate::store::MemoryStore;
 /// `axum::Router::layer` does for each route) never opens a new window. A
 /// layer built separately with the same limits counts separately.
 #[derive(Clone, Debug)]
-pub struct SlidingWindowLayer<E, St = MemoryStore> {
+pub struct SlidingWindowLayer<E, St = MemoryStore, P = SinglePolicy> {
     extractor: E,
     store: St,
+    plan: P,
     config: Arc<LayerConfig>,
 }
 
@@ -42,20 +45,9 @@ pub struct SlidingWindowLayer<E, St = MemoryStore> {
 #[derive(Clone, Debug)]
 pub(crate) struct LayerConfig {
     pub(crate) policy: Policy,
-    pub(crate) headers: PolicyHeaders,
     pub(crate) headers_on_success: bool,
     pub(crate) missing_key: MissingKey,
-}
-
-impl LayerConfig {
-    fn new(policy: Policy) -> Self {
-        Self {
-            headers: PolicyHeaders::new(&policy),
-            policy,
-            headers_on_success: true,
-            missing_key: MissingKey::default(),
-        }
-    }
+    pub(crate) rejection: Rejection,
 }
 
 impl<E> SlidingWindowLayer<E> {
@@ -76,12 +68,18 @@ impl<E> SlidingWindowLayer<E> {
         Self {
             extractor,
             store: MemoryStore::new(),
-            config: Arc::new(LayerConfig::new(policy)),
+            plan: SinglePolicy,
+            config: Arc::new(LayerConfig {
+                policy,
+                headers_on_success: true,
+                missing_key: MissingKey::default(),
+                rejection: Rejection::default(),
+            }),
         }
     }
 }
 
-impl<E, St> SlidingWindowLayer<E, St> {
+impl<E, St, P> SlidingWindowLayer<E, St, P> {
     /// Adds another limit to the policy; a request must fit every limit and
     /// is counted in all of them or in none.
     ///
@@ -113,10 +111,37 @@ impl<E, St> SlidingWindowLayer<E, St> {
     }
 
     /// Keeps state in `store` instead of a private [`MemoryStore`].
-    pub fn store<St2>(self, store: St2) -> SlidingWindowLayer<E, St2> {
+    pub fn store<St2>(self, store: St2) -> SlidingWindowLayer<E, St2, P> {
         SlidingWindowLayer {
             extractor: self.extractor,
             store,
+            plan: self.plan,
+            config: self.config,
+        }
+    }
+
+    /// Judges each request by the policy `choose` picks for its key (plans
+    /// per tier); the layer's own policy is then unused. See [`Plan`](crate::Plan).
+    pub fn plan<K, F>(self, choose: F) -> SlidingWindowLayer<E, St, PlanByKey<F>>
+    where
+        F: Fn(&K) -> Policy,
+    {
+        self.with_plan(PlanByKey(choose))
+    }
+
+    /// Like [`plan`](SlidingWindowLayer::plan), choosing from the request too.
+    pub fn plan_by_request<B, K, F>(self, choose: F) -> SlidingWindowLayer<E, St, PlanByRequest<F>>
+    where
+        F: Fn(&Request<B>, &K) -> Policy,
+    {
+        self.with_plan(PlanByRequest(choose))
+    }
+
+    fn with_plan<P2>(self, plan: P2) -> SlidingWindowLayer<E, St, P2> {
+        SlidingWindowLayer {
+            extractor: self.extractor,
+            store: self.store,
+            plan,
             config: self.config,
         }
     }
@@ -135,7 +160,14 @@ impl<E, St> SlidingWindowLayer<E, St> {
         self
     }
 
-    /// The policy requests are judged by.
+    /// How refused HTTP requests are answered (default
+    /// [`Rejection::plain_text`]).
+    pub fn rejection(mut self, rejection: Rejection) -> Self {
+        Arc::make_mut(&mut self.config).rejection = rejection;
+        self
+    }
+
+    /// The policy requests are judged by (unless a plan picks another).
     pub fn policy(&self) -> &Policy {
         &self.config.policy
     }
@@ -146,21 +178,20 @@ impl<E, St> SlidingWindowLayer<E, St> {
     }
 
     fn replace_policy(mut self, policy: Policy) -> Self {
-        let config = Arc::make_mut(&mut self.config);
-        config.headers = PolicyHeaders::new(&policy);
-        config.policy = policy;
+        Arc::make_mut(&mut self.config).policy = policy;
         self
     }
 }
 
-impl<S, E: Clone, St: Clone> Layer<S> for SlidingWindowLayer<E, St> {
-    type Service = SlidingWindow<S, E, St>;
+impl<S, E: Clone, St: Clone, P: Clone> Layer<S> for SlidingWindowLayer<E, St, P> {
+    type Service = SlidingWindow<S, E, St, P>;
 
     fn layer(&self, inner: S) -> Self::Service {
         SlidingWindow::new(
             inner,
             self.extractor.clone(),
             self.store.clone(),
+            self.plan.clone(),
             Arc::clone(&self.config),
         )
     }

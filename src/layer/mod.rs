@@ -6,6 +6,8 @@ mod future;
 mod key;
 #[allow(clippy::module_inception)]
 mod layer;
+mod plan;
+mod rejection;
 mod response;
 mod service;
 
@@ -13,5 +15,8 @@ pub use self::body::ResponseBody;
 pub use self::future::ResponseFuture;
 pub use self::key::{KeyExtractor, MissingKey};
 pub use self::layer::SlidingWindowLayer;
+pub use self::plan::{Plan, PlanByKey, PlanByRequest, SinglePolicy};
+pub use self::rejection::Rejection;
+pub(crate) use self::response::PolicyHeaders;
 pub use self::response::{RATELIMIT, RATELIMIT_POLICY};
 pub use self::service::SlidingWindow;

@@ -5,6 +5,7 @@ use bytes::Bytes;
 use http::header::{HeaderName, HeaderValue, CONTENT_TYPE, RETRY_AFTER};
 use http::{HeaderMap, Request, Response, StatusCode};
 
+use super::rejection::{Rejection, Style};
 use crate::decision::{Decision, Origin};
 use crate::limit::Limit;
 use crate::policy::Policy;
@@ -22,7 +23,10 @@ const GRPC_INVALID_ARGUMENT: u16 = 3;
 const GRPC_RESOURCE_EXHAUSTED: u16 = 8;
 const GRPC_UNAVAILABLE: u16 = 14;
 
-/// Header text that depends only on the policy, computed once per layer.
+/// The problem type draft-ietf-httpapi-ratelimit-headers registers.
+const QUOTA_EXCEEDED: &str = "https://iana.org/assignments/http-problem-types#quota-exceeded";
+
+/// Header text that depends only on the policy, computed once per policy.
 #[derive(Clone, Debug)]
 pub(crate) struct PolicyHeaders {
     policy: HeaderValue,
@@ -49,8 +53,12 @@ impl PolicyHeaders {
         Self { policy, names }
     }
 
-    /// Sets `RateLimit-Policy` and `RateLimit` for `decision`.
+    /// Sets `RateLimit-Policy` and `RateLimit` for `decision`, unless a
+    /// decision that stood in for the limits has nothing true to say.
     pub(crate) fn apply(&self, decision: &Decision, headers: &mut HeaderMap) {
+        if matches!(decision.origin(), Origin::FailOpen | Origin::StoreFull) {
+            return;
+        }
         headers.insert(RATELIMIT_POLICY.clone(), self.policy.clone());
         let name = self
             .names
@@ -80,14 +88,8 @@ pub(crate) fn is_grpc<B>(request: &Request<B>) -> bool {
         .is_some_and(|value| value.as_bytes().starts_with(b"application/grpc"))
 }
 
-/// The answer to a request the limits refused.
-pub(crate) fn rejection(
-    decision: &Decision,
-    headers: &PolicyHeaders,
-    grpc: bool,
-) -> Response<Bytes> {
-    let wait = ceil_secs(decision.retry_after_micros).max(1);
-    let message = match decision.origin() {
+fn refusal_message(decision: &Decision, wait: u64) -> String {
+    match decision.origin() {
         Origin::StoreFull => format!(
             "Too Many Requests: the rate limiter is tracking too many clients; retry after {wait} s"
         ),
@@ -96,59 +98,94 @@ pub(crate) fn rejection(
             decision.limit().max(),
             decision.limit().window_name()
         ),
+    }
+}
+
+/// The answer to a request the limits refused.
+pub(crate) fn rejection(
+    decision: &Decision,
+    policy: &Policy,
+    style: &Rejection,
+    grpc: bool,
+) -> Response<Bytes> {
+    let wait = ceil_secs(decision.retry_after_micros).max(1);
+    let message = refusal_message(decision, wait);
+    let mut response = if grpc {
+        grpc_answer(GRPC_RESOURCE_EXHAUSTED, &message)
+    } else {
+        match &style.style {
+            Style::PlainText => text_answer(style.status, message),
+            Style::ProblemJson => problem_answer(style.status, &message, wait),
+            Style::Custom(build) => build(decision),
+        }
     };
-    let mut response = answer(
-        grpc,
-        StatusCode::TOO_MANY_REQUESTS,
-        GRPC_RESOURCE_EXHAUSTED,
-        message,
-    );
-    response
-        .headers_mut()
-        .insert(RETRY_AFTER, HeaderValue::from(wait));
-    headers.apply(decision, response.headers_mut());
+    let mut extra = HeaderMap::new();
+    extra.insert(RETRY_AFTER, HeaderValue::from(wait));
+    policy.headers().apply(decision, &mut extra);
+    let headers = response.headers_mut();
+    for (name, value) in extra {
+        if let Some(name) = name {
+            headers.entry(name).or_insert(value);
+        }
+    }
     response
 }
 
 /// The answer when the store could not decide and its failure policy is to refuse.
 pub(crate) fn store_unavailable(grpc: bool) -> Response<Bytes> {
-    answer(
-        grpc,
-        StatusCode::SERVICE_UNAVAILABLE,
-        GRPC_UNAVAILABLE,
-        "Service Unavailable: the rate limiter's store did not answer".to_owned(),
-    )
+    let message = "Service Unavailable: the rate limiter's store did not answer";
+    if grpc {
+        grpc_answer(GRPC_UNAVAILABLE, message)
+    } else {
+        text_answer(StatusCode::SERVICE_UNAVAILABLE, message.to_owned())
+    }
 }
 
 /// The answer to a request without a key, under [`crate::MissingKey::Reject`].
 pub(crate) fn missing_key(grpc: bool) -> Response<Bytes> {
-    answer(
-        grpc,
-        StatusCode::BAD_REQUEST,
-        GRPC_INVALID_ARGUMENT,
-        "Bad Request: the request carries no rate-limit key".to_owned(),
-    )
+    let message = "Bad Request: the request carries no rate-limit key";
+    if grpc {
+        grpc_answer(GRPC_INVALID_ARGUMENT, message)
+    } else {
+        text_answer(StatusCode::BAD_REQUEST, message.to_owned())
+    }
 }
 
-/// A plain-text HTTP response, or a trailers-only gRPC one carrying the same
-/// message in `grpc-message`.
-fn answer(grpc: bool, status: StatusCode, grpc_code: u16, message: String) -> Response<Bytes> {
-    if grpc {
-        let mut response = Response::new(Bytes::new());
-        let headers = response.headers_mut();
-        headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/grpc"));
-        headers.insert(GRPC_STATUS.clone(), HeaderValue::from(grpc_code));
-        if let Ok(message) = HeaderValue::try_from(grpc_message_encode(&message)) {
-            headers.insert(GRPC_MESSAGE.clone(), message);
-        }
-        return response;
-    }
+fn text_answer(status: StatusCode, message: String) -> Response<Bytes> {
     let mut response = Response::new(Bytes::from(message + "\n"));
     *response.status_mut() = status;
     response.headers_mut().insert(
         CONTENT_TYPE,
         HeaderValue::from_static("text/plain; charset=utf-8"),
     );
+    response
+}
+
+/// An RFC 9457 problem document. Every interpolated value is a number or
+/// text of our own, so no JSON escaping is needed.
+fn problem_answer(status: StatusCode, message: &str, wait: u64) -> Response<Bytes> {
+    let body = format!(
+        "{{\"type\":\"{QUOTA_EXCEEDED}\",\"title\":\"Request cannot be satisfied as assigned quota has been exceeded\",\"status\":{},\"detail\":\"{message}\",\"retry-after\":{wait}}}",
+        status.as_u16()
+    );
+    let mut response = Response::new(Bytes::from(body));
+    *response.status_mut() = status;
+    response.headers_mut().insert(
+        CONTENT_TYPE,
+        HeaderValue::from_static("application/problem+json"),
+    );
+    response
+}
+
+/// A trailers-only gRPC response: HTTP 200 with the status in the headers.
+fn grpc_answer(code: u16, message: &str) -> Response<Bytes> {
+    let mut response = Response::new(Bytes::new());
+    let headers = response.headers_mut();
+    headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/grpc"));
+    headers.insert(GRPC_STATUS.clone(), HeaderValue::from(code));
+    if let Ok(message) = HeaderValue::try_from(grpc_message_encode(message)) {
+        headers.insert(GRPC_MESSAGE.clone(), message);
+    }
     response
 }
 

@@ -1,5 +1,6 @@
 //! The service: extracts the key, asks the store, and answers or passes on.
 
+use std::borrow::Cow;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 
@@ -7,9 +8,10 @@ use http::{Request, Response};
 use tower::Service;
 
 use super::body::ResponseBody;
-use super::future::ResponseFuture;
+use super::future::{Chosen, ResponseFuture};
 use super::key::{KeyExtractor, MissingKey};
 use super::layer::LayerConfig;
+use super::plan::{Plan, SinglePolicy};
 use super::response::{is_grpc, missing_key};
 use crate::store::Store;
 
@@ -21,19 +23,21 @@ use crate::store::Store;
 /// and axum can treat it as always ready. Clones share the layer's store and
 /// policy.
 #[derive(Clone, Debug)]
-pub struct SlidingWindow<S, E, St> {
+pub struct SlidingWindow<S, E, St, P = SinglePolicy> {
     inner: S,
     extractor: E,
     store: St,
+    plan: P,
     config: Arc<LayerConfig>,
 }
 
-impl<S, E, St> SlidingWindow<S, E, St> {
-    pub(crate) fn new(inner: S, extractor: E, store: St, config: Arc<LayerConfig>) -> Self {
+impl<S, E, St, P> SlidingWindow<S, E, St, P> {
+    pub(crate) fn new(inner: S, extractor: E, store: St, plan: P, config: Arc<LayerConfig>) -> Self {
         Self {
             inner,
             extractor,
             store,
+            plan,
             config,
         }
     }
@@ -54,11 +58,12 @@ impl<S, E, St> SlidingWindow<S, E, St> {
     }
 }
 
-impl<S, E, St, B, ResB> Service<Request<B>> for SlidingWindow<S, E, St>
+impl<S, E, St, P, B, ResB> Service<Request<B>> for SlidingWindow<S, E, St, P>
 where
     S: Service<Request<B>, Response = Response<ResB>> + Clone,
     E: KeyExtractor<B>,
     St: Store<E::Key>,
+    P: Plan<B, E::Key>,
 {
     type Response = Response<ResponseBody<ResB>>;
     type Error = S::Error;
@@ -72,22 +77,19 @@ where
         // The service that was polled ready goes with this request; the
         // clone left behind will be polled before it is called.
         let clone = self.inner.clone();
-        let inner = std::mem::replace(&mut self.inner, clone);
+        let mut inner = std::mem::replace(&mut self.inner, clone);
         let grpc = is_grpc(&request);
-        match self.extractor.extract(&request) {
-            Some(key) => {
-                let check = self.store.decide(key, &self.config.policy);
-                ResponseFuture::check(check, inner, request, Arc::clone(&self.config), grpc)
-            }
-            None => match self.config.missing_key {
-                MissingKey::Allow => {
-                    let mut inner = inner;
-                    ResponseFuture::pass(inner.call(request), Arc::clone(&self.config))
-                }
-                MissingKey::Reject => {
-                    ResponseFuture::answer(missing_key(grpc), Arc::clone(&self.config))
-                }
-            },
-        }
+        let config = Arc::clone(&self.config);
+        let Some(key) = self.extractor.extract(&request) else {
+            return match config.missing_key {
+                MissingKey::Allow => ResponseFuture::pass(inner.call(request), config),
+                MissingKey::Reject => ResponseFuture::answer(missing_key(grpc), config),
+            };
+        };
+        let (check, chosen) = match self.plan.policy(&request, &key, &config.policy) {
+            Cow::Borrowed(policy) => (self.store.decide(key, policy), Chosen::Layer),
+            Cow::Owned(policy) => (self.store.decide(key, &policy), Chosen::Plan(policy)),
+        };
+        ResponseFuture::check(check, inner, request, config, chosen, grpc)
     }
 }

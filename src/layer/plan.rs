@@ -1,0 +1,75 @@
+//! Choosing the policy per request: one for everyone, or plans per key.
+
+use std::borrow::Cow;
+
+use http::Request;
+
+use crate::policy::Policy;
+
+/// Picks the [`Policy`] a request is judged by, from its key (and the
+/// request, if need be). Lets one layer serve every tier of a service:
+///
+/// ```
+/// use std::sync::{Arc, RwLock};
+/// use tower_sliding_window::{Algorithm, Limit, Policy, SlidingWindowLayer};
+///
+/// let free = Policy::new(Algorithm::SlidingCounter, [Limit::per_second(10), Limit::per_minute(100)])?.named("free");
+/// let paid = Policy::new(Algorithm::SlidingCounter, [Limit::per_second(100), Limit::per_minute(5_000)])?.named("paid");
+/// // Who pays can change while the service runs.
+/// let paying: Arc<RwLock<Vec<String>>> = Arc::new(RwLock::new(vec!["acme".into()]));
+///
+/// let layer = SlidingWindowLayer::with_policy(free.clone(), |req: &http::Request<()>| {
+///     req.headers().get("x-api-key")?.to_str().ok().map(str::to_owned)
+/// })
+/// .plan(move |key: &String| {
+///     let is_paying = paying.read().map(|p| p.contains(key)).unwrap_or(false);
+///     if is_paying { paid.clone() } else { free.clone() }
+/// });
+/// # Ok::<(), tower_sliding_window::ConfigError>(())
+/// ```
+///
+/// Each policy keeps its own windows: a key moved to another plan starts
+/// afresh under it (in a [`MemoryStore`](crate::MemoryStore); a
+/// [`RedisStore`](crate) shares windows between equal policies).
+pub trait Plan<B, K> {
+    /// The policy for this request; `default` is the layer's own.
+    fn policy<'a>(&'a self, request: &Request<B>, key: &K, default: &'a Policy) -> Cow<'a, Policy>;
+}
+
+/// Every request is judged by the layer's own policy.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct SinglePolicy;
+
+impl<B, K> Plan<B, K> for SinglePolicy {
+    fn policy<'a>(&'a self, _: &Request<B>, _: &K, default: &'a Policy) -> Cow<'a, Policy> {
+        Cow::Borrowed(default)
+    }
+}
+
+/// Plans chosen by the key, from a closure; see
+/// [`SlidingWindowLayer::plan`](crate::SlidingWindowLayer::plan).
+#[derive(Clone, Copy, Debug)]
+pub struct PlanByKey<F>(pub(crate) F);
+
+impl<B, K, F> Plan<B, K> for PlanByKey<F>
+where
+    F: Fn(&K) -> Policy,
+{
+    fn policy<'a>(&'a self, _: &Request<B>, key: &K, _: &'a Policy) -> Cow<'a, Policy> {
+        Cow::Owned((self.0)(key))
+    }
+}
+
+/// Plans chosen from the request and its key, from a closure; see
+/// [`SlidingWindowLayer::plan_by_request`](crate::SlidingWindowLayer::plan_by_request).
+#[derive(Clone, Copy, Debug)]
+pub struct PlanByRequest<F>(pub(crate) F);
+
+impl<B, K, F> Plan<B, K> for PlanByRequest<F>
+where
+    F: Fn(&Request<B>, &K) -> Policy,
+{
+    fn policy<'a>(&'a self, request: &Request<B>, key: &K, _: &'a Policy) -> Cow<'a, Policy> {
+        Cow::Owned((self.0)(request, key))
+    }
+}

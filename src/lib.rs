@@ -87,6 +87,7 @@ mod clock;
 pub mod core;
 mod decision;
 mod error;
+pub mod extract;
 mod layer;
 mod limit;
 mod observe;

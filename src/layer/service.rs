@@ -32,7 +32,13 @@ pub struct SlidingWindow<S, E, St, P = SinglePolicy> {
 }
 
 impl<S, E, St, P> SlidingWindow<S, E, St, P> {
-    pub(crate) fn new(inner: S, extractor: E, store: St, plan: P, config: Arc<LayerConfig>) -> Self {
+    pub(crate) fn new(
+        inner: S,
+        extractor: E,
+        store: St,
+        plan: P,
+        config: Arc<LayerConfig>,
+    ) -> Self {
         Self {
             inner,
             extractor,

@@ -1,0 +1,76 @@
+//! The address of the connection's other end.
+
+use std::net::{IpAddr, SocketAddr};
+
+use http::Request;
+
+use super::ip::{check_prefix, key_for, DEFAULT_IPV6_PREFIX};
+use crate::error::ConfigError;
+use crate::layer::KeyExtractor;
+
+/// Keys requests by the peer's IP address: the TCP connection's other end.
+///
+/// It finds the address where servers record it, without an interceptor:
+/// axum's `ConnectInfo<SocketAddr>` (feature `axum`; serve with
+/// `into_make_service_with_connect_info::<SocketAddr>()`), tonic's
+/// `TcpConnectInfo` (feature `tonic`), or a plain `SocketAddr` extension
+/// that any other server can insert. IPv6 addresses are keyed by their /64
+/// (see [`ipv6_prefix`](PeerIp::ipv6_prefix)).
+///
+/// Behind a reverse proxy every request comes from the proxy: use
+/// [`ClientIp`](super::ClientIp) there.
+#[derive(Clone, Copy, Debug)]
+pub struct PeerIp {
+    ipv6_prefix: u8,
+}
+
+impl PeerIp {
+    /// Keys by the peer's address, IPv6 by /64.
+    pub fn new() -> Self {
+        Self {
+            ipv6_prefix: DEFAULT_IPV6_PREFIX,
+        }
+    }
+
+    /// Keys IPv6 peers by their first `bits` bits (128 for whole addresses).
+    ///
+    /// # Errors
+    ///
+    /// [`ConfigError`] unless `bits` is 1 to 128.
+    pub fn ipv6_prefix(mut self, bits: u8) -> Result<Self, ConfigError> {
+        self.ipv6_prefix = check_prefix(bits)?;
+        Ok(self)
+    }
+}
+
+impl Default for PeerIp {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl<B> KeyExtractor<B> for PeerIp {
+    type Key = IpAddr;
+
+    fn extract(&self, request: &Request<B>) -> Option<IpAddr> {
+        peer_addr(request).map(|ip| key_for(ip, self.ipv6_prefix))
+    }
+}
+
+/// The peer's IP as the server recorded it in the request's extensions.
+pub(super) fn peer_addr<B>(request: &Request<B>) -> Option<IpAddr> {
+    let extensions = request.extensions();
+    #[cfg(feature = "axum")]
+    if let Some(axum::extract::ConnectInfo(addr)) =
+        extensions.get::<axum::extract::ConnectInfo<SocketAddr>>()
+    {
+        return Some(addr.ip());
+    }
+    #[cfg(feature = "tonic")]
+    if let Some(info) = extensions.get::<tonic::transport::server::TcpConnectInfo>() {
+        if let Some(addr) = info.remote_addr() {
+            return Some(addr.ip());
+        }
+    }
+    extensions.get::<SocketAddr>().map(SocketAddr::ip)
+}

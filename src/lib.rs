@@ -83,6 +83,7 @@
 #![warn(missing_docs, unreachable_pub)]
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
+mod builder;
 mod clock;
 pub mod core;
 mod decision;
@@ -94,6 +95,7 @@ mod observe;
 mod policy;
 mod store;
 
+pub use crate::builder::ServiceBuilderExt;
 pub use crate::clock::{Clock, ManualClock, SystemClock};
 pub use crate::decision::{Decision, Origin};
 pub use crate::error::ConfigError;

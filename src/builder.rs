@@ -1,0 +1,61 @@
+//! `ServiceBuilder::new().sliding_window(…)`.
+
+use tower::layer::util::Stack;
+use tower::ServiceBuilder;
+
+use crate::layer::SlidingWindowLayer;
+use crate::limit::Limit;
+
+mod sealed {
+    pub trait Sealed {}
+    impl<L> Sealed for tower::ServiceBuilder<L> {}
+}
+
+/// Adds sliding-window rate limiting to a [`ServiceBuilder`].
+///
+/// ```
+/// use tower::{service_fn, ServiceBuilder};
+/// use tower_sliding_window::{Limit, ServiceBuilderExt};
+///
+/// let svc = ServiceBuilder::new()
+///     .sliding_window(Limit::per_second(10), |req: &http::Request<()>| {
+///         req.headers().get("x-api-key")?.to_str().ok().map(str::to_owned)
+///     })
+///     .service(service_fn(|_req: http::Request<()>| async {
+///         Ok::<_, std::convert::Infallible>(http::Response::new(()))
+///     }));
+/// ```
+///
+/// The trait is sealed: only `ServiceBuilder` implements it.
+pub trait ServiceBuilderExt<L>: sealed::Sealed + Sized {
+    /// Adds a [`SlidingWindowLayer`] allowing `limit` per key, with keys
+    /// taken by `extractor`, on a private in-memory store.
+    fn sliding_window<E>(
+        self,
+        limit: Limit,
+        extractor: E,
+    ) -> ServiceBuilder<Stack<SlidingWindowLayer<E>, L>>;
+
+    /// Adds a configured [`SlidingWindowLayer`].
+    fn sliding_window_layer<E, St, P>(
+        self,
+        layer: SlidingWindowLayer<E, St, P>,
+    ) -> ServiceBuilder<Stack<SlidingWindowLayer<E, St, P>, L>>;
+}
+
+impl<L> ServiceBuilderExt<L> for ServiceBuilder<L> {
+    fn sliding_window<E>(
+        self,
+        limit: Limit,
+        extractor: E,
+    ) -> ServiceBuilder<Stack<SlidingWindowLayer<E>, L>> {
+        self.layer(SlidingWindowLayer::new(limit, extractor))
+    }
+
+    fn sliding_window_layer<E, St, P>(
+        self,
+        layer: SlidingWindowLayer<E, St, P>,
+    ) -> ServiceBuilder<Stack<SlidingWindowLayer<E, St, P>, L>> {
+        self.layer(layer)
+    }
+}

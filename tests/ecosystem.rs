@@ -1,0 +1,214 @@
+//! Plans per key, rejection styles and `ServiceBuilderExt`.
+
+use std::convert::Infallible;
+use std::sync::{Arc, RwLock};
+
+use bytes::Bytes;
+use http::{Request, Response, StatusCode};
+use http_body_util::BodyExt;
+use tower::{service_fn, ServiceBuilder, ServiceExt};
+use tower_sliding_window::{
+    Algorithm, Limit, ManualClock, MemoryStore, Policy, Rejection, ServiceBuilderExt,
+    SlidingWindowLayer,
+};
+
+fn api_key(request: &Request<()>) -> Option<String> {
+    request
+        .headers()
+        .get("x-api-key")?
+        .to_str()
+        .ok()
+        .map(str::to_owned)
+}
+
+fn with_key(key: &str) -> Request<()> {
+    Request::builder()
+        .header("x-api-key", key)
+        .body(())
+        .unwrap()
+}
+
+async fn ok(_: Request<()>) -> Result<Response<String>, Infallible> {
+    Ok(Response::new(String::new()))
+}
+
+/// How many of `n` requests for `key` at one instant get through.
+async fn admitted<S>(svc: &S, key: &str, n: usize) -> usize
+where
+    S: tower::Service<
+            Request<()>,
+            Response = Response<tower_sliding_window::ResponseBody<String>>,
+            Error = Infallible,
+        > + Clone,
+{
+    let mut count = 0;
+    for _ in 0..n {
+        let response = svc.clone().oneshot(with_key(key)).await.unwrap();
+        count += usize::from(response.status() == StatusCode::OK);
+    }
+    count
+}
+
+#[tokio::test]
+async fn plans_pick_limits_per_key_and_can_change_while_running() {
+    let clock = ManualClock::new();
+    let free = Policy::new(
+        Algorithm::SlidingLog,
+        [Limit::per_second(2), Limit::per_minute(5)],
+    )
+    .unwrap()
+    .named("free");
+    let paid = Policy::new(
+        Algorithm::SlidingLog,
+        [Limit::per_second(20), Limit::per_minute(500)],
+    )
+    .unwrap()
+    .named("paid");
+    let paying: Arc<RwLock<Vec<String>>> = Arc::new(RwLock::new(vec!["acme".into()]));
+    let layer = {
+        let (free, paid, paying) = (free.clone(), paid.clone(), Arc::clone(&paying));
+        SlidingWindowLayer::with_policy(free.clone(), api_key)
+            .plan(move |key: &String| {
+                if paying.read().unwrap().contains(key) {
+                    paid.clone()
+                } else {
+                    free.clone()
+                }
+            })
+            .store(MemoryStore::with_clock(clock.clone()))
+    };
+    let svc = ServiceBuilder::new().layer(layer).service(service_fn(ok));
+
+    assert_eq!(admitted(&svc, "acme", 30).await, 20, "paid: 20 per second");
+    assert_eq!(admitted(&svc, "bob", 30).await, 2, "free: 2 per second");
+    let refused = svc.clone().oneshot(with_key("bob")).await.unwrap();
+    assert_eq!(
+        refused.headers()["ratelimit-policy"],
+        "\"1s\";q=2;w=1, \"60s\";q=5;w=60"
+    );
+
+    // Bob upgrades: no restart, the next request is judged by the paid plan.
+    paying.write().unwrap().push("bob".into());
+    assert_eq!(admitted(&svc, "bob", 30).await, 20);
+}
+
+#[tokio::test]
+async fn plans_by_request_see_the_request() {
+    let strict = Policy::new(Algorithm::SlidingCounter, [Limit::per_minute(1)]).unwrap();
+    let lenient = Policy::new(Algorithm::SlidingCounter, [Limit::per_minute(3)]).unwrap();
+    let layer = SlidingWindowLayer::with_policy(lenient.clone(), api_key)
+        .plan_by_request(move |request: &Request<()>, _key: &String| {
+            if request.uri().path() == "/login" {
+                strict.clone()
+            } else {
+                lenient.clone()
+            }
+        })
+        .store(MemoryStore::with_clock(ManualClock::new()));
+    let svc = ServiceBuilder::new().layer(layer).service(service_fn(ok));
+    let to = |path: &str| {
+        Request::builder()
+            .uri(path)
+            .header("x-api-key", "k")
+            .body(())
+            .unwrap()
+    };
+    let mut statuses = Vec::new();
+    for path in ["/login", "/login", "/home", "/home", "/home", "/home"] {
+        statuses.push(
+            svc.clone()
+                .oneshot(to(path))
+                .await
+                .unwrap()
+                .status()
+                .as_u16(),
+        );
+    }
+    assert_eq!(statuses, [200, 429, 200, 200, 200, 429]);
+}
+
+async fn refused_with(
+    rejection: Rejection,
+) -> Response<tower_sliding_window::ResponseBody<String>> {
+    let layer = SlidingWindowLayer::new(Limit::per_minute(1), api_key)
+        .rejection(rejection)
+        .store(MemoryStore::with_clock(ManualClock::new()));
+    let svc = ServiceBuilder::new().layer(layer).service(service_fn(ok));
+    svc.clone().oneshot(with_key("k")).await.unwrap();
+    svc.oneshot(with_key("k")).await.unwrap()
+}
+
+async fn text(response: Response<tower_sliding_window::ResponseBody<String>>) -> String {
+    let bytes = response.into_body().collect().await.unwrap().to_bytes();
+    String::from_utf8(bytes.to_vec()).unwrap()
+}
+
+#[tokio::test]
+async fn problem_json_rejection() {
+    let response = refused_with(Rejection::problem_json()).await;
+    assert_eq!(response.status(), StatusCode::TOO_MANY_REQUESTS);
+    assert_eq!(
+        response.headers()["content-type"],
+        "application/problem+json"
+    );
+    assert_eq!(response.headers()["retry-after"], "120");
+    let body = text(response).await;
+    assert!(
+        body.starts_with(
+            "{\"type\":\"https://iana.org/assignments/http-problem-types#quota-exceeded\""
+        ),
+        "{body}"
+    );
+    assert!(
+        body.contains("\"status\":429") && body.contains("\"retry-after\":120"),
+        "{body}"
+    );
+}
+
+#[tokio::test]
+async fn custom_rejection_and_status() {
+    let custom = Rejection::custom(|decision| {
+        let mut response = Response::new(Bytes::from(format!(
+            "wait {}s",
+            decision.retry_after().as_secs()
+        )));
+        *response.status_mut() = StatusCode::IM_A_TEAPOT;
+        response
+            .headers_mut()
+            .insert("retry-after", "999".parse().unwrap());
+        response
+    });
+    let response = refused_with(custom).await;
+    assert_eq!(response.status(), StatusCode::IM_A_TEAPOT);
+    assert_eq!(
+        response.headers()["retry-after"],
+        "999",
+        "its own header is kept"
+    );
+    assert!(
+        response.headers().contains_key("ratelimit"),
+        "missing ones are added"
+    );
+    assert_eq!(text(response).await, "wait 120s");
+
+    let unavailable =
+        refused_with(Rejection::plain_text().with_status(StatusCode::SERVICE_UNAVAILABLE)).await;
+    assert_eq!(unavailable.status(), StatusCode::SERVICE_UNAVAILABLE);
+    assert_eq!(unavailable.headers()["retry-after"], "120");
+}
+
+#[tokio::test]
+async fn service_builder_ext_adds_the_layer() {
+    let svc = ServiceBuilder::new()
+        .sliding_window(Limit::per_second(1), api_key)
+        .service(service_fn(ok));
+    assert_eq!(admitted(&svc, "k", 3).await, 1);
+
+    let clock = ManualClock::new();
+    let layer = SlidingWindowLayer::new(Limit::per_second(2), api_key)
+        .store(MemoryStore::with_clock(clock));
+    let svc = ServiceBuilder::new()
+        .sliding_window_layer(layer)
+        .service(service_fn(ok));
+    assert_eq!(admitted(&svc, "k", 3).await, 2);
+}

@@ -1,0 +1,96 @@
+//! The `metrics` counters move as decisions are made, labelled by policy.
+#![cfg(feature = "metrics")]
+
+use std::convert::Infallible;
+use std::future::{ready, Ready};
+
+use http::{Request, Response};
+use metrics_util::debugging::{DebugValue, DebuggingRecorder};
+use metrics_util::MetricKind;
+use tower::{service_fn, ServiceBuilder, ServiceExt};
+use tower_sliding_window::{
+    Algorithm, Decision, Limit, ManualClock, MemoryStore, Policy, SlidingWindowLayer, Store,
+    StoreError,
+};
+
+fn key(_: &Request<()>) -> Option<&'static str> {
+    Some("secret-client-key")
+}
+
+#[derive(Clone)]
+struct Down;
+
+impl Store<&'static str> for Down {
+    type Future = Ready<Result<Decision, StoreError>>;
+
+    fn decide(&self, _: &'static str, _: &Policy) -> Self::Future {
+        ready(Err(StoreError::new("down", None)))
+    }
+}
+
+#[tokio::test]
+async fn decisions_and_store_errors_are_counted_by_policy_label() {
+    let recorder = DebuggingRecorder::new();
+    let snapshotter = recorder.snapshotter();
+    metrics::set_global_recorder(recorder).unwrap();
+
+    let policy = Policy::new(Algorithm::SlidingLog, [Limit::per_minute(2)])
+        .unwrap()
+        .named("login");
+    let svc = ServiceBuilder::new()
+        .layer(
+            SlidingWindowLayer::with_policy(policy.clone(), key)
+                .store(MemoryStore::with_clock(ManualClock::new())),
+        )
+        .service(service_fn(|_: Request<()>| async {
+            Ok::<_, Infallible>(Response::new(()))
+        }));
+    for _ in 0..5 {
+        svc.clone().oneshot(Request::new(())).await.unwrap();
+    }
+    let failing = ServiceBuilder::new()
+        .layer(SlidingWindowLayer::with_policy(policy, key).store(Down))
+        .service(service_fn(|_: Request<()>| async {
+            Ok::<_, Infallible>(Response::new(()))
+        }));
+    failing.oneshot(Request::new(())).await.unwrap();
+
+    let mut counts = Vec::new();
+    for (composite, _, _, value) in snapshotter.snapshot().into_vec() {
+        assert_eq!(composite.kind(), MetricKind::Counter);
+        let key = composite.key();
+        let labels: Vec<String> = key
+            .labels()
+            .map(|l| format!("{}={}", l.key(), l.value()))
+            .collect();
+        assert!(
+            !labels.iter().any(|l| l.contains("secret-client-key")),
+            "never label by key"
+        );
+        let DebugValue::Counter(n) = value else {
+            panic!("counter expected")
+        };
+        counts.push((key.name().to_owned(), labels.join(","), n));
+    }
+    counts.sort();
+    assert_eq!(
+        counts,
+        [
+            (
+                "tower_sliding_window_decisions_total".to_owned(),
+                "policy=login,outcome=allowed".to_owned(),
+                2
+            ),
+            (
+                "tower_sliding_window_decisions_total".to_owned(),
+                "policy=login,outcome=rejected".to_owned(),
+                3
+            ),
+            (
+                "tower_sliding_window_store_errors_total".to_owned(),
+                "policy=login".to_owned(),
+                1
+            ),
+        ]
+    );
+}

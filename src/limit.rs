@@ -103,8 +103,9 @@ impl Limit {
         self.window_micros
     }
 
-    /// The window in its largest whole unit: `60s`, `500ms` or `1500us`.
-    pub(crate) fn window_name(&self) -> String {
+    /// The window in its largest whole unit: `60s`, `500ms` or `1500us`; the
+    /// limit's name in `RateLimit` headers.
+    pub fn window_name(&self) -> String {
         let micros = self.window_micros;
         if micros.is_multiple_of(1_000_000) {
             format!("{}s", micros / 1_000_000)

@@ -1,0 +1,115 @@
+//! The axum and tonic examples, served on 127.0.0.1:0 and called by real clients.
+
+#[cfg(feature = "axum")]
+#[path = "../examples/axum/app.rs"]
+mod axum_app;
+
+#[cfg(feature = "tonic")]
+#[path = "../examples/tonic/server.rs"]
+mod tonic_server;
+
+#[cfg(feature = "axum")]
+mod axum_example {
+    use std::net::SocketAddr;
+
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    /// One HTTP/1.1 request on a fresh connection: (status, body).
+    async fn send(addr: SocketAddr, request: &str) -> (u16, String) {
+        let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
+        stream.write_all(request.as_bytes()).await.unwrap();
+        let mut reply = String::new();
+        stream.read_to_string(&mut reply).await.unwrap();
+        let status = reply.split(' ').nth(1).unwrap().parse().unwrap();
+        let body = reply
+            .split("\r\n\r\n")
+            .nth(1)
+            .unwrap_or_default()
+            .to_owned();
+        (status, body)
+    }
+
+    fn get(forwarded_for: &str) -> String {
+        format!("GET / HTTP/1.1\r\nhost: t\r\nx-forwarded-for: {forwarded_for}\r\nconnection: close\r\n\r\n")
+    }
+
+    const LOGIN: &str =
+        "POST /login HTTP/1.1\r\nhost: t\r\ncontent-length: 0\r\nconnection: close\r\n\r\n";
+
+    #[tokio::test]
+    async fn per_route_limits_behind_a_trusted_proxy() {
+        let app = crate::axum_app::app(&["127.0.0.1/32"]);
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let server = tokio::spawn(async move {
+            axum::serve(
+                listener,
+                app.into_make_service_with_connect_info::<SocketAddr>(),
+            )
+            .await
+        });
+
+        // Two clients behind the proxy each get their own 5 per second.
+        let mut alice = Vec::new();
+        for _ in 0..6 {
+            alice.push(send(addr, &get("203.0.113.7")).await.0);
+        }
+        assert_eq!(alice, [200, 200, 200, 200, 200, 429]);
+        let (status, body) = send(addr, &get("198.51.100.1")).await;
+        assert_eq!((status, body.as_str()), (200, "hello! 4 left in this 1s\n"));
+        // A forged leftmost entry does not give Alice a fresh window.
+        assert_eq!(send(addr, &get("1.2.3.4, 203.0.113.7")).await.0, 429);
+
+        // /login has its own, stricter limit and answers with problem+json.
+        for _ in 0..3 {
+            assert_eq!(send(addr, LOGIN).await.0, 200);
+        }
+        let (status, body) = send(addr, LOGIN).await;
+        assert_eq!(status, 429);
+        assert!(body.contains("quota-exceeded"), "{body}");
+        server.abort();
+    }
+}
+
+#[cfg(feature = "tonic")]
+mod tonic_example {
+    use tonic::transport::Endpoint;
+    use tonic::Code;
+    use tonic_health::pb::health_client::HealthClient;
+    use tonic_health::pb::HealthCheckRequest;
+
+    #[tokio::test]
+    async fn grpc_client_gets_resource_exhausted_with_a_retry_delay() {
+        let (listener, addr) = crate::tonic_server::bind(0).await.unwrap();
+        let server = tokio::spawn(crate::tonic_server::serve(listener, 2));
+        let channel = Endpoint::from_shared(format!("http://{addr}"))
+            .unwrap()
+            .connect()
+            .await
+            .unwrap();
+        let mut client = HealthClient::new(channel);
+        let check = || HealthCheckRequest {
+            service: String::new(),
+        };
+        for _ in 0..2 {
+            client.check(check()).await.unwrap();
+        }
+        let status = client.check(check()).await.unwrap_err();
+        server.abort();
+        assert_eq!(status.code(), Code::ResourceExhausted);
+        let retry: u64 = status
+            .metadata()
+            .get("retry-after")
+            .unwrap()
+            .to_str()
+            .unwrap()
+            .parse()
+            .unwrap();
+        assert!((1..=120).contains(&retry), "retry after {retry} s");
+        assert!(
+            status.message().contains("limit of 2 per 60s"),
+            "{}",
+            status.message()
+        );
+    }
+}

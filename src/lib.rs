@@ -9,7 +9,46 @@
 //! with status `RESOURCE_EXHAUSTED`. Its error type is the inner service's,
 //! so axum's `Router::layer` and tonic's `Server::layer` take it as is.
 //!
-//! # Quick start
+//! # Quick start: axum
+//!
+//! ```no_run
+//! use std::net::SocketAddr;
+//! use axum::{routing::get, Router};
+//! use tower_sliding_window::extract::PeerIp;
+//! use tower_sliding_window::{Limit, SlidingWindowLayer};
+//!
+//! # async fn run() -> std::io::Result<()> {
+//! // 10 per second and 100 per minute per client IP, judged together.
+//! let limit = SlidingWindowLayer::new(Limit::per_second(10), PeerIp::new()).limit(Limit::per_minute(100));
+//! let app = Router::new().route("/", get(|| async { "hello" })).layer(limit);
+//! let listener = tokio::net::TcpListener::bind("127.0.0.1:3000").await?;
+//! // PeerIp reads ConnectInfo (feature `axum`); or key by anything with a closure.
+//! axum::serve(listener, app.into_make_service_with_connect_info::<SocketAddr>()).await
+//! # }
+//! ```
+//!
+//! # Quick start: tonic
+//!
+//! ```no_run
+//! use tonic::transport::Server;
+//! use tower_sliding_window::extract::PeerIp;
+//! use tower_sliding_window::{Limit, SlidingWindowLayer};
+//!
+//! # async fn run() -> Result<(), tonic::transport::Error> {
+//! let (_reporter, health) = tonic_health::server::health_reporter();
+//! Server::builder()
+//!     // Refused calls fail with Code::ResourceExhausted and a retry-after in the metadata.
+//!     .layer(SlidingWindowLayer::new(Limit::per_minute(600), PeerIp::new()))
+//!     .add_service(health)
+//!     .serve("127.0.0.1:50051".parse().unwrap())
+//!     .await
+//! # }
+//! ```
+//!
+//! # Testing with a manual clock
+//!
+//! Stores read a [`Clock`]; give them a [`ManualClock`] and drive a service
+//! with `tower::ServiceExt`:
 //!
 //! ```
 //! use std::time::Duration;
@@ -37,6 +76,8 @@
 //! let refused = svc.clone().oneshot(request()).await?;
 //! assert_eq!(refused.status(), 429);
 //! assert_eq!(refused.headers()["retry-after"], "31");
+//! clock.advance(Duration::from_secs(31));
+//! assert_eq!(svc.clone().oneshot(request()).await?.status(), 200);
 //! # Ok(())
 //! # }
 //! ```
@@ -79,6 +120,32 @@
 //! Stores read a [`Clock`]: [`SystemClock`] (monotonic) by default, or a
 //! [`ManualClock`] that tests move by hand, so a scenario spanning minutes
 //! runs in microseconds. Windows are counted in whole microseconds.
+//!
+//! # Differences from `tower::limit::RateLimit` and `tower_governor`
+//!
+//! * `tower::limit::RateLimit` counts per *service instance*, is not `Clone`,
+//!   and makes callers wait in `poll_ready` instead of refusing. axum needs
+//!   `Buffer` in front of it, and then one limit is shared by every client.
+//!   Here state lives in a shared store keyed per client, clones share it,
+//!   `poll_ready` never waits, and refusals are real 429 responses.
+//! * `tower_governor` (GCRA through `governor`) allows bursts by design and
+//!   keeps state in one process. Refusals come out of the service as errors
+//!   that axum users turn into responses. Its smart IP extractor takes the
+//!   *leftmost* `X-Forwarded-For` entry, which any client can forge; here
+//!   [`extract::ClientIp`] takes the rightmost address no trusted proxy
+//!   vouches for. This crate adds sliding windows (exact or approximate),
+//!   several limits judged all-or-nothing, Redis and Redis Cluster for shared
+//!   limits, plans per key, gRPC-native refusals and the IETF `RateLimit`
+//!   headers. GCRA / token bucket is not offered (yet).
+//!
+//! # Features
+//!
+//! * `redis`: [`RedisStore`], for Redis 6+ and Redis Cluster.
+//! * `axum`, `tonic`: [`extract::PeerIp`] and [`extract::ClientIp`] read the
+//!   peer address those servers record.
+//! * `tracing`: events for refusals and store failures.
+//! * `metrics`: decision counters through the `metrics` facade, labelled by
+//!   [`Policy::label`], never by key.
 #![forbid(unsafe_code)]
 #![warn(missing_docs, unreachable_pub)]
 #![cfg_attr(docsrs, feature(doc_cfg))]

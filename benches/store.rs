@@ -1,0 +1,165 @@
+//! One decision in the in-memory store, against governor's keyed limiter and
+//! a naive `Mutex<HashMap>`, in one run: a hot key and 100k keys, on one
+//! thread and on two.
+//!
+//! `cargo bench --bench store`; ratios are printed at the end.
+
+mod report;
+
+use std::collections::HashMap;
+use std::hint::black_box;
+use std::num::NonZeroU32;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use criterion::{Criterion, Throughput};
+use governor::{Quota, RateLimiter};
+use tower_sliding_window::{Algorithm, Clock, Limit, MemoryStore, Policy, SystemClock};
+
+const KEYS: u64 = 100_000;
+
+/// Anything that can judge a request for a `u64` key.
+trait Limiter: Send + Sync {
+    fn check(&self, key: u64) -> bool;
+}
+
+struct Ours<C: Clock> {
+    store: MemoryStore<C>,
+    policy: Policy,
+}
+
+impl<C: Clock> Limiter for Ours<C> {
+    fn check(&self, key: u64) -> bool {
+        self.store.decide_now(key, &self.policy).is_allowed()
+    }
+}
+
+fn ours(algorithm: Algorithm, max: u32, window: Duration) -> Ours<SystemClock> {
+    Ours {
+        store: MemoryStore::new(),
+        policy: Policy::new(algorithm, [Limit::new(max, window).unwrap()]).unwrap(),
+    }
+}
+
+struct Governor(governor::DefaultKeyedRateLimiter<u64>);
+
+impl Limiter for Governor {
+    fn check(&self, key: u64) -> bool {
+        self.0.check_key(&key).is_ok()
+    }
+}
+
+/// The obvious hand-written limiter: one lock around a map of fixed windows.
+struct NaiveMutexMap {
+    map: Mutex<HashMap<u64, (u64, u32)>>,
+    start: Instant,
+    max: u32,
+}
+
+impl Limiter for NaiveMutexMap {
+    fn check(&self, key: u64) -> bool {
+        let window = self.start.elapsed().as_secs();
+        let mut map = self.map.lock().unwrap();
+        let entry = map.entry(key).or_insert((window, 0));
+        if entry.0 != window {
+            *entry = (window, 0);
+        }
+        entry.1 += 1;
+        entry.1 <= self.max
+    }
+}
+
+/// The contenders, all with quotas that accept practically everything, so
+/// every run measures the accepting path (the one that writes).
+fn contenders() -> Vec<(&'static str, Box<dyn Limiter>)> {
+    let huge = u32::MAX;
+    vec![
+        ("governor check_key", Box::new(Governor(RateLimiter::keyed(Quota::per_second(NonZeroU32::MAX))))),
+        ("ours counter", Box::new(ours(Algorithm::SlidingCounter, huge, Duration::from_secs(1)))),
+        ("ours fixed", Box::new(ours(Algorithm::FixedWindow, huge, Duration::from_secs(1)))),
+        // A 1 µs window keeps the ring of 100 turning: every call accepts and records.
+        ("ours log (limit 100)", Box::new(ours(Algorithm::SlidingLog, 100, Duration::from_micros(1)))),
+        ("naive Mutex<HashMap>", Box::new(NaiveMutexMap { map: Mutex::new(HashMap::new()), start: Instant::now(), max: huge })),
+    ]
+}
+
+const IDS: [&str; 5] = ["governor check_key", "ours counter", "ours fixed", "ours log (limit 100)", "naive Mutex<HashMap>"];
+
+fn single_thread(c: &mut Criterion, group_name: &str, keys: u64) {
+    let mut group = c.benchmark_group(group_name);
+    group.throughput(Throughput::Elements(1));
+    for (name, limiter) in contenders() {
+        for key in 0..keys {
+            limiter.check(key);
+        }
+        let mut key = 0;
+        group.bench_function(name, |b| {
+            b.iter(|| {
+                key = if key + 1 == keys { 0 } else { key + 1 };
+                black_box(limiter.check(black_box(key)))
+            })
+        });
+    }
+    group.finish();
+}
+
+fn two_threads(c: &mut Criterion, group_name: &str, keys: u64) {
+    let mut group = c.benchmark_group(group_name);
+    group.throughput(Throughput::Elements(1));
+    for (name, limiter) in contenders() {
+        let limiter: Arc<dyn Limiter> = Arc::from(limiter);
+        for key in 0..keys {
+            limiter.check(key);
+        }
+        group.bench_function(name, |b| {
+            b.iter_custom(|iters| {
+                let start = Instant::now();
+                std::thread::scope(|scope| {
+                    for thread in 0..2u64 {
+                        let limiter = Arc::clone(&limiter);
+                        scope.spawn(move || {
+                            let mut key = thread * (keys / 2);
+                            for _ in 0..iters / 2 {
+                                key = if key + 1 >= keys { 0 } else { key + 1 };
+                                black_box(limiter.check(key));
+                            }
+                        });
+                    }
+                });
+                // Time per decision with both threads working.
+                start.elapsed() / 2
+            })
+        });
+    }
+    group.finish();
+}
+
+fn clocks(c: &mut Criterion) {
+    let mut group = c.benchmark_group("clock read");
+    group.bench_function("Instant::now", |b| b.iter(|| black_box(Instant::now())));
+    group.bench_function("SystemClock", |b| b.iter(|| black_box(SystemClock.now_micros())));
+    let quanta = governor::clock::QuantaClock::default();
+    group.bench_function("quanta (governor's)", |b| {
+        b.iter(|| black_box(governor::clock::Clock::now(&quanta)))
+    });
+    group.finish();
+}
+
+fn main() {
+    let mut c = Criterion::default()
+        .sample_size(30)
+        .warm_up_time(Duration::from_millis(500))
+        .measurement_time(Duration::from_secs(2))
+        .configure_from_args();
+    single_thread(&mut c, "one thread, hot key", 1);
+    single_thread(&mut c, "one thread, 100k keys", KEYS);
+    two_threads(&mut c, "two threads, hot key", 1);
+    two_threads(&mut c, "two threads, 100k keys", KEYS);
+    clocks(&mut c);
+    c.final_summary();
+
+    for group in ["one thread, hot key", "one thread, 100k keys", "two threads, hot key", "two threads, 100k keys"] {
+        report::print_group(group, &IDS, "governor check_key");
+    }
+    report::print_group("clock read", &["Instant::now", "SystemClock", "quanta (governor's)"], "Instant::now");
+}

@@ -8,18 +8,26 @@ use std::path::PathBuf;
 pub type Spread = (f64, f64, f64);
 
 fn criterion_dir() -> PathBuf {
-    let target = std::env::var_os("CARGO_TARGET_DIR").map_or_else(|| PathBuf::from("target"), PathBuf::from);
+    let target =
+        std::env::var_os("CARGO_TARGET_DIR").map_or_else(|| PathBuf::from("target"), PathBuf::from);
     target.join("criterion")
 }
 
 /// The spread of one benchmark's samples, if it ran.
 pub fn spread(group: &str, id: &str) -> Option<Spread> {
-    let path = criterion_dir().join(group).join(id).join("new").join("sample.json");
+    let path = criterion_dir()
+        .join(group)
+        .join(id)
+        .join("new")
+        .join("sample.json");
     let text = std::fs::read_to_string(path).ok()?;
     let numbers = |field: &str| -> Option<Vec<f64>> {
         let start = text.find(&format!("\"{field}\":["))? + field.len() + 4;
         let end = start + text[start..].find(']')?;
-        text[start..end].split(',').map(|n| n.trim().parse().ok()).collect()
+        text[start..end]
+            .split(',')
+            .map(|n| n.trim().parse().ok())
+            .collect()
     };
     let iters = numbers("iters")?;
     let times = numbers("times")?;
@@ -39,7 +47,10 @@ pub fn print_group(group: &str, ids: &[&str], baseline: &str) -> BTreeMap<String
     }
     let base = found.get(baseline).map(|s| s.1);
     println!("\n{group} (ns per operation; ratio = median / median of {baseline})");
-    println!("  {:<34} {:>9} {:>9} {:>9} {:>7}", "", "min", "median", "max", "ratio");
+    println!(
+        "  {:<34} {:>9} {:>9} {:>9} {:>7}",
+        "", "min", "median", "max", "ratio"
+    );
     for id in ids {
         if let Some(&(min, median, max)) = found.get(*id) {
             let ratio = base.map_or(String::from("-"), |b| format!("{:.2}", median / b));

@@ -74,16 +74,47 @@ impl Limiter for NaiveMutexMap {
 fn contenders() -> Vec<(&'static str, Box<dyn Limiter>)> {
     let huge = u32::MAX;
     vec![
-        ("governor check_key", Box::new(Governor(RateLimiter::keyed(Quota::per_second(NonZeroU32::MAX))))),
-        ("ours counter", Box::new(ours(Algorithm::SlidingCounter, huge, Duration::from_secs(1)))),
-        ("ours fixed", Box::new(ours(Algorithm::FixedWindow, huge, Duration::from_secs(1)))),
+        (
+            "governor check_key",
+            Box::new(Governor(RateLimiter::keyed(Quota::per_second(
+                NonZeroU32::MAX,
+            )))),
+        ),
+        (
+            "ours counter",
+            Box::new(ours(
+                Algorithm::SlidingCounter,
+                huge,
+                Duration::from_secs(1),
+            )),
+        ),
+        (
+            "ours fixed",
+            Box::new(ours(Algorithm::FixedWindow, huge, Duration::from_secs(1))),
+        ),
         // A 1 µs window keeps the ring of 100 turning: every call accepts and records.
-        ("ours log (limit 100)", Box::new(ours(Algorithm::SlidingLog, 100, Duration::from_micros(1)))),
-        ("naive Mutex<HashMap>", Box::new(NaiveMutexMap { map: Mutex::new(HashMap::new()), start: Instant::now(), max: huge })),
+        (
+            "ours log limit 100",
+            Box::new(ours(Algorithm::SlidingLog, 100, Duration::from_micros(1))),
+        ),
+        (
+            "naive mutex map",
+            Box::new(NaiveMutexMap {
+                map: Mutex::new(HashMap::new()),
+                start: Instant::now(),
+                max: huge,
+            }),
+        ),
     ]
 }
 
-const IDS: [&str; 5] = ["governor check_key", "ours counter", "ours fixed", "ours log (limit 100)", "naive Mutex<HashMap>"];
+const IDS: [&str; 5] = [
+    "governor check_key",
+    "ours counter",
+    "ours fixed",
+    "ours log limit 100",
+    "naive mutex map",
+];
 
 fn single_thread(c: &mut Criterion, group_name: &str, keys: u64) {
     let mut group = c.benchmark_group(group_name);
@@ -136,10 +167,12 @@ fn two_threads(c: &mut Criterion, group_name: &str, keys: u64) {
 
 fn clocks(c: &mut Criterion) {
     let mut group = c.benchmark_group("clock read");
-    group.bench_function("Instant::now", |b| b.iter(|| black_box(Instant::now())));
-    group.bench_function("SystemClock", |b| b.iter(|| black_box(SystemClock.now_micros())));
+    group.bench_function("std Instant now", |b| b.iter(|| black_box(Instant::now())));
+    group.bench_function("SystemClock", |b| {
+        b.iter(|| black_box(SystemClock.now_micros()))
+    });
     let quanta = governor::clock::QuantaClock::default();
-    group.bench_function("quanta (governor's)", |b| {
+    group.bench_function("quanta now", |b| {
         b.iter(|| black_box(governor::clock::Clock::now(&quanta)))
     });
     group.finish();
@@ -158,8 +191,17 @@ fn main() {
     clocks(&mut c);
     c.final_summary();
 
-    for group in ["one thread, hot key", "one thread, 100k keys", "two threads, hot key", "two threads, 100k keys"] {
+    for group in [
+        "one thread, hot key",
+        "one thread, 100k keys",
+        "two threads, hot key",
+        "two threads, 100k keys",
+    ] {
         report::print_group(group, &IDS, "governor check_key");
     }
-    report::print_group("clock read", &["Instant::now", "SystemClock", "quanta (governor's)"], "Instant::now");
+    report::print_group(
+        "clock read",
+        &["std Instant now", "SystemClock", "quanta now"],
+        "std Instant now",
+    );
 }

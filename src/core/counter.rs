@@ -4,6 +4,7 @@
 use std::time::Duration;
 
 use super::refusal::{tightest, Verdict};
+use super::slots::Slots;
 use crate::clock::micros;
 use crate::decision::Decision;
 use crate::limit::Limit;
@@ -52,7 +53,7 @@ fn split(now: u64, w: u64) -> (u64, u64) {
 /// one window an earlier time only weighs the previous count more.
 #[derive(Clone, Debug, Default)]
 pub struct SlidingCounter {
-    slots: Box<[Slot]>,
+    slots: Slots<Slot>,
 }
 
 impl SlidingCounter {
@@ -86,55 +87,91 @@ impl SlidingCounter {
 
     pub(crate) fn decide_micros(&mut self, now: u64, limits: &[Limit]) -> Decision {
         if self.slots.len() != limits.len() {
-            self.slots = vec![Slot::default(); limits.len()].into_boxed_slice();
+            self.slots = Slots::new(limits.len());
         }
-        let now = now.max(counted_since(self.slots.iter().map(|s| s.window), limits));
-        let mut verdict = Verdict::default();
-        for (index, (slot, limit)) in self.slots.iter_mut().zip(limits).enumerate() {
-            let w = limit.window_micros();
-            let (k, elapsed) = split(now, w);
-            slot.roll_to(k);
-            if weighted_fits(slot, limit, elapsed, 1).is_none() {
-                verdict.refuse(index, wait_for(slot, limit, elapsed, 1));
-            }
-        }
-        if let Some(refusal) = verdict.refusal(limits) {
-            return refusal;
-        }
-        for slot in self.slots.iter_mut() {
-            slot.current = slot.current.saturating_add(1);
-        }
-        let slots = &self.slots;
-        tightest(limits, |index| {
-            let (slot, limit) = (&slots[index], &limits[index]);
-            let elapsed = split(now, limit.window_micros()).1;
-            let remaining = weighted_fits(slot, limit, elapsed, 0).unwrap_or(0);
-            let replenish = if remaining >= limit.max() {
-                0
-            } else {
-                wait_for(slot, limit, elapsed, remaining + 1)
-            };
-            (remaining, replenish)
-        })
+        decide(&mut self.slots, now, limits)
     }
 
     pub(crate) fn idle_from_micros(&self, limits: &[Limit]) -> u64 {
-        self.slots
-            .iter()
-            .zip(limits)
-            .map(|(slot, limit)| {
-                let windows_left = if slot.current > 0 {
-                    2
-                } else if slot.previous > 0 {
-                    1
-                } else {
-                    0
-                };
-                (slot.window + windows_left).saturating_mul(limit.window_micros())
-            })
-            .max()
-            .unwrap_or(0)
+        idle_from(&self.slots, limits)
     }
+}
+
+/// A sliding counter for exactly `N` limits, stored inline: what the memory
+/// store keeps per key for policies of one or two limits, so an entry stays
+/// within a few words.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct CompactCounter<const N: usize> {
+    slots: [Slot; N],
+}
+
+impl<const N: usize> Default for CompactCounter<N> {
+    fn default() -> Self {
+        Self {
+            slots: [Slot::default(); N],
+        }
+    }
+}
+
+impl<const N: usize> CompactCounter<N> {
+    /// Only for policies of exactly `N` limits; the store picks the type by
+    /// the number of limits.
+    pub(crate) fn decide_micros(&mut self, now: u64, limits: &[Limit]) -> Decision {
+        debug_assert_eq!(limits.len(), N);
+        decide(&mut self.slots, now, limits)
+    }
+
+    pub(crate) fn idle_from_micros(&self, limits: &[Limit]) -> u64 {
+        idle_from(&self.slots, limits)
+    }
+}
+
+fn decide(slots: &mut [Slot], now: u64, limits: &[Limit]) -> Decision {
+    let now = now.max(counted_since(slots.iter().map(|s| s.window), limits));
+    let mut verdict = Verdict::default();
+    for (index, (slot, limit)) in slots.iter_mut().zip(limits).enumerate() {
+        let w = limit.window_micros();
+        let (k, elapsed) = split(now, w);
+        slot.roll_to(k);
+        if weighted_fits(slot, limit, elapsed, 1).is_none() {
+            verdict.refuse(index, wait_for(slot, limit, elapsed, 1));
+        }
+    }
+    if let Some(refusal) = verdict.refusal(limits) {
+        return refusal;
+    }
+    for slot in slots.iter_mut() {
+        slot.current = slot.current.saturating_add(1);
+    }
+    tightest(limits, |index| {
+        let (slot, limit) = (&slots[index], &limits[index]);
+        let elapsed = split(now, limit.window_micros()).1;
+        let remaining = weighted_fits(slot, limit, elapsed, 0).unwrap_or(0);
+        let replenish = if remaining >= limit.max() {
+            0
+        } else {
+            wait_for(slot, limit, elapsed, remaining + 1)
+        };
+        (remaining, replenish)
+    })
+}
+
+fn idle_from(slots: &[Slot], limits: &[Limit]) -> u64 {
+    slots
+        .iter()
+        .zip(limits)
+        .map(|(slot, limit)| {
+            let windows_left = if slot.current > 0 {
+                2
+            } else if slot.previous > 0 {
+                1
+            } else {
+                0
+            };
+            (slot.window + windows_left).saturating_mul(limit.window_micros())
+        })
+        .max()
+        .unwrap_or(0)
 }
 
 /// The start of the latest fixed window any limit has counted in: the
@@ -147,14 +184,36 @@ pub(crate) fn counted_since(windows: impl Iterator<Item = u64>, limits: &[Limit]
         .unwrap_or(0)
 }
 
+/// `a * b / d`, rounded down or up: in `u64` when the product fits (windows
+/// under about an hour, the common case and four times cheaper), in `u128`
+/// otherwise. Exact either way.
+fn mul_div(a: u64, b: u64, d: u64, round_up: bool) -> u128 {
+    let (product, d) = match a.checked_mul(b) {
+        Some(p) => {
+            let q = p / d;
+            return u128::from(if round_up && q * d != p { q + 1 } else { q });
+        }
+        None => (u128::from(a) * u128::from(b), u128::from(d)),
+    };
+    let q = product / d;
+    if round_up && q * d != product {
+        q + 1
+    } else {
+        q
+    }
+}
+
 /// If `extra` more requests fit now, how many more would fit after them
 /// (`Some(spare)`); `None` if they do not fit.
+///
+/// `previous * (W - e) + (current + extra) * W <= max * W` holds iff
+/// `current + extra + ceil(previous * (W - e) / W) <= max`, since the other
+/// terms are whole multiples of `W`.
 fn weighted_fits(slot: &Slot, limit: &Limit, elapsed: u64, extra: u32) -> Option<u32> {
-    let w = u128::from(limit.window_micros());
-    let carried = u128::from(slot.previous) * (w - u128::from(elapsed));
-    let used = carried + (u128::from(slot.current) + u128::from(extra)) * w;
-    let capacity = u128::from(limit.max()) * w;
-    let spare = capacity.checked_sub(used)? / w;
+    let w = limit.window_micros();
+    let carried = mul_div(u64::from(slot.previous), w - elapsed, w, true);
+    let used = carried + u128::from(slot.current) + u128::from(extra);
+    let spare = u128::from(limit.max()).checked_sub(used)?;
     Some(u32::try_from(spare).unwrap_or(u32::MAX))
 }
 
@@ -164,15 +223,13 @@ fn weighted_fits(slot: &Slot, limit: &Limit, elapsed: u64, extra: u32) -> Option
 /// latest two windows on, when both counts have gone.
 fn wait_for(slot: &Slot, limit: &Limit, elapsed: u64, n: u32) -> u64 {
     let w = limit.window_micros();
-    let max = u128::from(limit.max());
-    let n = u128::from(n);
-    // previous * (w - e) <= slack  <=>  e >= w - floor(slack / previous)
+    // previous * (w - e) <= slack * w  <=>  e >= w - floor(slack * w / previous)
     let earliest_in = |previous: u32, current: u32| -> Option<u64> {
-        let slack = max.checked_sub(u128::from(current) + n)? * u128::from(w);
+        let slack = limit.max().checked_sub(current)?.checked_sub(n)?;
         if previous == 0 {
             return Some(0);
         }
-        let fade = slack / u128::from(previous);
+        let fade = mul_div(u64::from(slack), w, u64::from(previous), false);
         let earliest = u128::from(w).saturating_sub(fade) as u64;
         (earliest < w).then_some(earliest)
     };

@@ -5,6 +5,7 @@ use std::time::Duration;
 
 use super::counter::counted_since;
 use super::refusal::{tightest, Verdict};
+use super::slots::Slots;
 use crate::clock::micros;
 use crate::decision::Decision;
 use crate::limit::Limit;
@@ -23,7 +24,7 @@ struct Slot {
 /// is what the sliding algorithms exist to prevent.
 #[derive(Clone, Debug, Default)]
 pub struct FixedWindow {
-    slots: Box<[Slot]>,
+    slots: Slots<Slot>,
 }
 
 impl FixedWindow {
@@ -53,50 +54,84 @@ impl FixedWindow {
 
     pub(crate) fn decide_micros(&mut self, now: u64, limits: &[Limit]) -> Decision {
         if self.slots.len() != limits.len() {
-            self.slots = vec![Slot::default(); limits.len()].into_boxed_slice();
+            self.slots = Slots::new(limits.len());
         }
-        // A clock that stepped back is judged in the latest block counted in.
-        let now = now.max(counted_since(self.slots.iter().map(|s| s.window), limits));
-        let mut verdict = Verdict::default();
-        for (index, (slot, limit)) in self.slots.iter_mut().zip(limits).enumerate() {
-            let k = now / limit.window_micros();
-            if slot.window != k {
-                *slot = Slot {
-                    window: k,
-                    count: 0,
-                };
-            }
-            if slot.count >= limit.max() {
-                verdict.refuse(index, until_next_window(now, limit));
-            }
-        }
-        if let Some(refusal) = verdict.refusal(limits) {
-            return refusal;
-        }
-        for slot in self.slots.iter_mut() {
-            slot.count += 1;
-        }
-        let slots = &self.slots;
-        tightest(limits, |index| {
-            let (count, limit) = (slots[index].count, &limits[index]);
-            let replenish = if count == 0 {
-                0
-            } else {
-                until_next_window(now, limit)
-            };
-            (limit.max() - count, replenish)
-        })
+        decide(&mut self.slots, now, limits)
     }
 
     pub(crate) fn idle_from_micros(&self, limits: &[Limit]) -> u64 {
-        self.slots
-            .iter()
-            .zip(limits)
-            .filter(|(slot, _)| slot.count > 0)
-            .map(|(slot, limit)| (slot.window + 1).saturating_mul(limit.window_micros()))
-            .max()
-            .unwrap_or(0)
+        idle_from(&self.slots, limits)
     }
+}
+
+/// A fixed window for exactly `N` limits, stored inline (see
+/// `CompactCounter`).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct CompactFixed<const N: usize> {
+    slots: [Slot; N],
+}
+
+impl<const N: usize> Default for CompactFixed<N> {
+    fn default() -> Self {
+        Self {
+            slots: [Slot::default(); N],
+        }
+    }
+}
+
+impl<const N: usize> CompactFixed<N> {
+    /// Only for policies of exactly `N` limits.
+    pub(crate) fn decide_micros(&mut self, now: u64, limits: &[Limit]) -> Decision {
+        debug_assert_eq!(limits.len(), N);
+        decide(&mut self.slots, now, limits)
+    }
+
+    pub(crate) fn idle_from_micros(&self, limits: &[Limit]) -> u64 {
+        idle_from(&self.slots, limits)
+    }
+}
+
+fn decide(slots: &mut [Slot], now: u64, limits: &[Limit]) -> Decision {
+    // A clock that stepped back is judged in the latest block counted in.
+    let now = now.max(counted_since(slots.iter().map(|s| s.window), limits));
+    let mut verdict = Verdict::default();
+    for (index, (slot, limit)) in slots.iter_mut().zip(limits).enumerate() {
+        let k = now / limit.window_micros();
+        if slot.window != k {
+            *slot = Slot {
+                window: k,
+                count: 0,
+            };
+        }
+        if slot.count >= limit.max() {
+            verdict.refuse(index, until_next_window(now, limit));
+        }
+    }
+    if let Some(refusal) = verdict.refusal(limits) {
+        return refusal;
+    }
+    for slot in slots.iter_mut() {
+        slot.count += 1;
+    }
+    tightest(limits, |index| {
+        let (count, limit) = (slots[index].count, &limits[index]);
+        let replenish = if count == 0 {
+            0
+        } else {
+            until_next_window(now, limit)
+        };
+        (limit.max() - count, replenish)
+    })
+}
+
+fn idle_from(slots: &[Slot], limits: &[Limit]) -> u64 {
+    slots
+        .iter()
+        .zip(limits)
+        .filter(|(slot, _)| slot.count > 0)
+        .map(|(slot, limit)| (slot.window + 1).saturating_mul(limit.window_micros()))
+        .max()
+        .unwrap_or(0)
 }
 
 fn until_next_window(now: u64, limit: &Limit) -> u64 {

@@ -16,13 +16,24 @@ use crate::limit::Limit;
 /// old still counts. That test reads one slot, so a decision costs O(1) per
 /// limit and memory never exceeds the largest limit per key. Rejected
 /// requests are not recorded.
+///
+/// The remaining quota comes from one cursor per limit, the first record
+/// still inside that limit's window; time only moves forward (a clock that
+/// steps back is judged at the newest time recorded), so cursors only move
+/// forward too, and counting stays O(1) amortised.
 #[derive(Clone, Debug, Default)]
 pub struct SlidingLog {
-    /// Timestamps in microseconds; until full, in order from index 0.
-    stamps: Vec<u64>,
-    /// Index of the oldest timestamp once the ring is full.
-    head: usize,
+    /// Everything in one allocation, so a key's entry in a store stays small:
+    /// `[total, head << 32 | cursors, cursor..., stamp...]`, where `total`
+    /// counts records ever made, `head` is the ring index of the oldest stamp
+    /// once the ring is full, each cursor is the record number of the first
+    /// record still inside one limit's window, and stamps are microseconds.
+    /// Empty until the first record.
+    buf: Vec<u64>,
 }
+
+/// Words before the cursors.
+const HEADER: usize = 2;
 
 impl SlidingLog {
     /// An empty log.
@@ -39,26 +50,58 @@ impl SlidingLog {
 
     /// The number of timestamps held.
     pub fn len(&self) -> usize {
-        self.stamps.len()
+        self.buf.len().saturating_sub(HEADER + self.cursors())
     }
 
     /// Whether no request has been recorded.
     pub fn is_empty(&self) -> bool {
-        self.stamps.is_empty()
+        self.len() == 0
+    }
+
+    fn total(&self) -> u64 {
+        self.buf.first().copied().unwrap_or(0)
+    }
+
+    fn cursors(&self) -> usize {
+        self.buf
+            .get(1)
+            .map_or(0, |&word| (word & u64::from(u32::MAX)) as usize)
+    }
+
+    fn head(&self) -> usize {
+        self.buf.get(1).map_or(0, |&word| (word >> 32) as usize)
+    }
+
+    fn set_head(&mut self, head: usize) {
+        self.buf[1] = (head as u64) << 32 | self.cursors() as u64;
+    }
+
+    fn ring(&self) -> &[u64] {
+        &self.buf[(HEADER + self.cursors()).min(self.buf.len())..]
     }
 
     /// The `i`-th oldest timestamp held.
     fn stamp(&self, i: usize) -> u64 {
-        let at = self.head + i;
-        let len = self.stamps.len();
-        self.stamps[if at >= len { at - len } else { at }]
+        let ring = self.ring();
+        let at = self.head() + i;
+        ring[if at >= ring.len() {
+            at - ring.len()
+        } else {
+            at
+        }]
     }
 
     fn newest(&self) -> Option<u64> {
-        (!self.stamps.is_empty()).then(|| self.stamp(self.stamps.len() - 1))
+        (!self.is_empty()).then(|| self.stamp(self.len() - 1))
+    }
+
+    /// The record number of the oldest stamp still held.
+    fn oldest_record(&self) -> u64 {
+        self.total() - self.len() as u64
     }
 
     pub(crate) fn decide_micros(&mut self, now: u64, limits: &[Limit], capacity: u32) -> Decision {
+        self.fit(limits.len(), capacity as usize);
         // A clock that stepped back must not make recorded requests look newer
         // than they are: judge at the newest time seen instead.
         let now = self.newest().map_or(now, |newest| newest.max(now));
@@ -75,34 +118,52 @@ impl SlidingLog {
             return refusal;
         }
         self.record(now, capacity as usize);
-        tightest(limits, |index| self.quota(now, &limits[index]))
+        tightest(limits, |index| self.quota(index, now, &limits[index]))
+    }
+
+    /// Lays the buffer out for `limits` cursors and at most `capacity`
+    /// stamps, keeping the newest stamps if the policy changed shape.
+    fn fit(&mut self, limits: usize, capacity: usize) {
+        if !self.buf.is_empty() && self.cursors() == limits && self.len() <= capacity {
+            return;
+        }
+        let mut stamps: Vec<u64> = (0..self.len()).map(|i| self.stamp(i)).collect();
+        stamps.drain(..stamps.len().saturating_sub(capacity));
+        let total = self.total().max(stamps.len() as u64);
+        let oldest = total - stamps.len() as u64;
+        let header = [total, limits as u64];
+        self.buf = header
+            .into_iter()
+            .chain(std::iter::repeat_n(oldest, limits))
+            .chain(stamps)
+            .collect();
     }
 
     fn record(&mut self, now: u64, capacity: usize) {
-        if self.stamps.len() != capacity && self.head != 0 {
-            // The limits changed size since the ring filled: put it back in
-            // order so that pushing or trimming keeps the oldest-first layout.
-            self.stamps.rotate_left(self.head);
-            self.head = 0;
-        }
-        if self.stamps.len() > capacity {
-            self.stamps.drain(..self.stamps.len() - capacity);
-        }
-        if self.stamps.len() < capacity {
-            self.stamps.push(now);
+        if self.len() < capacity {
+            self.buf.push(now);
         } else if capacity > 0 {
-            self.stamps[self.head] = now;
-            self.head = (self.head + 1) % capacity;
+            let head = self.head();
+            let at = HEADER + self.cursors() + head;
+            self.buf[at] = now;
+            self.set_head(if head + 1 == capacity { 0 } else { head + 1 });
         }
+        self.buf[0] += 1;
     }
 
-    /// Remaining quota under `limit` at `now`, and when it next grows: when
-    /// the oldest timestamp inside the window leaves it.
-    fn quota(&self, now: u64, limit: &Limit) -> (u32, u64) {
+    /// Remaining quota under limit `index` at `now`, and when it next grows:
+    /// when the oldest timestamp inside the window leaves it.
+    fn quota(&mut self, index: usize, now: u64, limit: &Limit) -> (u32, u64) {
         let oldest_counted = now.saturating_sub(limit.window_micros());
-        let first = partition_point(self.len(), |i| self.stamp(i) < oldest_counted);
-        let oldest = (first < self.len()).then(|| self.stamp(first));
-        quota((self.len() - first) as u32, oldest, now, limit)
+        let (oldest_record, total) = (self.oldest_record(), self.total());
+        let mut cursor = self.buf[HEADER + index].max(oldest_record);
+        while cursor < total && self.stamp((cursor - oldest_record) as usize) < oldest_counted {
+            cursor += 1;
+        }
+        self.buf[HEADER + index] = cursor;
+        let in_window = (total - cursor) as u32;
+        let oldest = (in_window > 0).then(|| self.stamp((cursor - oldest_record) as usize));
+        quota(in_window, oldest, now, limit)
     }
 
     pub(crate) fn idle_from_micros(&self, longest_window: u64) -> u64 {
@@ -128,19 +189,4 @@ pub(crate) fn quota(in_window: u32, oldest: Option<u64>, now: u64, limit: &Limit
         (oldest.saturating_add(limit.window_micros()) + 1).saturating_sub(now)
     });
     (remaining, replenish)
-}
-
-/// The first index in `0..len` for which `before` is false (it must be true
-/// then false, as it is over timestamps in order).
-fn partition_point(len: usize, before: impl Fn(usize) -> bool) -> usize {
-    let (mut low, mut high) = (0, len);
-    while low < high {
-        let mid = low + (high - low) / 2;
-        if before(mid) {
-            low = mid + 1;
-        } else {
-            high = mid;
-        }
-    }
-    low
 }

@@ -26,10 +26,13 @@ mod counter;
 mod fixed;
 pub(crate) mod log;
 pub(crate) mod refusal;
+mod slots;
 
 use std::time::Duration;
 
+pub(crate) use self::counter::CompactCounter;
 pub use self::counter::SlidingCounter;
+pub(crate) use self::fixed::CompactFixed;
 pub use self::fixed::FixedWindow;
 pub use self::log::SlidingLog;
 use crate::clock::micros;
@@ -71,14 +74,63 @@ impl KeyState {
             Self::Fixed(fixed) => fixed.decide_micros(now, limits),
         }
     }
+}
 
-    /// The time (in microseconds since the clock's zero) from which this
-    /// state judges exactly as a fresh one would, so a store may forget it.
-    pub(crate) fn idle_from_micros(&self, policy: &Policy) -> u64 {
-        match self {
-            Self::Log(log) => log.idle_from_micros(policy.longest_window_micros()),
-            Self::Counter(counter) => counter.idle_from_micros(policy.limits()),
-            Self::Fixed(fixed) => fixed.idle_from_micros(policy.limits()),
-        }
+/// One algorithm's state for one key, as a store keeps it: stores hold a
+/// map per algorithm, so no entry pays for another algorithm's layout.
+pub(crate) trait AlgorithmState: Default + Send + Sync + 'static {
+    /// Judges and records a request at `now` (µs) under `policy`.
+    fn decide(&mut self, now: u64, policy: &Policy) -> Decision;
+    /// From when (µs) the state judges as a fresh one would.
+    fn idle_from(&self, policy: &Policy) -> u64;
+}
+
+impl AlgorithmState for SlidingLog {
+    fn decide(&mut self, now: u64, policy: &Policy) -> Decision {
+        self.decide_micros(now, policy.limits(), policy.largest_max())
+    }
+
+    fn idle_from(&self, policy: &Policy) -> u64 {
+        self.idle_from_micros(policy.longest_window_micros())
+    }
+}
+
+impl AlgorithmState for SlidingCounter {
+    fn decide(&mut self, now: u64, policy: &Policy) -> Decision {
+        self.decide_micros(now, policy.limits())
+    }
+
+    fn idle_from(&self, policy: &Policy) -> u64 {
+        self.idle_from_micros(policy.limits())
+    }
+}
+
+impl<const N: usize> AlgorithmState for CompactCounter<N> {
+    fn decide(&mut self, now: u64, policy: &Policy) -> Decision {
+        self.decide_micros(now, policy.limits())
+    }
+
+    fn idle_from(&self, policy: &Policy) -> u64 {
+        self.idle_from_micros(policy.limits())
+    }
+}
+
+impl<const N: usize> AlgorithmState for CompactFixed<N> {
+    fn decide(&mut self, now: u64, policy: &Policy) -> Decision {
+        self.decide_micros(now, policy.limits())
+    }
+
+    fn idle_from(&self, policy: &Policy) -> u64 {
+        self.idle_from_micros(policy.limits())
+    }
+}
+
+impl AlgorithmState for FixedWindow {
+    fn decide(&mut self, now: u64, policy: &Policy) -> Decision {
+        self.decide_micros(now, policy.limits())
+    }
+
+    fn idle_from(&self, policy: &Policy) -> u64 {
+        self.idle_from_micros(policy.limits())
     }
 }

@@ -8,9 +8,12 @@ use super::sharded::Shards;
 use super::typed::TypeMap;
 use super::{Store, StoreError};
 use crate::clock::{Clock, SystemClock};
+use crate::core::{
+    AlgorithmState, CompactCounter, CompactFixed, FixedWindow, SlidingCounter, SlidingLog,
+};
 use crate::decision::Decision;
 use crate::error::ConfigError;
-use crate::policy::Policy;
+use crate::policy::{Algorithm, Policy};
 
 /// State for every key in this process's memory.
 ///
@@ -108,11 +111,22 @@ impl<C: Clock> MemoryStore<C> {
         K: Hash + Eq + Send + Sync + 'static,
     {
         let now = self.inner.clock.now_micros();
-        let max_keys = self.inner.max_keys;
-        self.inner.maps.with(
-            || Shards::<K>::new(max_keys),
-            |shards| shards.decide(key, policy, now),
-        )
+        // One map per state layout: policies of one or two limits keep their
+        // counts inline, so an entry stays small and lookups stay in cache.
+        macro_rules! decide_in {
+            ($state:ty) => {
+                self.with_shards::<K, $state, _>(|shards| shards.decide(key, policy, now))
+            };
+        }
+        match (policy.algorithm(), policy.limits().len()) {
+            (Algorithm::SlidingCounter, 1) => decide_in!(CompactCounter<1>),
+            (Algorithm::SlidingCounter, 2) => decide_in!(CompactCounter<2>),
+            (Algorithm::SlidingCounter, _) => decide_in!(SlidingCounter),
+            (Algorithm::FixedWindow, 1) => decide_in!(CompactFixed<1>),
+            (Algorithm::FixedWindow, 2) => decide_in!(CompactFixed<2>),
+            (Algorithm::FixedWindow, _) => decide_in!(FixedWindow),
+            (Algorithm::SlidingLog, _) => decide_in!(SlidingLog),
+        }
     }
 
     /// The number of keys of type `K` held, live or not yet swept.
@@ -120,10 +134,30 @@ impl<C: Clock> MemoryStore<C> {
     where
         K: Hash + Eq + Send + Sync + 'static,
     {
+        fn count<K, S, C>(store: &MemoryStore<C>) -> usize
+        where
+            K: Hash + Eq + Send + Sync + 'static,
+            S: AlgorithmState,
+        {
+            store.inner.maps.peek(Shards::<K, S>::len).unwrap_or(0)
+        }
+        count::<K, CompactCounter<1>, C>(self)
+            + count::<K, CompactCounter<2>, C>(self)
+            + count::<K, SlidingCounter, C>(self)
+            + count::<K, CompactFixed<1>, C>(self)
+            + count::<K, CompactFixed<2>, C>(self)
+            + count::<K, FixedWindow, C>(self)
+            + count::<K, SlidingLog, C>(self)
+    }
+
+    /// Runs `f` on the map of `S` states for keys of type `K`.
+    fn with_shards<K, S, R>(&self, f: impl FnOnce(&Shards<K, S>) -> R) -> R
+    where
+        K: Hash + Eq + Send + Sync + 'static,
+        S: AlgorithmState,
+    {
         let max_keys = self.inner.max_keys;
-        self.inner
-            .maps
-            .with(|| Shards::<K>::new(max_keys), Shards::len)
+        self.inner.maps.with(|| Shards::<K, S>::new(max_keys), f)
     }
 }
 

@@ -1,32 +1,33 @@
 //! A sharded map from (policy, key) to key state, with idle eviction and a
 //! cap on the number of keys.
 
-use std::hash::{BuildHasher, Hash, RandomState};
+use std::hash::{BuildHasher, Hash};
 use std::sync::{Mutex, PoisonError};
 
+use foldhash::quality::RandomState;
 use hashbrown::HashTable;
 
-use crate::core::KeyState;
+use crate::core::AlgorithmState;
 use crate::decision::{Decision, Origin};
 use crate::policy::Policy;
 
 /// How often (in microseconds of store time) a shard in use looks for idle keys.
 const SWEEP_EVERY_MICROS: u64 = 5_000_000;
 
-struct Entry<K> {
+struct Entry<K, S> {
     policy: u64,
-    key: K,
     /// From this time on the state judges like a fresh one and may be dropped.
     idle_from: u64,
-    state: KeyState,
+    state: S,
+    key: K,
 }
 
-struct Shard<K> {
-    table: HashTable<Entry<K>>,
+struct Shard<K, S> {
+    table: HashTable<Entry<K, S>>,
     next_sweep: u64,
 }
 
-impl<K> Shard<K> {
+impl<K, S> Shard<K, S> {
     /// Drops idle entries; returns when the earliest remaining one goes idle.
     fn sweep(&mut self, now: u64) -> Option<u64> {
         self.table.retain(|entry| entry.idle_from > now);
@@ -40,13 +41,14 @@ impl<K> Shard<K> {
 #[repr(align(64))]
 struct Padded<T>(T);
 
-pub(super) struct Shards<K> {
-    shards: Box<[Padded<Mutex<Shard<K>>>]>,
+/// Every key's state for one algorithm `S`, keyed by (policy, key).
+pub(super) struct Shards<K, S> {
+    shards: Box<[Padded<Mutex<Shard<K, S>>>]>,
     hasher: RandomState,
     keys_per_shard: usize,
 }
 
-impl<K: Hash + Eq> Shards<K> {
+impl<K: Hash + Eq, S: AlgorithmState> Shards<K, S> {
     /// Enough shards for `max_keys` (at most 64), each holding its share.
     pub(super) fn new(max_keys: usize) -> Self {
         let count = (max_keys / 16).clamp(1, 64).next_power_of_two().min(64);
@@ -60,7 +62,7 @@ impl<K: Hash + Eq> Shards<K> {
             .collect();
         Self {
             shards,
-            hasher: RandomState::new(),
+            hasher: RandomState::default(),
             keys_per_shard: max_keys.div_ceil(count).max(1),
         }
     }
@@ -84,8 +86,8 @@ impl<K: Hash + Eq> Shards<K> {
             .table
             .find_mut(hash, |entry| entry.policy == id && entry.key == key)
         {
-            let decision = entry.state.decide_micros(now, policy);
-            entry.idle_from = entry.state.idle_from_micros(policy);
+            let decision = entry.state.decide(now, policy);
+            entry.idle_from = entry.state.idle_from(policy);
             return decision;
         }
         if shard.table.len() >= self.keys_per_shard {
@@ -103,9 +105,9 @@ impl<K: Hash + Eq> Shards<K> {
                 }
             }
         }
-        let mut state = KeyState::new(policy);
-        let decision = state.decide_micros(now, policy);
-        let idle_from = state.idle_from_micros(policy);
+        let mut state = S::default();
+        let decision = state.decide(now, policy);
+        let idle_from = state.idle_from(policy);
         let hasher = &self.hasher;
         shard.table.insert_unique(
             hash,
@@ -132,5 +134,34 @@ impl<K: Hash + Eq> Shards<K> {
                     .len()
             })
             .sum()
+    }
+}
+
+#[cfg(test)]
+mod size_tests {
+    #[test]
+    fn print_sizes() {
+        use crate::core::{SlidingCounter, SlidingLog};
+        println!(
+            "Entry<u64, counter> {}",
+            std::mem::size_of::<super::Entry<u64, SlidingCounter>>()
+        );
+        println!(
+            "Entry<u64, log> {}",
+            std::mem::size_of::<super::Entry<u64, SlidingLog>>()
+        );
+        println!(
+            "Entry<IpAddr, counter> {}",
+            std::mem::size_of::<super::Entry<std::net::IpAddr, SlidingCounter>>()
+        );
+        println!("KeyState {}", std::mem::size_of::<crate::core::KeyState>());
+        println!(
+            "SlidingLog {}",
+            std::mem::size_of::<crate::core::SlidingLog>()
+        );
+        println!(
+            "SlidingCounter {}",
+            std::mem::size_of::<crate::core::SlidingCounter>()
+        );
     }
 }

@@ -41,9 +41,11 @@ impl<K, S> Shard<K, S> {
 #[repr(align(64))]
 struct Padded<T>(T);
 
+type LockedShard<K, S> = Padded<Mutex<Shard<K, S>>>;
+
 /// Every key's state for one algorithm `S`, keyed by (policy, key).
 pub(super) struct Shards<K, S> {
-    shards: Box<[Padded<Mutex<Shard<K, S>>>]>,
+    shards: Box<[LockedShard<K, S>]>,
     hasher: RandomState,
     keys_per_shard: usize,
 }
@@ -134,34 +136,5 @@ impl<K: Hash + Eq, S: AlgorithmState> Shards<K, S> {
                     .len()
             })
             .sum()
-    }
-}
-
-#[cfg(test)]
-mod size_tests {
-    #[test]
-    fn print_sizes() {
-        use crate::core::{SlidingCounter, SlidingLog};
-        println!(
-            "Entry<u64, counter> {}",
-            std::mem::size_of::<super::Entry<u64, SlidingCounter>>()
-        );
-        println!(
-            "Entry<u64, log> {}",
-            std::mem::size_of::<super::Entry<u64, SlidingLog>>()
-        );
-        println!(
-            "Entry<IpAddr, counter> {}",
-            std::mem::size_of::<super::Entry<std::net::IpAddr, SlidingCounter>>()
-        );
-        println!("KeyState {}", std::mem::size_of::<crate::core::KeyState>());
-        println!(
-            "SlidingLog {}",
-            std::mem::size_of::<crate::core::SlidingLog>()
-        );
-        println!(
-            "SlidingCounter {}",
-            std::mem::size_of::<crate::core::SlidingCounter>()
-        );
     }
 }

@@ -1,1 +1,141 @@
-fn main() {}
+//! The cost the layer adds to an axum Router in process (`ready` + `call`
+//! + collecting the body), against a bare router and tower_governor, keyed
+//! by peer IP; and heap allocations per request, counted by a wrapping
+//! global allocator.
+//!
+//! `cargo bench --bench layer --features axum`; ratios at the end.
+
+mod report;
+
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::future::Future;
+use std::hint::black_box;
+use std::net::SocketAddr;
+use std::pin::pin;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::task::{Context, Poll, Waker};
+use std::time::Duration;
+
+use axum::body::Body;
+use axum::extract::ConnectInfo;
+use axum::routing::get;
+use axum::Router;
+use criterion::Criterion;
+use http::Request;
+use http_body_util::BodyExt;
+use tower::ServiceExt;
+use tower_governor::governor::GovernorConfigBuilder;
+use tower_governor::GovernorLayer;
+use tower_sliding_window::extract::PeerIp;
+use tower_sliding_window::{Limit, SlidingWindowLayer};
+
+/// Counts every allocation, to show what the layer allocates per request.
+struct Counting;
+
+static ALLOCATIONS: AtomicU64 = AtomicU64::new(0);
+
+unsafe impl GlobalAlloc for Counting {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
+        // SAFETY: forwarded unchanged to the system allocator.
+        unsafe { System.alloc(layout) }
+    }
+
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        // SAFETY: forwarded unchanged to the system allocator.
+        unsafe { System.dealloc(ptr, layout) }
+    }
+
+    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
+        // SAFETY: forwarded unchanged to the system allocator.
+        unsafe { System.realloc(ptr, layout, new_size) }
+    }
+}
+
+#[global_allocator]
+static GLOBAL: Counting = Counting;
+
+/// Drives a future that never waits (everything here completes at once).
+fn run<F: Future>(future: F) -> F::Output {
+    let mut future = pin!(future);
+    let mut cx = Context::from_waker(Waker::noop());
+    loop {
+        if let Poll::Ready(output) = future.as_mut().poll(&mut cx) {
+            return output;
+        }
+    }
+}
+
+fn request() -> Request<Body> {
+    let mut request = Request::get("/").body(Body::empty()).unwrap();
+    let peer: SocketAddr = "203.0.113.7:40000".parse().unwrap();
+    request.extensions_mut().insert(ConnectInfo(peer));
+    request
+}
+
+async fn one_request(router: &Router) -> usize {
+    let response = router.clone().oneshot(request()).await.unwrap();
+    let body = response.into_body().collect().await.unwrap().to_bytes();
+    body.len()
+}
+
+fn routers() -> Vec<(&'static str, Router)> {
+    let bare = || Router::new().route("/", get(|| async { "hello" }));
+    let huge = u32::MAX;
+    let ours = SlidingWindowLayer::new(Limit::per_second(huge), PeerIp::new()).limit(Limit::per_minute(huge));
+    let governor = GovernorConfigBuilder::default()
+        .per_nanosecond(1)
+        .burst_size(huge)
+        .finish()
+        .unwrap();
+    vec![
+        ("bare router", bare()),
+        ("ours, headers on", bare().layer(ours.clone())),
+        ("ours, headers off", bare().layer(ours.rate_limit_headers(false))),
+        ("tower_governor", bare().layer(GovernorLayer::new(Arc::new(governor)))),
+    ]
+}
+
+const IDS: [&str; 4] = ["bare router", "ours, headers on", "ours, headers off", "tower_governor"];
+
+fn main() {
+    let mut c = Criterion::default()
+        .sample_size(30)
+        .warm_up_time(Duration::from_millis(500))
+        .measurement_time(Duration::from_secs(2))
+        .configure_from_args();
+    let routers = routers();
+    let mut group = c.benchmark_group("axum router, one request");
+    for (name, router) in &routers {
+        group.bench_function(*name, |b| b.iter(|| black_box(run(one_request(router)))));
+    }
+    group.finish();
+    c.final_summary();
+
+    let found = report::print_group("axum router, one request", &IDS, "bare router");
+    let bare = found.get("bare router").map(|s| s.1);
+    let governor = found.get("tower_governor").map(|s| s.1);
+    if let (Some(bare), Some(governor)) = (bare, governor) {
+        let governor_added = governor - bare;
+        println!("\nadded over the bare router (median ns; ratio to tower_governor's added ns)");
+        for id in IDS.iter().skip(1) {
+            if let Some(s) = found.get(*id) {
+                let added = s.1 - bare;
+                println!("  {id:<34} {added:>9.1} {:>7.2}", added / governor_added);
+            }
+        }
+    }
+
+    println!("\nheap allocations per request (accepted, 1,000 requests each)");
+    for (name, router) in &routers {
+        run(one_request(router));
+        let before = ALLOCATIONS.load(Ordering::Relaxed);
+        for _ in 0..1_000 {
+            black_box(run(one_request(router)));
+        }
+        let per_request = (ALLOCATIONS.load(Ordering::Relaxed) - before) as f64 / 1_000.0;
+        println!("  {name:<34} {per_request:>6.2}");
+    }
+}

@@ -84,7 +84,8 @@ async fn one_request(router: &Router) -> usize {
 fn routers() -> Vec<(&'static str, Router)> {
     let bare = || Router::new().route("/", get(|| async { "hello" }));
     let huge = u32::MAX;
-    let ours = SlidingWindowLayer::new(Limit::per_second(huge), PeerIp::new()).limit(Limit::per_minute(huge));
+    let ours = SlidingWindowLayer::new(Limit::per_second(huge), PeerIp::new())
+        .limit(Limit::per_minute(huge));
     let governor = GovernorConfigBuilder::default()
         .per_nanosecond(1)
         .burst_size(huge)
@@ -93,12 +94,23 @@ fn routers() -> Vec<(&'static str, Router)> {
     vec![
         ("bare router", bare()),
         ("ours, headers on", bare().layer(ours.clone())),
-        ("ours, headers off", bare().layer(ours.rate_limit_headers(false))),
-        ("tower_governor", bare().layer(GovernorLayer::new(Arc::new(governor)))),
+        (
+            "ours, headers off",
+            bare().layer(ours.rate_limit_headers(false)),
+        ),
+        (
+            "tower_governor",
+            bare().layer(GovernorLayer::new(Arc::new(governor))),
+        ),
     ]
 }
 
-const IDS: [&str; 4] = ["bare router", "ours, headers on", "ours, headers off", "tower_governor"];
+const IDS: [&str; 4] = [
+    "bare router",
+    "ours, headers on",
+    "ours, headers off",
+    "tower_governor",
+];
 
 fn main() {
     let mut c = Criterion::default()

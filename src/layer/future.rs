@@ -97,6 +97,24 @@ where
         }
     }
 
+    /// A future for a request whose decision is already known: the inner
+    /// service (polled ready) is called now if the request may pass.
+    pub(crate) fn decided(
+        outcome: Result<Decision, StoreError>,
+        inner: &mut S,
+        request: Request<B>,
+        config: Arc<LayerConfig>,
+        chosen: Chosen,
+        grpc: bool,
+    ) -> Self {
+        let state = next_state(outcome, inner, request, &config, &chosen, grpc);
+        Self {
+            state,
+            config,
+            chosen,
+        }
+    }
+
     pub(crate) fn pass(call: S::Future, config: Arc<LayerConfig>) -> Self {
         Self {
             state: State::Call {
@@ -115,6 +133,43 @@ where
             },
             config,
             chosen: Chosen::Layer,
+        }
+    }
+}
+
+/// What follows a decision: calling the inner service, or answering.
+fn next_state<F, S, B>(
+    outcome: Result<Decision, StoreError>,
+    inner: &mut S,
+    mut request: Request<B>,
+    config: &LayerConfig,
+    chosen: &Chosen,
+    grpc: bool,
+) -> State<F, S, S::Future, B>
+where
+    S: Service<Request<B>>,
+{
+    let policy = chosen.get(config);
+    match outcome {
+        Ok(decision) => {
+            observe::decided(policy, &decision);
+            if decision.is_allowed() {
+                request.extensions_mut().insert(decision);
+                State::Call {
+                    call: inner.call(request),
+                    decision: Some(decision),
+                }
+            } else {
+                State::Answer {
+                    response: Some(rejection(&decision, policy, &config.rejection, grpc)),
+                }
+            }
+        }
+        Err(err) => {
+            observe::unavailable(policy, &err);
+            State::Answer {
+                response: Some(store_unavailable(grpc)),
+            }
         }
     }
 }
@@ -138,35 +193,11 @@ where
                 } => {
                     let outcome = ready!(check.poll(cx));
                     let grpc = *grpc;
-                    let (Some(mut inner), Some(mut request)) = (inner.take(), request.take())
-                    else {
+                    let (Some(mut inner), Some(request)) = (inner.take(), request.take()) else {
                         unreachable!("a pending check still holds the service and request")
                     };
-                    let policy = this.chosen.get(this.config);
-                    let next = match outcome {
-                        Ok(decision) => {
-                            observe::decided(policy, &decision);
-                            if decision.is_allowed() {
-                                request.extensions_mut().insert(decision);
-                                State::Call {
-                                    call: inner.call(request),
-                                    decision: Some(decision),
-                                }
-                            } else {
-                                let response =
-                                    rejection(&decision, policy, &this.config.rejection, grpc);
-                                State::Answer {
-                                    response: Some(response),
-                                }
-                            }
-                        }
-                        Err(err) => {
-                            observe::unavailable(policy, &err);
-                            State::Answer {
-                                response: Some(store_unavailable(grpc)),
-                            }
-                        }
-                    };
+                    let next =
+                        next_state(outcome, &mut inner, request, this.config, this.chosen, grpc);
                     this.state.set(next);
                 }
                 StateProj::Call { call, decision } => {

@@ -64,15 +64,42 @@ impl PolicyHeaders {
             .names
             .get(decision.limit_index())
             .map_or("", String::as_str);
-        let value = format!(
-            "\"{name}\";r={};t={}",
-            decision.remaining(),
-            ceil_secs(decision.replenish_micros)
-        );
-        if let Ok(value) = HeaderValue::try_from(value) {
+        // Written into a buffer of exactly the right size, so the header
+        // costs one allocation (a `Vec` whose length is its capacity becomes
+        // `Bytes` without another).
+        let remaining = u64::from(decision.remaining());
+        let reset = ceil_secs(decision.replenish_micros);
+        let len = name.len() + 8 + decimal_len(remaining) + decimal_len(reset);
+        let mut value = Vec::with_capacity(len);
+        value.push(b'"');
+        value.extend_from_slice(name.as_bytes());
+        value.extend_from_slice(b"\";r=");
+        push_decimal(&mut value, remaining);
+        value.extend_from_slice(b";t=");
+        push_decimal(&mut value, reset);
+        if let Ok(value) = HeaderValue::from_maybe_shared(Bytes::from(value)) {
             headers.insert(RATELIMIT.clone(), value);
         }
     }
+}
+
+fn decimal_len(n: u64) -> usize {
+    n.checked_ilog10().map_or(1, |digits| digits as usize + 1)
+}
+
+fn push_decimal(out: &mut Vec<u8>, n: u64) {
+    let mut digits = [0u8; 20];
+    let mut at = digits.len();
+    let mut rest = n;
+    loop {
+        at -= 1;
+        digits[at] = b'0' + (rest % 10) as u8;
+        rest /= 10;
+        if rest == 0 {
+            break;
+        }
+    }
+    out.extend_from_slice(&digits[at..]);
 }
 
 /// Whole seconds, rounded up: a client that waits this long will not be early.

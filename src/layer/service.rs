@@ -1,8 +1,10 @@
 //! The service: extracts the key, asks the store, and answers or passes on.
 
 use std::borrow::Cow;
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::Arc;
-use std::task::{Context, Poll};
+use std::task::{Context, Poll, Waker};
 
 use http::{Request, Response};
 use tower::Service;
@@ -80,22 +82,35 @@ where
     }
 
     fn call(&mut self, request: Request<B>) -> Self::Future {
-        // The service that was polled ready goes with this request; the
-        // clone left behind will be polled before it is called.
-        let clone = self.inner.clone();
-        let mut inner = std::mem::replace(&mut self.inner, clone);
         let grpc = is_grpc(&request);
         let config = Arc::clone(&self.config);
         let Some(key) = self.extractor.extract(&request) else {
             return match config.missing_key {
-                MissingKey::Allow => ResponseFuture::pass(inner.call(request), config),
+                MissingKey::Allow => ResponseFuture::pass(self.inner.call(request), config),
                 MissingKey::Reject => ResponseFuture::answer(missing_key(grpc), config),
             };
         };
-        let (check, chosen) = match self.plan.policy(&request, &key, &config.policy) {
+        let (mut check, chosen) = match self.plan.policy(&request, &key, &config.policy) {
             Cow::Borrowed(policy) => (self.store.decide(key, policy), Chosen::Layer),
             Cow::Owned(policy) => (self.store.decide(key, &policy), Chosen::Plan(policy)),
         };
+        // A store that answers at once (the memory store always does) lets
+        // the request go straight on to the service that was polled ready.
+        let mut cx = Context::from_waker(Waker::noop());
+        if let Poll::Ready(outcome) = Pin::new(&mut check).poll(&mut cx) {
+            return ResponseFuture::decided(
+                outcome,
+                &mut self.inner,
+                request,
+                config,
+                chosen,
+                grpc,
+            );
+        }
+        // Otherwise the ready service goes with the request into the future;
+        // the clone left behind will be polled before it is called.
+        let clone = self.inner.clone();
+        let inner = std::mem::replace(&mut self.inner, clone);
         ResponseFuture::check(check, inner, request, config, chosen, grpc)
     }
 }

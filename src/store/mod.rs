@@ -30,8 +30,10 @@ use crate::policy::Policy;
 /// come back as [`StoreError`], and the layer answers them under its
 /// documented policy.
 pub trait Store<K>: Clone + Send + Sync + 'static {
-    /// The pending decision.
-    type Future: Future<Output = Result<Decision, StoreError>> + Send + 'static;
+    /// The pending decision. It is polled once as soon as the request
+    /// arrives, so a store that can answer at once (like [`MemoryStore`])
+    /// costs no more than a function call; box it if it is not `Unpin`.
+    type Future: Future<Output = Result<Decision, StoreError>> + Send + Unpin + 'static;
 
     /// Judges a request for `key` under `policy`, recording it if accepted.
     fn decide(&self, key: K, policy: &Policy) -> Self::Future;

@@ -1,5 +1,5 @@
-//! The cost the layer adds to an axum Router in process (`ready` + `call`
-//! + collecting the body), against a bare router and tower_governor, keyed
+//! The cost the layer adds to an axum Router in process (`ready`, `call`
+//! and collecting the body), against a bare router and tower_governor, keyed
 //! by peer IP; and heap allocations per request, counted by a wrapping
 //! global allocator.
 //!

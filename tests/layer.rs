@@ -325,3 +325,14 @@ fn bad_configuration_is_a_clear_error() {
 fn literal_constructors_panic_on_zero() {
     let _ = Limit::per_second(0);
 }
+
+#[tokio::test]
+async fn the_decision_extension_can_be_switched_off() {
+    let clock = ManualClock::new();
+    let svc = ServiceBuilder::new()
+        .layer(layer(Limit::per_second(3), &clock).decision_extension(false))
+        .service(service_fn(echo_decision));
+    let response = svc.oneshot(request(Some("a"), None)).await.unwrap();
+    assert_eq!(response.status(), StatusCode::OK);
+    assert_eq!(body_text(response).await, "none");
+}

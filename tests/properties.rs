@@ -156,3 +156,23 @@ fn fixed_window_resets_at_the_boundary() {
     assert_eq!(refused.retry_after(), Duration::from_secs(1));
     assert!(fixed.decide(Duration::from_secs(10), &limits).is_allowed());
 }
+
+#[test]
+fn the_public_core_takes_more_limits_than_a_policy_without_panicking() {
+    let limits: Vec<Limit> = (1..=12)
+        .map(|i| Limit::new(i, Duration::from_secs(u64::from(i))).unwrap())
+        .collect();
+    let mut log = SlidingLog::new();
+    let mut counter = SlidingCounter::new();
+    let mut fixed = FixedWindow::new();
+    for t in 0..30 {
+        let now = Duration::from_millis(t * 100);
+        log.decide(now, &limits);
+        counter.decide(now, &limits);
+        fixed.decide(now, &limits);
+    }
+    // The 1-per-second limit decides: at most one per second gets through.
+    assert!(!log
+        .decide(Duration::from_millis(2_950), &limits)
+        .is_allowed());
+}

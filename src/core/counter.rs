@@ -128,14 +128,26 @@ impl<const N: usize> CompactCounter<N> {
 
 fn decide(slots: &mut [Slot], now: u64, limits: &[Limit]) -> Decision {
     let now = now.max(counted_since(slots.iter().map(|s| s.window), limits));
+    // Per limit: the time into its window, and the quota left once this
+    // request is counted (`None`: it does not fit). Kept for the decision,
+    // so each limit's weighted count is computed once.
+    let mut inline = [(0, None); crate::policy::Policy::MAX_LIMITS];
+    let mut spilled = Vec::new();
+    let judged: &mut [(u64, Option<u32>)] = if limits.len() <= inline.len() {
+        &mut inline[..limits.len()]
+    } else {
+        spilled.resize(limits.len(), (0, None));
+        &mut spilled
+    };
     let mut verdict = Verdict::default();
     for (index, (slot, limit)) in slots.iter_mut().zip(limits).enumerate() {
-        let w = limit.window_micros();
-        let (k, elapsed) = split(now, w);
+        let (k, elapsed) = split(now, limit.window_micros());
         slot.roll_to(k);
-        if weighted_fits(slot, limit, elapsed, 1).is_none() {
+        let spare = weighted_fits(slot, limit, elapsed, 1);
+        if spare.is_none() {
             verdict.refuse(index, wait_for(slot, limit, elapsed, 1));
         }
+        judged[index] = (elapsed, spare);
     }
     if let Some(refusal) = verdict.refusal(limits) {
         return refusal;
@@ -143,17 +155,18 @@ fn decide(slots: &mut [Slot], now: u64, limits: &[Limit]) -> Decision {
     for slot in slots.iter_mut() {
         slot.current = slot.current.saturating_add(1);
     }
-    tightest(limits, |index| {
-        let (slot, limit) = (&slots[index], &limits[index]);
-        let elapsed = split(now, limit.window_micros()).1;
-        let remaining = weighted_fits(slot, limit, elapsed, 0).unwrap_or(0);
-        let replenish = if remaining >= limit.max() {
-            0
-        } else {
-            wait_for(slot, limit, elapsed, remaining + 1)
-        };
-        (remaining, replenish)
-    })
+    tightest(
+        limits,
+        |index| judged[index].1.unwrap_or(0),
+        |index, remaining| {
+            let limit = &limits[index];
+            if remaining >= limit.max() {
+                0
+            } else {
+                wait_for(&slots[index], limit, judged[index].0, remaining + 1)
+            }
+        },
+    )
 }
 
 fn idle_from(slots: &[Slot], limits: &[Limit]) -> u64 {

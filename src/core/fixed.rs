@@ -113,15 +113,17 @@ fn decide(slots: &mut [Slot], now: u64, limits: &[Limit]) -> Decision {
     for slot in slots.iter_mut() {
         slot.count += 1;
     }
-    tightest(limits, |index| {
-        let (count, limit) = (slots[index].count, &limits[index]);
-        let replenish = if count == 0 {
-            0
-        } else {
-            until_next_window(now, limit)
-        };
-        (limit.max() - count, replenish)
-    })
+    tightest(
+        limits,
+        |index| limits[index].max() - slots[index].count,
+        |index, _| {
+            if slots[index].count == 0 {
+                0
+            } else {
+                until_next_window(now, &limits[index])
+            }
+        },
+    )
 }
 
 fn idle_from(slots: &[Slot], limits: &[Limit]) -> u64 {

@@ -118,7 +118,20 @@ impl SlidingLog {
             return refusal;
         }
         self.record(now, capacity as usize);
-        tightest(limits, |index| self.quota(index, now, &limits[index]))
+        // Each cursor moves once here; the decision then reads the results
+        // (on the stack for any policy; the public API takes longer lists).
+        let mut inline = [(0, 0); crate::policy::Policy::MAX_LIMITS];
+        let mut spilled = Vec::new();
+        let quotas: &mut [(u32, u64)] = if limits.len() <= inline.len() {
+            &mut inline[..limits.len()]
+        } else {
+            spilled.resize(limits.len(), (0, 0));
+            &mut spilled
+        };
+        for (index, limit) in limits.iter().enumerate() {
+            quotas[index] = self.quota(index, now, limit);
+        }
+        tightest(limits, |index| quotas[index].0, |index, _| quotas[index].1)
     }
 
     /// Lays the buffer out for `limits` cursors and at most `capacity`

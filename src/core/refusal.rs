@@ -37,22 +37,40 @@ impl Verdict {
 
 /// The accepted decision for the limit with the least remaining quota (of
 /// those, the one that takes longest to grow, so that the policy as a whole
-/// has more quota once it has); the closure yields `(remaining,
-/// replenish_after)` for a limit's index.
-pub(crate) fn tightest(limits: &[Limit], mut quota: impl FnMut(usize) -> (u32, u64)) -> Decision {
-    let mut best = (0, quota(0));
-    for index in 1..limits.len() {
-        let candidate = quota(index);
-        if candidate.0 < best.1 .0 || (candidate.0 == best.1 .0 && candidate.1 > best.1 .1) {
-            best = (index, candidate);
+/// has more quota once it has). `remaining` yields a limit's remaining
+/// quota; `replenish` how long until that grows, asked only of the limits
+/// that could decide, since it is the dearer of the two.
+pub(crate) fn tightest(
+    limits: &[Limit],
+    mut remaining: impl FnMut(usize) -> u32,
+    mut replenish: impl FnMut(usize, u32) -> u64,
+) -> Decision {
+    // On the stack for any policy; the public core also takes longer lists.
+    let mut inline = [0u32; crate::policy::Policy::MAX_LIMITS];
+    let mut spilled = Vec::new();
+    let quotas: &mut [u32] = if limits.len() <= inline.len() {
+        &mut inline[..limits.len()]
+    } else {
+        spilled.resize(limits.len(), 0);
+        &mut spilled
+    };
+    for (index, quota) in quotas.iter_mut().enumerate() {
+        *quota = remaining(index);
+    }
+    let least = quotas.iter().copied().min().unwrap_or(0);
+    let mut best: Option<(usize, u64)> = None;
+    for index in (0..limits.len()).filter(|&index| quotas[index] == least) {
+        let wait = replenish(index, least);
+        if best.is_none_or(|(_, longest)| wait > longest) {
+            best = Some((index, wait));
         }
     }
-    let (index, (remaining, replenish)) = best;
+    let (index, replenish) = best.unwrap_or((0, 0));
     Decision {
         allowed: true,
         limit_index: index as u8,
         limit: limits[index],
-        remaining,
+        remaining: least,
         retry_after_micros: 0,
         replenish_micros: replenish,
         origin: Origin::Limits,

@@ -52,12 +52,13 @@ pin_project! {
 pin_project! {
     #[project = StateProj]
     enum State<F, S, SF, B> {
-        /// Waiting for the store; holds what is needed to go on either way.
+        /// Waiting for a store that could not answer at once; holds what is
+        /// needed to go on either way, boxed so that the common states keep
+        /// the future small.
         Check {
             #[pin]
             check: F,
-            inner: Option<S>,
-            request: Option<Request<B>>,
+            pending: Option<Box<(S, Request<B>)>>,
             grpc: bool,
         },
         /// The request was let through; waiting for the inner service.
@@ -68,7 +69,7 @@ pin_project! {
         },
         /// The layer answers by itself.
         Answer {
-            response: Option<Response<Bytes>>,
+            response: Option<Box<Response<Bytes>>>,
         },
     }
 }
@@ -88,8 +89,7 @@ where
         Self {
             state: State::Check {
                 check,
-                inner: Some(inner),
-                request: Some(request),
+                pending: Some(Box::new((inner, request))),
                 grpc,
             },
             config,
@@ -129,7 +129,7 @@ where
     pub(crate) fn answer(response: Response<Bytes>, config: Arc<LayerConfig>) -> Self {
         Self {
             state: State::Answer {
-                response: Some(response),
+                response: Some(Box::new(response)),
             },
             config,
             chosen: Chosen::Layer,
@@ -154,21 +154,28 @@ where
         Ok(decision) => {
             observe::decided(policy, &decision);
             if decision.is_allowed() {
-                request.extensions_mut().insert(decision);
+                if config.decision_extension {
+                    request.extensions_mut().insert(decision);
+                }
                 State::Call {
                     call: inner.call(request),
                     decision: Some(decision),
                 }
             } else {
                 State::Answer {
-                    response: Some(rejection(&decision, policy, &config.rejection, grpc)),
+                    response: Some(Box::new(rejection(
+                        &decision,
+                        policy,
+                        &config.rejection,
+                        grpc,
+                    ))),
                 }
             }
         }
         Err(err) => {
             observe::unavailable(policy, &err);
             State::Answer {
-                response: Some(store_unavailable(grpc)),
+                response: Some(Box::new(store_unavailable(grpc))),
             }
         }
     }
@@ -187,15 +194,15 @@ where
             match this.state.as_mut().project() {
                 StateProj::Check {
                     check,
-                    inner,
-                    request,
+                    pending,
                     grpc,
                 } => {
                     let outcome = ready!(check.poll(cx));
                     let grpc = *grpc;
-                    let (Some(mut inner), Some(request)) = (inner.take(), request.take()) else {
+                    let Some(pending) = pending.take() else {
                         unreachable!("a pending check still holds the service and request")
                     };
+                    let (mut inner, request) = *pending;
                     let next =
                         next_state(outcome, &mut inner, request, this.config, this.chosen, grpc);
                     this.state.set(next);
@@ -214,7 +221,7 @@ where
                     let response = response
                         .take()
                         .expect("ResponseFuture polled after completion");
-                    return Poll::Ready(Ok(response.map(ResponseBody::full)));
+                    return Poll::Ready(Ok((*response).map(ResponseBody::full)));
                 }
             }
         }

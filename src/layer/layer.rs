@@ -46,6 +46,7 @@ pub struct SlidingWindowLayer<E, St = MemoryStore, P = SinglePolicy> {
 pub(crate) struct LayerConfig {
     pub(crate) policy: Policy,
     pub(crate) headers_on_success: bool,
+    pub(crate) decision_extension: bool,
     pub(crate) missing_key: MissingKey,
     pub(crate) rejection: Rejection,
 }
@@ -72,6 +73,7 @@ impl<E> SlidingWindowLayer<E> {
             config: Arc::new(LayerConfig {
                 policy,
                 headers_on_success: true,
+                decision_extension: true,
                 missing_key: MissingKey::default(),
                 rejection: Rejection::default(),
             }),
@@ -150,6 +152,14 @@ impl<E, St, P> SlidingWindowLayer<E, St, P> {
     /// (default `true`). Rejections always carry them.
     pub fn rate_limit_headers(mut self, on: bool) -> Self {
         Arc::make_mut(&mut self.config).headers_on_success = on;
+        self
+    }
+
+    /// Whether accepted requests carry their [`Decision`](crate::Decision)
+    /// in their extensions for handlers to read (default `true`). Switching
+    /// it off saves an allocation per request.
+    pub fn decision_extension(mut self, on: bool) -> Self {
+        Arc::make_mut(&mut self.config).decision_extension = on;
         self
     }
 

@@ -108,5 +108,9 @@ pub(super) fn log_decision(policy: &Policy, reply: &[i64]) -> Result<Decision, S
         let oldest = optional(3 + 2 * index)?;
         quotas.push(quota(in_window, oldest, now, limit));
     }
-    Ok(tightest(limits, |index| quotas[index]))
+    Ok(tightest(
+        limits,
+        |index| quotas[index].0,
+        |index, _| quotas[index].1,
+    ))
 }

@@ -68,6 +68,7 @@ local sliding = ARGV[2] == 's'
 local n = (#ARGV - 3) / 2
 
 local WRAP = 4294967296
+local EXACT = 9007199254740992
 local raw = redis.call('GET', KEYS[1])
 local windows, previous, current = {}, {}, {}
 for i = 1, n do
@@ -112,7 +113,14 @@ for i = 1, n do
   end
   local fits = current[i] + 1 <= max
   if fits and sliding then
-    fits = le(mul(previous[i], w - elapsed), mul(max - current[i] - 1, w))
+    local carried = previous[i] * (w - elapsed)
+    local room = (max - current[i] - 1) * w
+    if carried < EXACT and room < EXACT then
+      -- Both products are below 2^53, where doubles are exact integers.
+      fits = carried <= room
+    else
+      fits = le(mul(previous[i], w - elapsed), mul(max - current[i] - 1, w))
+    end
   end
   if not fits then
     allowed = 0
@@ -120,14 +128,22 @@ for i = 1, n do
 end
 
 local reply = {allowed, now}
-local packed = {}
 for i = 1, n do
-  reply[#reply + 1] = windows[i]
-  reply[#reply + 1] = previous[i]
-  reply[#reply + 1] = current[i]
-  packed[#packed + 1] = struct.pack('<I4I4I4', math.fmod(windows[i], WRAP), previous[i], current[i] + 1)
+  reply[2 + 3 * i - 2] = windows[i]
+  reply[2 + 3 * i - 1] = previous[i]
+  reply[2 + 3 * i] = current[i]
 end
 if allowed == 1 then
-  redis.call('SET', KEYS[1], table.concat(packed), 'PX', ARGV[3])
+  local packed
+  if n == 1 then
+    packed = struct.pack('<I4I4I4', math.fmod(windows[1], WRAP), previous[1], current[1] + 1)
+  else
+    local parts = {}
+    for i = 1, n do
+      parts[i] = struct.pack('<I4I4I4', math.fmod(windows[i], WRAP), previous[i], current[i] + 1)
+    end
+    packed = table.concat(parts)
+  end
+  redis.call('SET', KEYS[1], packed, 'PX', ARGV[3])
 end
 return reply

@@ -37,8 +37,15 @@ impl Contender {
     async fn call(&self, key: u64) {
         match self {
             Self::Ours(store, policy) => {
-                let decision = store.decide(key, policy).await.expect("the bench store fails closed");
-                assert_eq!(decision.origin(), Origin::Limits, "Redis must answer every call");
+                let decision = store
+                    .decide(key, policy)
+                    .await
+                    .expect("the bench store fails closed");
+                assert_eq!(
+                    decision.origin(),
+                    Origin::Limits,
+                    "Redis must answer every call"
+                );
             }
             Self::Baseline(connection, script) => {
                 let mut connection = connection.clone();
@@ -87,12 +94,18 @@ fn usec_per_call(server: &Server) -> f64 {
 
 fn spread(mut values: Vec<f64>) -> (f64, f64, f64) {
     values.sort_by(f64::total_cmp);
-    (values[0], values[values.len() / 2], values[values.len() - 1])
+    (
+        values[0],
+        values[values.len() / 2],
+        values[values.len() - 1],
+    )
 }
 
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() {
-    let server = tokio::task::spawn_blocking(Server::start).await.expect("start redis-server");
+    let server = tokio::task::spawn_blocking(Server::start)
+        .await
+        .expect("start redis-server");
     let url = server.url();
     // Large enough that every call is accepted, realistic enough that the
     // script's exact test stays in double precision (the limb fallback for
@@ -108,7 +121,10 @@ async fn main() {
     // while a 1 ms window keeps every call on the accepting path.
     let log_policy = Policy::new(
         Algorithm::SlidingLog,
-        [Limit::new(100, Duration::from_millis(1)).unwrap(), Limit::new(1_000, Duration::from_millis(10)).unwrap()],
+        [
+            Limit::new(100, Duration::from_millis(1)).unwrap(),
+            Limit::new(1_000, Duration::from_millis(10)).unwrap(),
+        ],
     )
     .unwrap();
     let store = RedisStore::connect(&url)
@@ -116,15 +132,37 @@ async fn main() {
         .expect("connect")
         .with_timeout(Duration::from_secs(2))
         .with_failure_policy(tower_sliding_window::FailurePolicy::FailClosed);
-    let manager = ConnectionManager::new(redis::Client::open(url.as_str()).unwrap()).await.unwrap();
+    let manager = ConnectionManager::new(redis::Client::open(url.as_str()).unwrap())
+        .await
+        .unwrap();
     let contenders = [
-        ("baseline GET/GET/INCR/PEXPIRE", Contender::Baseline(manager, Arc::new(Script::new(BASELINE)))),
-        ("ours counter, 2 limits", Contender::Ours(store.clone(), two_limits(Algorithm::SlidingCounter))),
-        ("ours fixed, 2 limits", Contender::Ours(store.clone(), two_limits(Algorithm::FixedWindow))),
-        ("ours log, 2 limits (100, 1000)", Contender::Ours(store, log_policy)),
+        (
+            "baseline GET/GET/INCR/PEXPIRE",
+            Contender::Baseline(manager, Arc::new(Script::new(BASELINE))),
+        ),
+        (
+            "ours counter, 2 limits",
+            Contender::Ours(store.clone(), two_limits(Algorithm::SlidingCounter)),
+        ),
+        (
+            "ours fixed, 2 limits",
+            Contender::Ours(store.clone(), two_limits(Algorithm::FixedWindow)),
+        ),
+        (
+            "ours log, 2 limits (100, 1000)",
+            Contender::Ours(store, log_policy),
+        ),
     ];
 
-    println!("Redis {} on loopback, {ROUNDS} rounds each; decisions per second (min / median / max)", server.cli(&["INFO", "server"]).unwrap_or_default().lines().find_map(|l| l.strip_prefix("redis_version:")).unwrap_or("?"));
+    println!(
+        "Redis {} on loopback, {ROUNDS} rounds each; decisions per second (min / median / max)",
+        server
+            .cli(&["INFO", "server"])
+            .unwrap_or_default()
+            .lines()
+            .find_map(|l| l.strip_prefix("redis_version:"))
+            .unwrap_or("?")
+    );
     let mut medians = Vec::new();
     for (name, contender) in &contenders {
         contender.call(0).await;

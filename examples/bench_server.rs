@@ -29,7 +29,9 @@ fn main() -> std::io::Result<()> {
                 .burst_size(u32::MAX)
                 .finish()
                 .expect("valid governor config");
-            bare.layer(tower_governor::GovernorLayer::new(std::sync::Arc::new(config)))
+            bare.layer(tower_governor::GovernorLayer::new(std::sync::Arc::new(
+                config,
+            )))
         }
         other => {
             eprintln!("mode must be bare, ours or governor, not {other:?}");
@@ -43,6 +45,10 @@ fn main() -> std::io::Result<()> {
         .build()?
         .block_on(async move {
             let listener = tokio::net::TcpListener::bind(("127.0.0.1", port)).await?;
-            axum::serve(listener, app.into_make_service_with_connect_info::<SocketAddr>()).await
+            axum::serve(
+                listener,
+                app.into_make_service_with_connect_info::<SocketAddr>(),
+            )
+            .await
         })
 }

@@ -16,6 +16,7 @@ pub struct Decision {
     pub(crate) remaining: u32,
     pub(crate) retry_after_micros: u64,
     pub(crate) replenish_micros: u64,
+    pub(crate) at_micros: u64,
     pub(crate) origin: Origin,
 }
 
@@ -42,6 +43,7 @@ impl Decision {
         allowed: bool,
         limit: Limit,
         retry_after_micros: u64,
+        at_micros: u64,
         origin: Origin,
     ) -> Self {
         Self {
@@ -51,6 +53,7 @@ impl Decision {
             remaining: if allowed { limit.max() } else { 0 },
             retry_after_micros,
             replenish_micros: retry_after_micros,
+            at_micros,
             origin,
         }
     }
@@ -86,6 +89,13 @@ impl Decision {
     /// full.
     pub fn replenish_after(&self) -> Duration {
         Duration::from_micros(self.replenish_micros)
+    }
+
+    /// The store's time the request was judged at, since its clock's zero:
+    /// the clock's reading, or the newest time already recorded for the key
+    /// if the clock stepped back. Zero when no store judged (fail-open).
+    pub fn decided_at(&self) -> Duration {
+        Duration::from_micros(self.at_micros)
     }
 
     /// Whether the limits decided, or a rule standing in for them.

@@ -149,7 +149,7 @@ fn decide(slots: &mut [Slot], now: u64, limits: &[Limit]) -> Decision {
         }
         judged[index] = (elapsed, spare);
     }
-    if let Some(refusal) = verdict.refusal(limits) {
+    if let Some(refusal) = verdict.refusal(limits, now) {
         return refusal;
     }
     for slot in slots.iter_mut() {
@@ -157,6 +157,7 @@ fn decide(slots: &mut [Slot], now: u64, limits: &[Limit]) -> Decision {
     }
     tightest(
         limits,
+        now,
         |index| judged[index].1.unwrap_or(0),
         |index, remaining| {
             let limit = &limits[index];

@@ -107,7 +107,7 @@ fn decide(slots: &mut [Slot], now: u64, limits: &[Limit]) -> Decision {
             verdict.refuse(index, until_next_window(now, limit));
         }
     }
-    if let Some(refusal) = verdict.refusal(limits) {
+    if let Some(refusal) = verdict.refusal(limits, now) {
         return refusal;
     }
     for slot in slots.iter_mut() {
@@ -115,6 +115,7 @@ fn decide(slots: &mut [Slot], now: u64, limits: &[Limit]) -> Decision {
     }
     tightest(
         limits,
+        now,
         |index| limits[index].max() - slots[index].count,
         |index, _| {
             if slots[index].count == 0 {

@@ -114,7 +114,7 @@ impl SlidingLog {
                 }
             }
         }
-        if let Some(refusal) = verdict.refusal(limits) {
+        if let Some(refusal) = verdict.refusal(limits, now) {
             return refusal;
         }
         self.record(now, capacity as usize);
@@ -131,7 +131,12 @@ impl SlidingLog {
         for (index, limit) in limits.iter().enumerate() {
             quotas[index] = self.quota(index, now, limit);
         }
-        tightest(limits, |index| quotas[index].0, |index, _| quotas[index].1)
+        tightest(
+            limits,
+            now,
+            |index| quotas[index].0,
+            |index, _| quotas[index].1,
+        )
     }
 
     /// Lays the buffer out for `limits` cursors and at most `capacity`

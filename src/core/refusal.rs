@@ -22,7 +22,7 @@ impl Verdict {
     }
 
     /// The refusal with the longest wait, if any limit refused.
-    pub(crate) fn refusal(&self, limits: &[Limit]) -> Option<Decision> {
+    pub(crate) fn refusal(&self, limits: &[Limit], now: u64) -> Option<Decision> {
         self.refusal.map(|(index, retry_after)| Decision {
             allowed: false,
             limit_index: index as u8,
@@ -30,6 +30,7 @@ impl Verdict {
             remaining: 0,
             retry_after_micros: retry_after,
             replenish_micros: retry_after,
+            at_micros: now,
             origin: Origin::Limits,
         })
     }
@@ -42,6 +43,7 @@ impl Verdict {
 /// that could decide, since it is the dearer of the two.
 pub(crate) fn tightest(
     limits: &[Limit],
+    now: u64,
     mut remaining: impl FnMut(usize) -> u32,
     mut replenish: impl FnMut(usize, u32) -> u64,
 ) -> Decision {
@@ -73,6 +75,7 @@ pub(crate) fn tightest(
         remaining: least,
         retry_after_micros: 0,
         replenish_micros: replenish,
+        at_micros: now,
         origin: Origin::Limits,
     }
 }

@@ -102,6 +102,7 @@ impl<K: Hash + Eq, S: AlgorithmState> Shards<K, S> {
                         false,
                         policy.limits()[0],
                         wait,
+                        now,
                         Origin::StoreFull,
                     );
                 }

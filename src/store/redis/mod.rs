@@ -255,6 +255,7 @@ impl RedisStore {
                 true,
                 policy.limits()[0],
                 0,
+                0,
                 Origin::FailOpen,
             )),
             FailurePolicy::FailClosed => Err(err),

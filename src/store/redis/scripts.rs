@@ -97,7 +97,7 @@ pub(super) fn log_decision(policy: &Policy, reply: &[i64]) -> Result<Decision, S
                 verdict.refuse(index, wait);
             }
         }
-        return verdict.refusal(limits).ok_or_else(|| malformed(reply));
+        return verdict.refusal(limits, now).ok_or_else(|| malformed(reply));
     }
     if reply.len() != 2 + 2 * limits.len() {
         return Err(malformed(reply));
@@ -110,6 +110,7 @@ pub(super) fn log_decision(policy: &Policy, reply: &[i64]) -> Result<Decision, S
     }
     Ok(tightest(
         limits,
+        now,
         |index| quotas[index].0,
         |index, _| quotas[index].1,
     ))

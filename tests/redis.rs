@@ -402,3 +402,69 @@ async fn failure_policies_hold_while_redis_is_down_and_recover() {
         "worst {worst:?}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn log_never_over_admits_on_server_time_from_two_connections() {
+    // 10^5 decisions on Redis TIME from two connections, 32 in flight each,
+    // against 10 per 20 ms on four keys; every accepted time is checked.
+    let url = shared_url();
+    let prefix = unique_prefix("real-time");
+    let connect = || async {
+        RedisStore::connect(&url)
+            .await
+            .expect("Redis")
+            .with_prefix(&prefix)
+            .with_failure_policy(FailurePolicy::FailClosed)
+            .with_timeout(Duration::from_secs(5))
+    };
+    let stores = [connect().await, connect().await];
+    let window = Duration::from_millis(20);
+    let policy = Policy::new(Algorithm::SlidingLog, [Limit::new(10, window).unwrap()]).unwrap();
+    let tasks: Vec<_> = (0..64usize)
+        .map(|task| {
+            let store = stores[task % 2].clone();
+            let policy = policy.clone();
+            tokio::spawn(async move {
+                let mut accepted = Vec::new();
+                for i in 0..1_563usize {
+                    let key = (task + i) % 4;
+                    let decision = store.decide(key, &policy).await.expect("Redis answers");
+                    if decision.is_allowed() {
+                        accepted.push((key, decision.decided_at().as_micros() as u64));
+                    }
+                }
+                accepted
+            })
+        })
+        .collect();
+    let mut accepted = Vec::new();
+    for task in tasks {
+        accepted.extend(task.await.unwrap());
+    }
+    let mut violations = 0;
+    for key in 0..4 {
+        let mut times: Vec<u64> = accepted
+            .iter()
+            .filter(|(k, _)| *k == key)
+            .map(|(_, t)| *t)
+            .collect();
+        times.sort_unstable();
+        let w = window.as_micros() as u64;
+        let mut end = 0;
+        for (start, &from) in times.iter().enumerate() {
+            while end < times.len() && times[end] <= from + w {
+                end += 1;
+            }
+            if end - start > 10 {
+                violations += 1;
+            }
+        }
+    }
+    println!(
+        "{} decisions on server time, {} accepted, {violations} windows over the limit",
+        64 * 1_563,
+        accepted.len()
+    );
+    assert_eq!(violations, 0);
+    assert!(accepted.len() > 100, "the run must slide windows");
+}

@@ -24,7 +24,7 @@ impl Slot {
         if k == self.window {
             return;
         }
-        self.previous = if k == self.window + 1 {
+        self.previous = if Some(k) == self.window.checked_add(1) {
             self.current
         } else {
             0
@@ -182,7 +182,9 @@ fn idle_from(slots: &[Slot], limits: &[Limit]) -> u64 {
             } else {
                 0
             };
-            (slot.window + windows_left).saturating_mul(limit.window_micros())
+            slot.window
+                .saturating_add(windows_left)
+                .saturating_mul(limit.window_micros())
         })
         .max()
         .unwrap_or(0)

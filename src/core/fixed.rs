@@ -132,7 +132,11 @@ fn idle_from(slots: &[Slot], limits: &[Limit]) -> u64 {
         .iter()
         .zip(limits)
         .filter(|(slot, _)| slot.count > 0)
-        .map(|(slot, limit)| (slot.window + 1).saturating_mul(limit.window_micros()))
+        .map(|(slot, limit)| {
+            slot.window
+                .saturating_add(1)
+                .saturating_mul(limit.window_micros())
+        })
         .max()
         .unwrap_or(0)
 }

@@ -196,7 +196,7 @@ impl SlidingLog {
 /// window's closed end. `None` if it already has left.
 pub(crate) fn blocked_for(blocking: u64, now: u64, limit: &Limit) -> Option<u64> {
     let expires = blocking.saturating_add(limit.window_micros());
-    (expires >= now).then(|| expires - now + 1)
+    (expires >= now).then(|| (expires - now).saturating_add(1))
 }
 
 /// Remaining quota with `in_window` stamps inside `limit`'s window, and how
@@ -204,7 +204,10 @@ pub(crate) fn blocked_for(blocking: u64, now: u64, limit: &Limit) -> Option<u64>
 pub(crate) fn quota(in_window: u32, oldest: Option<u64>, now: u64, limit: &Limit) -> (u32, u64) {
     let remaining = limit.max().saturating_sub(in_window);
     let replenish = oldest.map_or(0, |oldest| {
-        (oldest.saturating_add(limit.window_micros()) + 1).saturating_sub(now)
+        oldest
+            .saturating_add(limit.window_micros())
+            .saturating_add(1)
+            .saturating_sub(now)
     });
     (remaining, replenish)
 }

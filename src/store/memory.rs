@@ -28,7 +28,8 @@ use crate::policy::{Algorithm, Policy};
 ///   next time its shard is used after a five-second sweep interval (or when
 ///   its shard is full); no clean-up call is needed.
 /// * **Capped.** At most [`max_keys`](MemoryStore::with_max_keys) live keys
-///   (one million by default), split evenly over the shards, per key type.
+///   (one million by default), split evenly over the shards (rounded down),
+///   per key type and state layout.
 ///   A *new* key arriving at a full shard is refused — a 429 whose
 ///   [`Origin`](crate::Origin) is `StoreFull` and whose retry-after is the
 ///   time until some key in that shard goes idle. Live keys are never evicted

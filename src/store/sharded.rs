@@ -25,14 +25,23 @@ struct Entry<K, S> {
 struct Shard<K, S> {
     table: HashTable<Entry<K, S>>,
     next_sweep: u64,
+    /// No entry goes idle before this time (a lower bound: entries only
+    /// ever push their own `idle_from` later), so a full shard need not be
+    /// swept again until then.
+    earliest_idle: u64,
 }
 
 impl<K, S> Shard<K, S> {
-    /// Drops idle entries; returns when the earliest remaining one goes idle.
-    fn sweep(&mut self, now: u64) -> Option<u64> {
+    /// Drops idle entries and notes when the earliest remaining one goes idle.
+    fn sweep(&mut self, now: u64) {
         self.table.retain(|entry| entry.idle_from > now);
         self.next_sweep = now.saturating_add(SWEEP_EVERY_MICROS);
-        self.table.iter().map(|entry| entry.idle_from).min()
+        self.earliest_idle = self
+            .table
+            .iter()
+            .map(|entry| entry.idle_from)
+            .min()
+            .unwrap_or(u64::MAX);
     }
 }
 
@@ -59,13 +68,15 @@ impl<K: Hash + Eq, S: AlgorithmState> Shards<K, S> {
                 Padded(Mutex::new(Shard {
                     table: HashTable::new(),
                     next_sweep: SWEEP_EVERY_MICROS,
+                    earliest_idle: u64::MAX,
                 }))
             })
             .collect();
         Self {
             shards,
             hasher: RandomState::default(),
-            keys_per_shard: max_keys.div_ceil(count).max(1),
+            // Rounded down, so that all shards together never exceed the cap.
+            keys_per_shard: (max_keys / count).max(1),
         }
     }
 
@@ -94,23 +105,26 @@ impl<K: Hash + Eq, S: AlgorithmState> Shards<K, S> {
         }
         if shard.table.len() >= self.keys_per_shard {
             // Live keys are never dropped to make room: that would hand their
-            // owners a fresh window. A new key waits until one goes idle.
-            if let Some(earliest) = shard.sweep(now) {
-                if shard.table.len() >= self.keys_per_shard {
-                    let wait = earliest.saturating_sub(now).max(1);
-                    return Decision::substitute(
-                        false,
-                        policy.limits()[0],
-                        wait,
-                        now,
-                        Origin::StoreFull,
-                    );
-                }
+            // owners a fresh window. A new key waits until one goes idle; a
+            // sweep runs only once one may have, so a flood costs O(1) a key.
+            if now >= shard.earliest_idle {
+                shard.sweep(now);
+            }
+            if shard.table.len() >= self.keys_per_shard {
+                let wait = shard.earliest_idle.saturating_sub(now).max(1);
+                return Decision::substitute(
+                    false,
+                    policy.limits()[0],
+                    wait,
+                    now,
+                    Origin::StoreFull,
+                );
             }
         }
         let mut state = S::default();
         let decision = state.decide(now, policy);
         let idle_from = state.idle_from(policy);
+        shard.earliest_idle = shard.earliest_idle.min(idle_from);
         let hasher = &self.hasher;
         shard.table.insert_unique(
             hash,

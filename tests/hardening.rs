@@ -1,0 +1,333 @@
+//! Hardening: the log's guarantee under real time and real threads, clock
+//! faults, and the service's poll contract.
+
+use std::convert::Infallible;
+use std::future::{ready, Future, Ready};
+use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use http::{Request, Response, StatusCode};
+use tower::{Service, ServiceExt};
+use tower_sliding_window::core::{FixedWindow, SlidingCounter, SlidingLog};
+use tower_sliding_window::{
+    Algorithm, Decision, Limit, ManualClock, MemoryStore, Policy, SlidingWindowLayer, Store,
+    StoreError,
+};
+
+/// Most accepted times in any closed interval of `window` µs.
+fn densest(sorted: &[u64], window: u64) -> usize {
+    let mut best = 0;
+    let mut end = 0;
+    for (start, &from) in sorted.iter().enumerate() {
+        while end < sorted.len() && sorted[end] <= from + window {
+            end += 1;
+        }
+        best = best.max(end - start);
+    }
+    best
+}
+
+#[test]
+fn log_never_over_admits_under_real_time_and_two_threads() {
+    // A million decisions on the system clock from two OS threads, on four
+    // keys, against 20 per 2 ms: windows slide constantly under contention.
+    let store = MemoryStore::new();
+    let window = Duration::from_millis(2);
+    let policy = Policy::new(Algorithm::SlidingLog, [Limit::new(20, window).unwrap()]).unwrap();
+    let per_thread = 500_000;
+    let accepted: Vec<Vec<(u64, u64)>> = std::thread::scope(|scope| {
+        let handles: Vec<_> = (0..2u64)
+            .map(|thread| {
+                let (store, policy) = (store.clone(), policy.clone());
+                scope.spawn(move || {
+                    let mut accepted = Vec::new();
+                    for i in 0..per_thread {
+                        let key = (i + thread) % 4;
+                        let decision = store.decide_now(key, &policy);
+                        if decision.is_allowed() {
+                            accepted.push((key, decision.decided_at().as_micros() as u64));
+                        }
+                    }
+                    accepted
+                })
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    let mut violations = 0;
+    let mut total = 0;
+    for key in 0..4 {
+        let mut times: Vec<u64> = accepted
+            .iter()
+            .flatten()
+            .filter(|(k, _)| *k == key)
+            .map(|(_, t)| *t)
+            .collect();
+        times.sort_unstable();
+        total += times.len();
+        if densest(&times, window.as_micros() as u64) > 20 {
+            violations += 1;
+        }
+    }
+    println!(
+        "{} decisions, {total} accepted, {violations} keys over the limit",
+        2 * per_thread
+    );
+    assert_eq!(violations, 0);
+    assert!(
+        total > 1_000,
+        "the run must actually accept and slide ({total})"
+    );
+}
+
+#[test]
+fn clocks_stepping_back_or_leaping_ahead_never_panic_or_over_admit() {
+    let limits = [
+        Limit::new(3, Duration::from_secs(10)).unwrap(),
+        Limit::per_hour(5),
+    ];
+    for algorithm in ["log", "counter", "fixed"] {
+        let mut decide: Box<dyn FnMut(Duration) -> Decision> = match algorithm {
+            "log" => {
+                let mut s = SlidingLog::new();
+                Box::new(move |t| s.decide(t, &limits))
+            }
+            "counter" => {
+                let mut s = SlidingCounter::new();
+                Box::new(move |t| s.decide(t, &limits))
+            }
+            _ => {
+                let mut s = FixedWindow::new();
+                Box::new(move |t| s.decide(t, &limits))
+            }
+        };
+        let start = Duration::from_secs(1_000);
+        let admitted = (0..3).filter(|_| decide(start).is_allowed()).count();
+        assert_eq!(admitted, 3);
+        for back in [999, 500, 0] {
+            assert!(
+                !decide(Duration::from_secs(back)).is_allowed(),
+                "{algorithm}: back to {back}s"
+            );
+        }
+        // Days, years, then the end of time: no overflow, and the limits still hold.
+        for ahead in [
+            Duration::from_secs(86_400 * 3),
+            Duration::from_secs(86_400 * 365 * 500),
+            Duration::MAX,
+        ] {
+            let fresh = (0..10).filter(|_| decide(ahead).is_allowed()).count();
+            assert!(fresh <= 3, "{algorithm} at {ahead:?}: {fresh}");
+        }
+    }
+}
+
+/// An inner service that insists on tower's contract: it must be polled
+/// ready before each call, and its readiness flips between pending and
+/// ready. It counts live instances, to show nothing leaks.
+struct Strict {
+    ready: bool,
+    flip: Arc<AtomicBool>,
+    live: Arc<AtomicUsize>,
+    calls: Arc<AtomicUsize>,
+}
+
+impl Clone for Strict {
+    fn clone(&self) -> Self {
+        self.live.fetch_add(1, Ordering::SeqCst);
+        Self {
+            ready: false,
+            flip: Arc::clone(&self.flip),
+            live: Arc::clone(&self.live),
+            calls: Arc::clone(&self.calls),
+        }
+    }
+}
+
+impl Drop for Strict {
+    fn drop(&mut self) {
+        self.live.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+impl Service<Request<String>> for Strict {
+    type Response = Response<String>;
+    type Error = Infallible;
+    type Future = Ready<Result<Response<String>, Infallible>>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
+        // Every other poll is pending, to catch a caller that does not wait.
+        if self.flip.fetch_xor(true, Ordering::SeqCst) {
+            cx.waker().wake_by_ref();
+            return Poll::Pending;
+        }
+        self.ready = true;
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, _: Request<String>) -> Self::Future {
+        assert!(self.ready, "called without being polled ready");
+        self.ready = false;
+        self.calls.fetch_add(1, Ordering::SeqCst);
+        ready(Ok(Response::new(String::new())))
+    }
+}
+
+/// A memory store whose answer comes one poll late, like a remote store.
+#[derive(Clone)]
+struct Late(MemoryStore<ManualClock>);
+
+struct LateFuture(Option<Decision>, bool);
+
+impl Future for LateFuture {
+    type Output = Result<Decision, StoreError>;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        if !self.1 {
+            self.1 = true;
+            cx.waker().wake_by_ref();
+            return Poll::Pending;
+        }
+        Poll::Ready(
+            self.0
+                .take()
+                .ok_or_else(|| StoreError::new("polled twice", None)),
+        )
+    }
+}
+
+impl Store<&'static str> for Late {
+    type Future = LateFuture;
+
+    fn decide(&self, key: &'static str, policy: &Policy) -> LateFuture {
+        LateFuture(Some(self.0.decide_now(key, policy)), false)
+    }
+}
+
+fn strict() -> (Strict, Arc<AtomicUsize>, Arc<AtomicUsize>) {
+    let live = Arc::new(AtomicUsize::new(1));
+    let calls = Arc::new(AtomicUsize::new(0));
+    let service = Strict {
+        ready: false,
+        flip: Arc::new(AtomicBool::new(false)),
+        live: Arc::clone(&live),
+        calls: Arc::clone(&calls),
+    };
+    (service, live, calls)
+}
+
+fn key(_: &Request<String>) -> Option<&'static str> {
+    Some("k")
+}
+
+#[tokio::test]
+async fn poll_ready_is_never_skipped_with_a_store_that_answers_at_once() {
+    let (inner, live, calls) = strict();
+    let layer = SlidingWindowLayer::new(Limit::per_minute(3), key)
+        .store(MemoryStore::with_clock(ManualClock::new()));
+    let mut svc = tower::Layer::layer(&layer, inner);
+    let mut statuses = Vec::new();
+    for _ in 0..5 {
+        let response = svc
+            .ready()
+            .await
+            .unwrap()
+            .call(Request::new(String::new()))
+            .await
+            .unwrap();
+        statuses.push(response.status().as_u16());
+    }
+    assert_eq!(statuses, [200, 200, 200, 429, 429]);
+    assert_eq!(calls.load(Ordering::SeqCst), 3);
+    drop(svc);
+    assert_eq!(live.load(Ordering::SeqCst), 0, "no service leaked");
+}
+
+#[tokio::test]
+async fn a_clone_is_called_only_after_being_polled_ready_with_a_late_store() {
+    let (inner, live, calls) = strict();
+    let clock = ManualClock::new();
+    let layer = SlidingWindowLayer::new(Limit::per_minute(3), key)
+        .store(Late(MemoryStore::with_clock(clock)));
+    let mut svc = tower::Layer::layer(&layer, inner);
+    let mut statuses = Vec::new();
+    for _ in 0..5 {
+        let response = svc
+            .ready()
+            .await
+            .unwrap()
+            .call(Request::new(String::new()))
+            .await
+            .unwrap();
+        statuses.push(response.status());
+    }
+    assert_eq!(statuses.iter().filter(|s| **s == StatusCode::OK).count(), 3);
+    assert_eq!(calls.load(Ordering::SeqCst), 3);
+
+    // A response future dropped before the store answered: the request was
+    // judged (counted once) but the inner service is never called, and the
+    // service it held is dropped with it.
+    let clock_key_policy_fresh = SlidingWindowLayer::new(Limit::per_minute(2), key)
+        .store(Late(MemoryStore::with_clock(ManualClock::new())));
+    let (inner, live2, calls2) = strict();
+    let mut svc2 = tower::Layer::layer(&clock_key_policy_fresh, inner);
+    let dropped = svc2
+        .ready()
+        .await
+        .unwrap()
+        .call(Request::new(String::new()));
+    drop(dropped);
+    assert_eq!(calls2.load(Ordering::SeqCst), 0);
+    let second = svc2
+        .ready()
+        .await
+        .unwrap()
+        .call(Request::new(String::new()))
+        .await
+        .unwrap();
+    assert_eq!(
+        second.status(),
+        StatusCode::OK,
+        "the dropped request counted once, not twice"
+    );
+    let third = svc2
+        .ready()
+        .await
+        .unwrap()
+        .call(Request::new(String::new()))
+        .await
+        .unwrap();
+    assert_eq!(third.status(), StatusCode::TOO_MANY_REQUESTS);
+    drop(svc2);
+    drop(svc);
+    assert_eq!(live.load(Ordering::SeqCst), 0, "no service leaked");
+    assert_eq!(live2.load(Ordering::SeqCst), 0, "no service leaked");
+}
+
+#[tokio::test]
+async fn nothing_panics_on_hostile_keys_through_the_layer() {
+    let layer = SlidingWindowLayer::new(Limit::per_second(1), |req: &Request<String>| {
+        req.headers().get("x-key").map(|v| v.as_bytes().to_vec())
+    })
+    .store(MemoryStore::with_clock(ManualClock::new()));
+    let svc = tower::ServiceBuilder::new()
+        .layer(layer)
+        .service(tower::service_fn(|_: Request<String>| async {
+            Ok::<_, Infallible>(Response::new(String::new()))
+        }));
+    for value in [&b"\xff\xfe\x00"[..], b"", b"{}:%", &[b'x'; 65_536][..]] {
+        let mut request = Request::new(String::new());
+        if let Ok(header) = http::HeaderValue::from_bytes(value) {
+            request.headers_mut().insert("x-key", header);
+        }
+        let response = svc.clone().oneshot(request).await.unwrap();
+        assert!(
+            response.status() == 200 || response.status() == 400,
+            "{:?}",
+            response.status()
+        );
+    }
+}

@@ -89,7 +89,7 @@ impl SlidingCounter {
         if self.slots.len() != limits.len() {
             self.slots = Slots::new(limits.len());
         }
-        decide(&mut self.slots, now, limits)
+        decide::<{ crate::policy::Policy::MAX_LIMITS }>(&mut self.slots, now, limits)
     }
 
     pub(crate) fn idle_from_micros(&self, limits: &[Limit]) -> u64 {
@@ -118,7 +118,7 @@ impl<const N: usize> CompactCounter<N> {
     /// the number of limits.
     pub(crate) fn decide_micros(&mut self, now: u64, limits: &[Limit]) -> Decision {
         debug_assert_eq!(limits.len(), N);
-        decide(&mut self.slots, now, limits)
+        decide::<N>(&mut self.slots, now, limits)
     }
 
     pub(crate) fn idle_from_micros(&self, limits: &[Limit]) -> u64 {
@@ -126,12 +126,13 @@ impl<const N: usize> CompactCounter<N> {
     }
 }
 
-fn decide(slots: &mut [Slot], now: u64, limits: &[Limit]) -> Decision {
+/// `N` is the most limits judged on the stack; more spill to the heap.
+fn decide<const N: usize>(slots: &mut [Slot], now: u64, limits: &[Limit]) -> Decision {
     let now = now.max(counted_since(slots.iter().map(|s| s.window), limits));
     // Per limit: the time into its window, and the quota left once this
     // request is counted (`None`: it does not fit). Kept for the decision,
     // so each limit's weighted count is computed once.
-    let mut inline = [(0, None); crate::policy::Policy::MAX_LIMITS];
+    let mut inline = [(0, None); N];
     let mut spilled = Vec::new();
     let judged: &mut [(u64, Option<u32>)] = if limits.len() <= inline.len() {
         &mut inline[..limits.len()]

@@ -47,27 +47,22 @@ pub(crate) fn tightest(
     mut remaining: impl FnMut(usize) -> u32,
     mut replenish: impl FnMut(usize, u32) -> u64,
 ) -> Decision {
-    // On the stack for any policy; the public core also takes longer lists.
-    let mut inline = [0u32; crate::policy::Policy::MAX_LIMITS];
-    let mut spilled = Vec::new();
-    let quotas: &mut [u32] = if limits.len() <= inline.len() {
-        &mut inline[..limits.len()]
-    } else {
-        spilled.resize(limits.len(), 0);
-        &mut spilled
-    };
-    for (index, quota) in quotas.iter_mut().enumerate() {
-        *quota = remaining(index);
+    // `remaining` is a lookup for every caller, so it is simply asked twice.
+    let mut least = u32::MAX;
+    for index in 0..limits.len() {
+        least = least.min(remaining(index));
     }
-    let least = quotas.iter().copied().min().unwrap_or(0);
-    let mut best: Option<(usize, u64)> = None;
-    for index in (0..limits.len()).filter(|&index| quotas[index] == least) {
-        let wait = replenish(index, least);
-        if best.is_none_or(|(_, longest)| wait > longest) {
-            best = Some((index, wait));
+    let (mut index, mut longest) = (0, 0);
+    let mut found = false;
+    for candidate in 0..limits.len() {
+        if remaining(candidate) == least {
+            let wait = replenish(candidate, least);
+            if !found || wait > longest {
+                (index, longest, found) = (candidate, wait, true);
+            }
         }
     }
-    let (index, replenish) = best.unwrap_or((0, 0));
+    let replenish = longest;
     Decision {
         allowed: true,
         limit_index: index as u8,

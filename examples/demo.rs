@@ -59,6 +59,34 @@ impl Bench {
     }
 }
 
+/// Counts how many outcomes match the document, and names those that do not.
+#[derive(Default)]
+struct Checks {
+    passed: usize,
+    failed: Vec<String>,
+}
+
+impl Checks {
+    fn expect(&mut self, what: &str, got: &Outcome, accepted: bool, retry_after: Option<&str>) {
+        let ok = (got.0 == 200) == accepted
+            && retry_after.is_none_or(|expected| got.1.as_deref() == Some(expected));
+        if ok {
+            self.passed += 1;
+        } else {
+            self.failed.push(format!("{what}: got {}", describe(got)));
+        }
+    }
+
+    fn expect_count(&mut self, what: &str, got: usize, expected: usize) {
+        if got == expected {
+            self.passed += 1;
+        } else {
+            self.failed
+                .push(format!("{what}: got {got}, the document says {expected}"));
+        }
+    }
+}
+
 fn describe(outcome: &Outcome) -> String {
     match outcome {
         (200, _) => "accepted".into(),
@@ -71,23 +99,24 @@ fn five_per_30s() -> Limit {
     Limit::new(5, Duration::from_secs(30)).expect("a valid limit")
 }
 
-async fn vector_l() {
+async fn vector_l(checks: &mut Checks) {
     println!("Sliding window log, 30 s window, limit 5 (the document's first table)\n");
     println!(
         "{:<6} {:<9} {:<29} {:<47} counter, same traffic",
         "time", "arrivals", "document says", "log through the layer"
     );
-    let rows: [(f64, usize, &str); 6] = [
-        (0.0, 1, "accepted"),
-        (5.0, 2, "both accepted (count 3)"),
-        (15.0, 2, "both accepted (count 5)"),
-        (25.0, 1, "rejected, at the limit"),
-        (35.0, 1, "accepted, 0 s has expired"),
-        (40.0, 3, "two accepted, third rejected"),
+    // (time, arrivals, accepted of them, what the document says)
+    let rows: [(f64, usize, usize, &str); 6] = [
+        (0.0, 1, 1, "accepted"),
+        (5.0, 2, 2, "both accepted (count 3)"),
+        (15.0, 2, 2, "both accepted (count 5)"),
+        (25.0, 1, 0, "rejected, at the limit"),
+        (35.0, 1, 1, "accepted, 0 s has expired"),
+        (40.0, 3, 2, "two accepted, third rejected"),
     ];
     let times: Vec<f64> = rows
         .iter()
-        .flat_map(|&(t, n, _)| std::iter::repeat_n(t, n))
+        .flat_map(|&(t, n, _, _)| std::iter::repeat_n(t, n))
         .collect();
     let log = Bench::new(Algorithm::SlidingLog, five_per_30s())
         .replay(&times)
@@ -96,7 +125,17 @@ async fn vector_l() {
         .replay(&times)
         .await;
     let mut at = 0;
-    for (t, n, says) in rows {
+    for (t, n, accepted, says) in rows {
+        for (i, outcome) in log[at..at + n].iter().enumerate() {
+            // 5 s and one tick until the blocking request leaves: 6 s, rounded up.
+            let retry = (i >= accepted).then_some("6");
+            checks.expect(
+                &format!("log at {t}s, arrival {}", i + 1),
+                outcome,
+                i < accepted,
+                retry,
+            );
+        }
         let got = |outcomes: &[Outcome]| {
             outcomes[at..at + n]
                 .iter()
@@ -117,26 +156,50 @@ async fn vector_l() {
     println!();
 }
 
-async fn vectors_c_and_q() {
+async fn vectors_c_and_q(checks: &mut Checks) {
     println!("Sliding window counter, 30 s window, limit 5; the window [0 s, 30 s) accepted 5\n");
     println!(
         "{:<14} {:<8} {:<9} {:<26} counter through the layer",
         "time", "1 - x", "weighted", "document says"
     );
     let spread = [0.0, 5.0, 5.0, 15.0, 15.0];
-    let rows: [(&[f64], &str, &str, &str); 6] = [
-        (&[35.0], "5/6", "4.17", "rejected (5.17 > 5)"),
-        (&[40.0], "2/3", "3.33", "accepted (4.33)"),
-        (&[40.0, 40.0], "2/3", "4.33", "rejected (5.33 > 5)"),
-        (&[33.0], "9/10", "4.50", "rejected, retry in 3 s"),
-        (&[35.999], "0.80003", "4.0002", "rejected (just under 36 s)"),
-        (&[36.0], "4/5", "4.00", "accepted (exactly 5)"),
+    // (times after the set-up, 1 - x, weighted, the document, accepted, Retry-After)
+    type Row<'a> = (&'a [f64], &'a str, &'a str, &'a str, bool, Option<&'a str>);
+    let rows: [Row; 6] = [
+        (&[35.0], "5/6", "4.17", "rejected (5.17 > 5)", false, None),
+        (&[40.0], "2/3", "3.33", "accepted (4.33)", true, None),
+        (
+            &[40.0, 40.0],
+            "2/3",
+            "4.33",
+            "rejected (5.33 > 5)",
+            false,
+            None,
+        ),
+        (
+            &[33.0],
+            "9/10",
+            "4.50",
+            "rejected, retry in 3 s",
+            false,
+            Some("3"),
+        ),
+        (
+            &[35.999],
+            "0.80003",
+            "4.0002",
+            "rejected (just under 36 s)",
+            false,
+            None,
+        ),
+        (&[36.0], "4/5", "4.00", "accepted (exactly 5)", true, None),
     ];
-    for (times, one_minus_x, weighted, says) in rows {
+    for (times, one_minus_x, weighted, says, accepted, retry) in rows {
         let bench = Bench::new(Algorithm::SlidingCounter, five_per_30s());
         let history: Vec<f64> = spread.iter().chain(times).copied().collect();
         let outcomes = bench.replay(&history).await;
         let last = outcomes.last().expect("at least one request");
+        checks.expect(&format!("counter at {times:?} s"), last, accepted, retry);
         let label = if times.len() > 1 {
             format!("{}s again", times[0])
         } else {
@@ -157,8 +220,17 @@ async fn vectors_c_and_q() {
         "Where they disagree: the five requests of [0 s, 30 s) all came in its first second\n"
     );
     let early = [0.0, 0.2, 0.4, 0.6, 0.8, 33.0];
-    for algorithm in [Algorithm::SlidingLog, Algorithm::SlidingCounter] {
+    for (algorithm, accepted) in [
+        (Algorithm::SlidingLog, true),
+        (Algorithm::SlidingCounter, false),
+    ] {
         let outcomes = Bench::new(algorithm, five_per_30s()).replay(&early).await;
+        checks.expect(
+            &format!("{algorithm:?} at 33 s after an early burst"),
+            &outcomes[5],
+            accepted,
+            None,
+        );
         println!(
             "  {:<16} at 33 s: {}",
             format!("{algorithm:?}"),
@@ -168,7 +240,7 @@ async fn vectors_c_and_q() {
     println!("  (the log looks back to 3 s and sees nothing; the counter still charges 4.5)\n");
 }
 
-async fn boundary_burst() {
+async fn boundary_burst(checks: &mut Checks) {
     println!("Boundary burst: 100 per minute; 100 requests in the last second before the");
     println!("minute turns and 100 in the first second after it\n");
     let w = 60.0;
@@ -199,6 +271,7 @@ async fn boundary_burst() {
             })
             .max()
             .unwrap_or(0);
+        checks.expect_count(&format!("{algorithm:?} boundary burst"), densest, document);
         println!(
             "  {:<16} document: {document:>3}   through the layer: {densest:>3} in one 60 s interval",
             format!("{algorithm:?}")
@@ -209,7 +282,21 @@ async fn boundary_burst() {
 
 #[tokio::main(flavor = "current_thread")]
 async fn main() {
-    vector_l().await;
-    vectors_c_and_q().await;
-    boundary_burst().await;
+    let mut checks = Checks::default();
+    vector_l(&mut checks).await;
+    vectors_c_and_q(&mut checks).await;
+    boundary_burst(&mut checks).await;
+    if checks.failed.is_empty() {
+        println!("All {} outcomes match the document.", checks.passed);
+    } else {
+        for failure in &checks.failed {
+            println!("MISMATCH {failure}");
+        }
+        println!(
+            "{} of {} outcomes differ from the document.",
+            checks.failed.len(),
+            checks.passed + checks.failed.len()
+        );
+        std::process::exit(1);
+    }
 }

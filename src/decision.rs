@@ -11,7 +11,7 @@ use crate::limit::Limit;
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Decision {
     pub(crate) allowed: bool,
-    pub(crate) limit_index: u8,
+    pub(crate) limit_index: u16,
     pub(crate) limit: Limit,
     pub(crate) remaining: u32,
     pub(crate) retry_after_micros: u64,

@@ -23,6 +23,9 @@ pub enum ConfigError {
     TooManyLimits(usize),
     /// A store setting is out of range; the text names it.
     Store(String),
+    /// A key extractor was given something it cannot use (a header name, a
+    /// network, a prefix length); the text names it.
+    Extractor(String),
 }
 
 impl fmt::Display for ConfigError {
@@ -46,6 +49,7 @@ impl fmt::Display for ConfigError {
                 crate::Policy::MAX_LIMITS
             ),
             Self::Store(msg) => write!(f, "store configuration: {msg}"),
+            Self::Extractor(msg) => write!(f, "key extractor configuration: {msg}"),
         }
     }
 }

@@ -146,6 +146,11 @@ impl Policy {
         &self.inner.signature
     }
 
+    /// The name given with [`named`](Policy::named), if any.
+    pub fn name(&self) -> Option<&str> {
+        self.inner.name.as_deref()
+    }
+
     /// The name given with [`named`](Policy::named), else the signature: what
     /// metrics and logs call this policy (never a client's key).
     pub fn label(&self) -> &str {

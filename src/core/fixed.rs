@@ -48,6 +48,11 @@ impl FixedWindow {
     /// Judges a request at `now` (since the clock's zero) against every limit,
     /// counting it if all accept. A different number of limits than last time
     /// starts the counts afresh.
+    ///
+    /// # Panics
+    ///
+    /// If `limits` is empty: a decision needs a limit to report. A
+    /// [`Policy`](crate::Policy) always has one.
     pub fn decide(&mut self, now: Duration, limits: &[Limit]) -> Decision {
         self.decide_micros(micros(now), limits)
     }

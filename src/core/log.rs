@@ -43,6 +43,11 @@ impl SlidingLog {
 
     /// Judges a request at `now` (since the clock's zero) against every limit,
     /// recording it if all accept.
+    ///
+    /// # Panics
+    ///
+    /// If `limits` is empty: a decision needs a limit to report. A
+    /// [`Policy`](crate::Policy) always has one.
     pub fn decide(&mut self, now: Duration, limits: &[Limit]) -> Decision {
         let capacity = limits.iter().map(Limit::max).max().unwrap_or(0);
         self.decide_micros(micros(now), limits, capacity)

@@ -25,7 +25,7 @@ impl Verdict {
     pub(crate) fn refusal(&self, limits: &[Limit], now: u64) -> Option<Decision> {
         self.refusal.map(|(index, retry_after)| Decision {
             allowed: false,
-            limit_index: index as u8,
+            limit_index: u16::try_from(index).unwrap_or(u16::MAX),
             limit: limits[index],
             remaining: 0,
             retry_after_micros: retry_after,
@@ -65,7 +65,7 @@ pub(crate) fn tightest(
     let replenish = longest;
     Decision {
         allowed: true,
-        limit_index: index as u8,
+        limit_index: u16::try_from(index).unwrap_or(u16::MAX),
         limit: limits[index],
         remaining: least,
         retry_after_micros: 0,

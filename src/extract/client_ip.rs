@@ -82,7 +82,7 @@ impl ClientIp {
                 text.parse::<IpNet>()
                     .or_else(|_| text.parse::<IpAddr>().map(IpNet::from))
                     .map_err(|_| {
-                        ConfigError::Store(format!("{text:?} is not an IP network or address"))
+                        ConfigError::Extractor(format!("{text:?} is not an IP network or address"))
                     })
             })
             .collect::<Result<Vec<_>, _>>()?;

@@ -26,7 +26,7 @@ impl HeaderKey {
     /// [`ConfigError`] if `name` is not a valid header name.
     pub fn new(name: &str) -> Result<Self, ConfigError> {
         let name = HeaderName::try_from(name)
-            .map_err(|_| ConfigError::Store(format!("{name:?} is not a valid header name")))?;
+            .map_err(|_| ConfigError::Extractor(format!("{name:?} is not a valid header name")))?;
         Ok(Self { name })
     }
 }

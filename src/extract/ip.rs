@@ -13,7 +13,7 @@ pub(super) fn check_prefix(bits: u8) -> Result<u8, ConfigError> {
     if (1..=128).contains(&bits) {
         Ok(bits)
     } else {
-        Err(ConfigError::Store(format!(
+        Err(ConfigError::Extractor(format!(
             "an IPv6 prefix must be 1 to 128 bits, not {bits}"
         )))
     }

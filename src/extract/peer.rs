@@ -17,6 +17,11 @@ use crate::layer::KeyExtractor;
 /// that any other server can insert. IPv6 addresses are keyed by their /64
 /// (see [`ipv6_prefix`](PeerIp::ipv6_prefix)).
 ///
+/// Without the matching feature (or, in axum, without
+/// `into_make_service_with_connect_info`) it finds no address: every request
+/// then has no key, and the layer refuses it with `400` unless told otherwise
+/// ([`MissingKey`](crate::MissingKey)).
+///
 /// Behind a reverse proxy every request comes from the proxy: use
 /// [`ClientIp`](super::ClientIp) there.
 #[derive(Clone, Copy, Debug)]

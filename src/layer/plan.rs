@@ -28,6 +28,11 @@ use crate::policy::Policy;
 /// # Ok::<(), tower_sliding_window::ConfigError>(())
 /// ```
 ///
+/// Build the policies **once**, outside the closure, and hand out clones: a
+/// policy built inside it is a new policy on every request, with a fresh
+/// window each time — no limit at all in a [`MemoryStore`](crate::MemoryStore),
+/// and a store filling with dead entries.
+///
 /// Each policy keeps its own windows: a key moved to another plan starts
 /// afresh under it (in a [`MemoryStore`](crate::MemoryStore); a
 /// [`RedisStore`](crate) shares windows between equal policies).

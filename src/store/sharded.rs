@@ -14,6 +14,10 @@ use crate::policy::Policy;
 /// How often (in microseconds of store time) a shard in use looks for idle keys.
 const SWEEP_EVERY_MICROS: u64 = 5_000_000;
 
+/// The least time between two sweeps of a full shard: entries that go idle
+/// one by one (the log's) must not make every new key scan the shard.
+const FULL_SWEEP_GAP_MICROS: u64 = 100_000;
+
 struct Entry<K, S> {
     policy: u64,
     /// From this time on the state judges like a fresh one and may be dropped.
@@ -29,6 +33,8 @@ struct Shard<K, S> {
     /// ever push their own `idle_from` later), so a full shard need not be
     /// swept again until then.
     earliest_idle: u64,
+    /// A full shard is not swept again before this time.
+    next_full_sweep: u64,
 }
 
 impl<K, S> Shard<K, S> {
@@ -69,6 +75,7 @@ impl<K: Hash + Eq, S: AlgorithmState> Shards<K, S> {
                     table: HashTable::new(),
                     next_sweep: SWEEP_EVERY_MICROS,
                     earliest_idle: u64::MAX,
+                    next_full_sweep: 0,
                 }))
             })
             .collect();
@@ -106,12 +113,15 @@ impl<K: Hash + Eq, S: AlgorithmState> Shards<K, S> {
         if shard.table.len() >= self.keys_per_shard {
             // Live keys are never dropped to make room: that would hand their
             // owners a fresh window. A new key waits until one goes idle; a
-            // sweep runs only once one may have, so a flood costs O(1) a key.
-            if now >= shard.earliest_idle {
+            // sweep runs only once one may have, and at most every 100 ms, so
+            // a flood costs O(1) a key.
+            if now >= shard.earliest_idle && now >= shard.next_full_sweep {
                 shard.sweep(now);
+                shard.next_full_sweep = now.saturating_add(FULL_SWEEP_GAP_MICROS);
             }
             if shard.table.len() >= self.keys_per_shard {
-                let wait = shard.earliest_idle.saturating_sub(now).max(1);
+                let room_at = shard.earliest_idle.max(shard.next_full_sweep);
+                let wait = room_at.saturating_sub(now).max(1);
                 return Decision::substitute(
                     false,
                     policy.limits()[0],

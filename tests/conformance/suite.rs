@@ -267,13 +267,27 @@ pub async fn concurrent_requests_admit_exactly_the_limit<St: Store<String>>(
 pub async fn policies_do_not_share_windows<St: Store<String>>(store: St, clock: ManualClock) {
     at(&clock, 1.0);
     let strict = service(store.clone(), policy(Algorithm::SlidingCounter, &[(1, 10)]));
-    let lenient = service(store, policy(Algorithm::SlidingCounter, &[(3, 10)]));
+    let lenient = service(store.clone(), policy(Algorithm::SlidingCounter, &[(3, 10)]));
     assert_eq!(hit(&strict, "shared").await.status(), 200);
     assert_eq!(hit(&strict, "shared").await.status(), 429);
     for _ in 0..3 {
         assert_eq!(hit(&lenient, "shared").await.status(), 200);
     }
     assert_eq!(hit(&lenient, "shared").await.status(), 429);
+
+    // Equal limits, different names: still apart, in every store (a remote
+    // store identifies windows by name and limits).
+    let login = service(
+        store.clone(),
+        policy(Algorithm::SlidingLog, &[(1, 10)]).named("login"),
+    );
+    let signup = service(
+        store,
+        policy(Algorithm::SlidingLog, &[(1, 10)]).named("signup"),
+    );
+    assert_eq!(hit(&login, "named").await.status(), 200);
+    assert_eq!(hit(&signup, "named").await.status(), 200);
+    assert_eq!(hit(&login, "named").await.status(), 429);
 }
 
 /// Keys that look like Redis syntax, escapes or binary never share a window.

@@ -32,18 +32,27 @@ pub(super) fn escape(text: &str) -> String {
     out
 }
 
-/// The Redis key for `key` under the policy with `signature`; `prefix` is
-/// already escaped.
-pub(super) fn key_name(prefix: &str, key: &impl Display, signature: &str) -> String {
-    let mut name = String::with_capacity(prefix.len() + signature.len() + 24);
-    name.push_str(prefix);
-    name.push_str(":{");
+/// The Redis key for `key` under a policy: its escaped `name` (if it has
+/// one) and its `signature`; `prefix` is already escaped.
+pub(super) fn key_name(
+    prefix: &str,
+    key: &impl Display,
+    name: Option<&str>,
+    signature: &str,
+) -> String {
+    let mut out = String::with_capacity(prefix.len() + signature.len() + 24);
+    out.push_str(prefix);
+    out.push_str(":{");
     // Writing into a String cannot fail; a Display impl that reports an
     // error just leaves its key shorter, still escaped and tagged.
-    let _ = write!(Escaping(&mut name), "{key}");
-    name.push_str("}:");
-    name.push_str(signature);
-    name
+    let _ = write!(Escaping(&mut out), "{key}");
+    out.push_str("}:");
+    if let Some(name) = name {
+        let _ = Escaping(&mut out).write_str(name);
+        out.push('/');
+    }
+    out.push_str(signature);
+    out
 }
 
 #[cfg(test)]
@@ -53,11 +62,18 @@ mod tests {
     #[test]
     fn braces_colons_and_control_bytes_cannot_break_the_tag() {
         assert_eq!(
-            key_name("p", &"a}b{c:d", "log:1/1"),
-            "p:{a%7Db%7Bc:d}:log:1/1"
+            key_name("p", &"a}b{c:d", None, "l1/1s"),
+            "p:{a%7Db%7Bc:d}:l1/1s"
         );
-        assert_eq!(key_name("p", &"nul\0", "x"), "p:{nul%00}:x");
+        assert_eq!(
+            key_name("p", &"k", Some("lo{g}in"), "l1/1s"),
+            "p:{k}:lo%7Bg%7Din/l1/1s"
+        );
+        assert_eq!(key_name("p", &"nul\0", None, "x"), "p:{nul%00}:x");
         // The escape character is itself escaped, so these stay apart.
-        assert_ne!(key_name("p", &"%7B", "x"), key_name("p", &"{", "x"));
+        assert_ne!(
+            key_name("p", &"%7B", None, "x"),
+            key_name("p", &"{", None, "x")
+        );
     }
 }

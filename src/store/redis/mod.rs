@@ -38,11 +38,13 @@ use crate::policy::{Algorithm, Policy};
 ///   largest limit) in one string; the counter one string of 12 bytes per
 ///   limit. Every key expires once it has been idle long enough to no
 ///   longer matter.
-/// * **Keys** are `prefix:{user key}:signature`: the user's key is a hash tag,
-///   escaped so that `{`, `}`, `%` and control bytes can neither move it to
-///   another slot nor make two keys collide. Layers with equal policies and
-///   prefixes share windows — across processes, which is the point; give
-///   unrelated layers different prefixes.
+/// * **Keys** are `prefix:{user key}:name/signature`: the user's key is a hash
+///   tag, escaped so that `{`, `}`, `%` and control bytes can neither move it
+///   to another slot nor make two keys collide. Windows are identified by the
+///   policy's [name](Policy::named) and limits, the same in every process —
+///   that is how instances share them. Unlike in a [`MemoryStore`], two
+///   *unnamed* policies with equal limits therefore share windows here: name
+///   the policies (or use prefixes) of layers that must count apart.
 /// * **Failures** are bounded by a timeout (50 ms by default) and answered
 ///   by a [`FailurePolicy`] (fail open by default).
 ///
@@ -198,7 +200,7 @@ impl RedisStore {
 
     /// The Redis key holding `key`'s state under `policy`.
     pub fn key_name(&self, key: &impl Display, policy: &Policy) -> String {
-        keys::key_name(&self.prefix, key, policy.signature())
+        keys::key_name(&self.prefix, key, policy.name(), policy.signature())
     }
 
     /// Judges `key` under `policy` in Redis, with no timeout or failure policy.

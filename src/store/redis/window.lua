@@ -68,6 +68,7 @@ local sliding = ARGV[2] == 's'
 local n = (#ARGV - 3) / 2
 
 local WRAP = 4294967296
+local lifetime = tonumber(ARGV[3]) * 1000
 local EXACT = 9007199254740992
 local raw = redis.call('GET', KEYS[1])
 local windows, previous, current = {}, {}, {}
@@ -78,7 +79,11 @@ for i = 1, n do
     local stored
     stored, previous[i], current[i] = struct.unpack('<I4I4I4', raw, 1 + (i - 1) * 12)
     local behind = math.fmod(math.fmod(k, WRAP) - stored + WRAP, WRAP)
-    if behind < WRAP / 2 then
+    -- Less than 2^31 windows behind: an older window, as usual. More is
+    -- either a clock that stepped back (the stored window is ahead of now) or,
+    -- for a short window beside a very long one, a window older than 2^31
+    -- that the key outlived; only the latter fits in the key's lifetime.
+    if behind < WRAP / 2 or behind * w <= lifetime then
       windows[i] = k - behind
     else
       windows[i] = k + (WRAP - behind)

@@ -212,3 +212,37 @@ async fn service_builder_ext_adds_the_layer() {
         .service(service_fn(ok));
     assert_eq!(admitted(&svc, "k", 3).await, 2);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn count_only_overshoots_by_at_most_the_requests_in_flight() {
+    // Ten failed logins in flight at once against a limit of three: all ten
+    // are judged before any is recorded, so all ten reach the service (the
+    // documented overshoot); the records stop at three, and the next one is
+    // refused.
+    let barrier = Arc::new(tokio::sync::Barrier::new(10));
+    let layer = SlidingWindowLayer::new(Limit::per_minute(3), api_key)
+        .count_only(|status, _| status == StatusCode::UNAUTHORIZED)
+        .store(MemoryStore::with_clock(ManualClock::new()));
+    let svc = ServiceBuilder::new()
+        .layer(layer)
+        .service(service_fn(move |_: Request<()>| {
+            let barrier = Arc::clone(&barrier);
+            async move {
+                barrier.wait().await;
+                let mut response = Response::new(String::new());
+                *response.status_mut() = StatusCode::UNAUTHORIZED;
+                Ok::<_, Infallible>(response)
+            }
+        }));
+    let tasks: Vec<_> = (0..10)
+        .map(|_| {
+            let svc = svc.clone();
+            tokio::spawn(async move { svc.oneshot(with_key("mallory")).await.unwrap().status() })
+        })
+        .collect();
+    for task in tasks {
+        assert_eq!(task.await.unwrap(), StatusCode::UNAUTHORIZED);
+    }
+    let next = svc.oneshot(with_key("mallory")).await.unwrap();
+    assert_eq!(next.status(), StatusCode::TOO_MANY_REQUESTS);
+}

@@ -205,6 +205,10 @@ impl Store<&'static str> for Late {
     fn decide(&self, key: &'static str, policy: &Policy) -> LateFuture {
         LateFuture(Some(self.0.decide_now(key, policy)), false)
     }
+
+    fn peek(&self, key: &'static str, policy: &Policy) -> LateFuture {
+        LateFuture(Some(self.0.peek_now(&key, policy)), false)
+    }
 }
 
 fn strict() -> (Strict, Arc<AtomicUsize>, Arc<AtomicUsize>) {

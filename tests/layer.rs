@@ -187,6 +187,10 @@ impl Store<String> for Unreachable {
     fn decide(&self, _: String, _: &Policy) -> Self::Future {
         ready(Err(StoreError::new("connection refused", None)))
     }
+
+    fn peek(&self, key: String, policy: &Policy) -> Self::Future {
+        self.decide(key, policy)
+    }
 }
 
 #[tokio::test]

@@ -26,6 +26,10 @@ impl Store<&'static str> for Down {
     fn decide(&self, _: &'static str, _: &Policy) -> Self::Future {
         ready(Err(StoreError::new("down", None)))
     }
+
+    fn peek(&self, key: &'static str, policy: &Policy) -> Self::Future {
+        self.decide(key, policy)
+    }
 }
 
 #[tokio::test]

@@ -78,7 +78,7 @@ impl KeyState {
 
 /// One algorithm's state for one key, as a store keeps it: stores hold a
 /// map per algorithm, so no entry pays for another algorithm's layout.
-pub(crate) trait AlgorithmState: Default + Send + Sync + 'static {
+pub(crate) trait AlgorithmState: Clone + Default + Send + Sync + 'static {
     /// Judges and records a request at `now` (µs) under `policy`.
     fn decide(&mut self, now: u64, policy: &Policy) -> Decision;
     /// From when (µs) the state judges as a fresh one would.

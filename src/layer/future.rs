@@ -19,6 +19,10 @@ use crate::observe;
 use crate::policy::Policy;
 use crate::store::StoreError;
 
+/// Records a request after its response, for layers that count only some
+/// responses.
+pub(crate) type Recorder = Box<dyn FnOnce() -> Pin<Box<dyn Future<Output = ()> + Send>> + Send>;
+
 /// The policy a request was judged by: the layer's own (no extra reference
 /// count on the hot path), or one a plan picked.
 #[derive(Debug)]
@@ -43,15 +47,16 @@ pin_project! {
         S: Service<Request<B>>,
     {
         #[pin]
-        state: State<F, S, S::Future, B>,
+        state: State<F, S, S::Future, B, S::Response>,
         config: Arc<LayerConfig>,
         chosen: Chosen,
+        recorder: Option<Recorder>,
     }
 }
 
 pin_project! {
     #[project = StateProj]
-    enum State<F, S, SF, B> {
+    enum State<F, S, SF, B, R> {
         /// Waiting for a store that could not answer at once; holds what is
         /// needed to go on either way, boxed so that the common states keep
         /// the future small.
@@ -71,6 +76,11 @@ pin_project! {
         Answer {
             response: Option<Box<Response<Bytes>>>,
         },
+        /// Counting a request whose response matched, before handing it on.
+        Record {
+            recording: Pin<Box<dyn Future<Output = ()> + Send>>,
+            response: Option<R>,
+        },
     }
 }
 
@@ -85,6 +95,7 @@ where
         config: Arc<LayerConfig>,
         chosen: Chosen,
         grpc: bool,
+        recorder: Option<Recorder>,
     ) -> Self {
         Self {
             state: State::Check {
@@ -94,6 +105,7 @@ where
             },
             config,
             chosen,
+            recorder,
         }
     }
 
@@ -106,12 +118,14 @@ where
         config: Arc<LayerConfig>,
         chosen: Chosen,
         grpc: bool,
+        recorder: Option<Recorder>,
     ) -> Self {
         let state = next_state(outcome, inner, request, &config, &chosen, grpc);
         Self {
             state,
             config,
             chosen,
+            recorder,
         }
     }
 
@@ -123,6 +137,7 @@ where
             },
             config,
             chosen: Chosen::Layer,
+            recorder: None,
         }
     }
 
@@ -133,6 +148,7 @@ where
             },
             config,
             chosen: Chosen::Layer,
+            recorder: None,
         }
     }
 }
@@ -145,7 +161,7 @@ fn next_state<F, S, B>(
     config: &LayerConfig,
     chosen: &Chosen,
     grpc: bool,
-) -> State<F, S, S::Future, B>
+) -> State<F, S, S::Future, B, S::Response>
 where
     S: Service<Request<B>>,
 {
@@ -215,6 +231,29 @@ where
                             policy.headers().apply(&decision, response.headers_mut());
                         }
                     }
+                    let counts =
+                        this.config.count_only.as_ref().is_some_and(|count| {
+                            count.matches(response.status(), response.headers())
+                        });
+                    match this.recorder.take() {
+                        Some(record) if counts => {
+                            let recording = record();
+                            this.state.set(State::Record {
+                                recording,
+                                response: Some(response),
+                            });
+                        }
+                        _ => return Poll::Ready(Ok(response.map(ResponseBody::inner))),
+                    }
+                }
+                StateProj::Record {
+                    recording,
+                    response,
+                } => {
+                    ready!(recording.as_mut().poll(cx));
+                    let response = response
+                        .take()
+                        .expect("ResponseFuture polled after completion");
                     return Poll::Ready(Ok(response.map(ResponseBody::inner)));
                 }
                 StateProj::Answer { response } => {

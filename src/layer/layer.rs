@@ -2,7 +2,7 @@
 
 use std::sync::Arc;
 
-use http::Request;
+use http::{HeaderMap, Request, StatusCode};
 use tower_layer::Layer;
 
 use super::key::MissingKey;
@@ -49,6 +49,23 @@ pub(crate) struct LayerConfig {
     pub(crate) decision_extension: bool,
     pub(crate) missing_key: MissingKey,
     pub(crate) rejection: Rejection,
+    pub(crate) count_only: Option<CountOnly>,
+}
+
+/// The predicate of [`SlidingWindowLayer::count_only`].
+#[derive(Clone)]
+pub(crate) struct CountOnly(Arc<dyn Fn(StatusCode, &HeaderMap) -> bool + Send + Sync>);
+
+impl CountOnly {
+    pub(crate) fn matches(&self, status: StatusCode, headers: &HeaderMap) -> bool {
+        (self.0)(status, headers)
+    }
+}
+
+impl std::fmt::Debug for CountOnly {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("CountOnly(..)")
+    }
 }
 
 impl<E> SlidingWindowLayer<E> {
@@ -76,6 +93,7 @@ impl<E> SlidingWindowLayer<E> {
                 decision_extension: true,
                 missing_key: MissingKey::default(),
                 rejection: Rejection::default(),
+                count_only: None,
             }),
         }
     }
@@ -174,6 +192,27 @@ impl<E, St, P> SlidingWindowLayer<E, St, P> {
     /// [`Rejection::plain_text`]).
     pub fn rejection(mut self, rejection: Rejection) -> Self {
         Arc::make_mut(&mut self.config).rejection = rejection;
+        self
+    }
+
+    /// Counts a request only when its response matches `counts` (given the
+    /// status and headers), e.g. failed logins only:
+    /// `.count_only(|status, _| status == StatusCode::UNAUTHORIZED)`.
+    ///
+    /// Every request is still judged first, so a key over its limit is
+    /// refused before reaching the service; it is recorded only after its
+    /// response came back and matched. That split is **not atomic**: requests
+    /// in flight at the same time are all judged against the same count, so
+    /// up to one more than the limit per concurrent in-flight request can get
+    /// through before the first of them is recorded (a client sending 10 at
+    /// once against a limit of 3 failures may see all 10 answered). Records
+    /// beyond the limit are dropped, so the count itself never exceeds it.
+    /// Recording adds one store call to matching responses.
+    pub fn count_only<F>(mut self, counts: F) -> Self
+    where
+        F: Fn(StatusCode, &HeaderMap) -> bool + Send + Sync + 'static,
+    {
+        Arc::make_mut(&mut self.config).count_only = Some(CountOnly(Arc::new(counts)));
         self
     }
 

@@ -10,7 +10,7 @@ use http::{Request, Response};
 use tower::Service;
 
 use super::body::ResponseBody;
-use super::future::{Chosen, ResponseFuture};
+use super::future::{Chosen, Recorder, ResponseFuture};
 use super::key::{KeyExtractor, MissingKey};
 use super::layer::LayerConfig;
 use super::plan::{Plan, SinglePolicy};
@@ -70,6 +70,7 @@ impl<S, E, St, P, B, ResB> Service<Request<B>> for SlidingWindow<S, E, St, P>
 where
     S: Service<Request<B>, Response = Response<ResB>> + Clone,
     E: KeyExtractor<B>,
+    E::Key: Clone + Send + 'static,
     St: Store<E::Key>,
     P: Plan<B, E::Key>,
 {
@@ -90,9 +91,25 @@ where
                 MissingKey::Reject => ResponseFuture::answer(missing_key(grpc), config),
             };
         };
-        let (mut check, chosen) = match self.plan.policy(&request, &key, &config.policy) {
-            Cow::Borrowed(policy) => (self.store.decide(key, policy), Chosen::Layer),
-            Cow::Owned(policy) => (self.store.decide(key, &policy), Chosen::Plan(policy)),
+        let chosen_policy = self.plan.policy(&request, &key, &config.policy);
+        let (mut check, recorder) = if config.count_only.is_some() {
+            // Judge now without recording; record after a matching response.
+            let policy = chosen_policy.clone().into_owned();
+            let store = self.store.clone();
+            let check = self.store.peek(key.clone(), &policy);
+            let recorder: Recorder = Box::new(move || {
+                Box::pin(async move {
+                    // A record the limit refuses (it filled meanwhile) is dropped.
+                    let _ = store.decide(key, &policy).await;
+                })
+            });
+            (check, Some(recorder))
+        } else {
+            (self.store.decide(key, &chosen_policy), None)
+        };
+        let chosen = match chosen_policy {
+            Cow::Borrowed(_) => Chosen::Layer,
+            Cow::Owned(policy) => Chosen::Plan(policy),
         };
         // A store that answers at once (the memory store always does) lets
         // the request go straight on to the service that was polled ready.
@@ -105,12 +122,13 @@ where
                 config,
                 chosen,
                 grpc,
+                recorder,
             );
         }
         // Otherwise the ready service goes with the request into the future;
         // the clone left behind will be polled before it is called.
         let clone = self.inner.clone();
         let inner = std::mem::replace(&mut self.inner, clone);
-        ResponseFuture::check(check, inner, request, config, chosen, grpc)
+        ResponseFuture::check(check, inner, request, config, chosen, grpc, recorder)
     }
 }

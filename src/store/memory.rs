@@ -130,6 +130,29 @@ impl<C: Clock> MemoryStore<C> {
         }
     }
 
+    /// Judges a request for `key` under `policy` right now as
+    /// [`decide_now`](MemoryStore::decide_now) would, recording nothing.
+    pub fn peek_now<K>(&self, key: &K, policy: &Policy) -> Decision
+    where
+        K: Hash + Eq + Send + Sync + 'static,
+    {
+        let now = self.inner.clock.now_micros();
+        macro_rules! peek_in {
+            ($state:ty) => {
+                self.with_shards::<K, $state, _>(|shards| shards.peek(key, policy, now))
+            };
+        }
+        match (policy.algorithm(), policy.limits().len()) {
+            (Algorithm::SlidingCounter, 1) => peek_in!(CompactCounter<1>),
+            (Algorithm::SlidingCounter, 2) => peek_in!(CompactCounter<2>),
+            (Algorithm::SlidingCounter, _) => peek_in!(SlidingCounter),
+            (Algorithm::FixedWindow, 1) => peek_in!(CompactFixed<1>),
+            (Algorithm::FixedWindow, 2) => peek_in!(CompactFixed<2>),
+            (Algorithm::FixedWindow, _) => peek_in!(FixedWindow),
+            (Algorithm::SlidingLog, _) => peek_in!(SlidingLog),
+        }
+    }
+
     /// The number of keys of type `K` held, live or not yet swept.
     pub fn key_count<K>(&self) -> usize
     where
@@ -171,5 +194,9 @@ where
 
     fn decide(&self, key: K, policy: &Policy) -> Self::Future {
         ready(Ok(self.decide_now(key, policy)))
+    }
+
+    fn peek(&self, key: K, policy: &Policy) -> Self::Future {
+        ready(Ok(self.peek_now(&key, policy)))
     }
 }

@@ -37,4 +37,9 @@ pub trait Store<K>: Clone + Send + Sync + 'static {
 
     /// Judges a request for `key` under `policy`, recording it if accepted.
     fn decide(&self, key: K, policy: &Policy) -> Self::Future;
+
+    /// Judges a request as [`decide`](Store::decide) would, remaining quota
+    /// included, but records nothing: for layers that count only some
+    /// responses ([`SlidingWindowLayer::count_only`](crate::SlidingWindowLayer::count_only)).
+    fn peek(&self, key: K, policy: &Policy) -> Self::Future;
 }

@@ -149,6 +149,27 @@ impl<K: Hash + Eq, S: AlgorithmState> Shards<K, S> {
         decision
     }
 
+    /// Judges as [`decide`](Self::decide) would, on a copy: nothing is
+    /// recorded and no key is added.
+    pub(super) fn peek(&self, key: &K, policy: &Policy, now: u64) -> Decision
+    where
+        S: Clone,
+    {
+        let id = policy.id();
+        let hash = self.hasher.hash_one((id, key));
+        let index = (hash >> 32) as usize & (self.shards.len() - 1);
+        let shard = self.shards[index]
+            .0
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        let mut state = shard
+            .table
+            .find(hash, |entry| entry.policy == id && entry.key == *key)
+            .map_or_else(S::default, |entry| entry.state.clone());
+        drop(shard);
+        state.decide(now, policy)
+    }
+
     pub(super) fn len(&self) -> usize {
         self.shards
             .iter()

@@ -82,6 +82,7 @@ mod redis_cluster {
         run!(concurrent_requests_admit_exactly_the_limit);
         run!(policies_do_not_share_windows);
         run!(awkward_keys_stay_apart);
+        run!(count_only_counts_matching_responses);
         run!(clock_stepping_back_admits_nothing_extra);
         drop(cluster);
     }

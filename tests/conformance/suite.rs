@@ -290,6 +290,77 @@ pub async fn policies_do_not_share_windows<St: Store<String>>(store: St, clock: 
     assert_eq!(hit(&login, "named").await.status(), 429);
 }
 
+/// Counting only failed logins: successes never use quota, failures do, and
+/// once failures reach the limit every request is refused.
+pub async fn count_only_counts_matching_responses<St: Store<String>>(
+    store: St,
+    clock: ManualClock,
+) {
+    for algorithm in [
+        Algorithm::SlidingLog,
+        Algorithm::SlidingCounter,
+        Algorithm::FixedWindow,
+    ] {
+        at(&clock, 5.0);
+        let layer =
+            SlidingWindowLayer::with_policy(policy(algorithm, &[(2, 60)]), client_key as KeyFn)
+                .count_only(|status, _| status == StatusCode::UNAUTHORIZED)
+                .store(store.clone());
+        let login = layer.layer(service_fn(|request: Request<()>| {
+            let failed = request.headers().contains_key("x-wrong-password");
+            let mut response = Response::new(());
+            if failed {
+                *response.status_mut() = StatusCode::UNAUTHORIZED;
+            }
+            std::future::ready(Ok::<_, Infallible>(response))
+        }));
+        let attempt = |wrong: bool| {
+            let mut request = Request::builder().header("x-client", format!("login-{algorithm:?}"));
+            if wrong {
+                request = request.header("x-wrong-password", "1");
+            }
+            login.clone().oneshot(request.body(()).unwrap())
+        };
+        for _ in 0..5 {
+            let ok = attempt(false).await.unwrap();
+            assert_eq!(
+                ok.status(),
+                StatusCode::OK,
+                "{algorithm:?}: successes are free"
+            );
+        }
+        let first = attempt(true).await.unwrap();
+        assert_eq!(first.status(), StatusCode::UNAUTHORIZED);
+        // The headers count the failure that is being recorded.
+        let ratelimit = header_of(&first, "ratelimit").unwrap_or_default();
+        assert!(
+            ratelimit.starts_with("\"60s\";r=1;"),
+            "{algorithm:?}: {ratelimit}"
+        );
+        assert_eq!(
+            attempt(true).await.unwrap().status(),
+            StatusCode::UNAUTHORIZED
+        );
+        assert_eq!(
+            attempt(true).await.unwrap().status(),
+            StatusCode::TOO_MANY_REQUESTS,
+            "{algorithm:?}: two failures used the quota"
+        );
+        assert_eq!(
+            attempt(false).await.unwrap().status(),
+            StatusCode::TOO_MANY_REQUESTS,
+            "{algorithm:?}: refused before the service"
+        );
+    }
+}
+
+fn header_of<B>(response: &Response<B>, name: &str) -> Option<String> {
+    response
+        .headers()
+        .get(name)
+        .map(|v| v.to_str().unwrap().to_owned())
+}
+
 /// Keys that look like Redis syntax, escapes or binary never share a window.
 pub async fn awkward_keys_stay_apart<St: Store<String>>(store: St, clock: ManualClock) {
     at(&clock, 3.0);
@@ -403,6 +474,13 @@ macro_rules! conformance_suite {
                 clock,
             )
             .await;
+        }
+
+        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+        async fn count_only_counts_matching_responses() {
+            let clock = tower_sliding_window::ManualClock::new();
+            $crate::suite::count_only_counts_matching_responses($make(clock.clone()).await, clock)
+                .await;
         }
 
         #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -4,7 +4,7 @@
 -- KEYS[1]  the ring: 8 bytes of header (index of the oldest stamp, number
 --          of stamps; 4 bytes each), then 8 bytes per stamp
 -- ARGV[1]  now in microseconds, or '' to read the server's TIME
--- ARGV[2]  ring capacity: the largest max
+-- ARGV[2]  ring capacity: the largest max; negative to judge without recording
 -- ARGV[3]  TTL in milliseconds, set on every accepted request
 -- ARGV[4..] max, window (microseconds) for each limit
 --
@@ -20,6 +20,8 @@ else
   now = tonumber(ARGV[1])
 end
 local cap = tonumber(ARGV[2])
+local peek = cap < 0
+if peek then cap = -cap end
 local n = (#ARGV - 3) / 2
 local key = KEYS[1]
 
@@ -78,6 +80,29 @@ end
 if allowed == 0 then
   local reply = {0, now}
   for i = 1, n do reply[#reply + 1] = blocking[i] end
+  return reply
+end
+
+if peek then
+  -- Counts as if this request were recorded: one more in every window. A
+  -- full ring would drop its oldest stamp, which (the request fitting) lies
+  -- outside every window.
+  local reply = {1, now}
+  for i = 1, n do
+    local w = tonumber(ARGV[3 + 2 * i])
+    local oldest_counted = now - w
+    local low, high = 0, len
+    while low < high do
+      local mid = math.floor((low + high) / 2)
+      if stamp(mid) < oldest_counted then low = mid + 1 else high = mid end
+    end
+    reply[#reply + 1] = len - low + 1
+    if low < len then
+      reply[#reply + 1] = stamp(low)
+    else
+      reply[#reply + 1] = now
+    end
+  end
   return reply
 end
 

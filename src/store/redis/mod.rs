@@ -203,8 +203,14 @@ impl RedisStore {
         keys::key_name(&self.prefix, key, policy.name(), policy.signature())
     }
 
-    /// Judges `key` under `policy` in Redis, with no timeout or failure policy.
-    async fn judge(&self, name: &str, policy: &Policy) -> Result<Decision, StoreError> {
+    /// Judges `key` under `policy` in Redis (recording it if `record`), with
+    /// no timeout or failure policy.
+    async fn judge(
+        &self,
+        name: &str,
+        policy: &Policy,
+        record: bool,
+    ) -> Result<Decision, StoreError> {
         let now = self
             .clock
             .as_ref()
@@ -216,10 +222,13 @@ impl RedisStore {
         };
         let mut invocation = script.key(name);
         invocation.arg(now);
-        match policy.algorithm() {
-            Algorithm::SlidingLog => invocation.arg(policy.largest_max()),
-            Algorithm::SlidingCounter => invocation.arg("s"),
-            Algorithm::FixedWindow => invocation.arg("f"),
+        match (policy.algorithm(), record) {
+            (Algorithm::SlidingLog, true) => invocation.arg(i64::from(policy.largest_max())),
+            (Algorithm::SlidingLog, false) => invocation.arg(-i64::from(policy.largest_max())),
+            (Algorithm::SlidingCounter, true) => invocation.arg("s"),
+            (Algorithm::SlidingCounter, false) => invocation.arg("S"),
+            (Algorithm::FixedWindow, true) => invocation.arg("f"),
+            (Algorithm::FixedWindow, false) => invocation.arg("F"),
         };
         invocation.arg(scripts::ttl_millis(policy));
         for limit in policy.limits() {
@@ -250,6 +259,7 @@ impl RedisStore {
         name: String,
         policy: &Policy,
         err: StoreError,
+        record: bool,
     ) -> Result<Decision, StoreError> {
         crate::observe::store_failed(&err, self.failure);
         match self.failure {
@@ -262,7 +272,11 @@ impl RedisStore {
             )),
             FailurePolicy::FailClosed => Err(err),
             FailurePolicy::Fallback => {
-                let mut decision = self.fallback.decide_now(name, policy);
+                let mut decision = if record {
+                    self.fallback.decide_now(name, policy)
+                } else {
+                    self.fallback.peek_now(&name, policy)
+                };
                 decision.origin = Origin::Fallback;
                 Ok(decision)
             }
@@ -278,20 +292,36 @@ impl<K: Display> Store<K> for RedisStore {
     type Future = Pin<Box<dyn Future<Output = Result<Decision, StoreError>> + Send>>;
 
     fn decide(&self, key: K, policy: &Policy) -> Self::Future {
-        let name = self.key_name(&key, policy);
+        self.call(&key, policy, true)
+    }
+
+    fn peek(&self, key: K, policy: &Policy) -> Self::Future {
+        self.call(&key, policy, false)
+    }
+}
+
+impl RedisStore {
+    fn call<K: Display>(
+        &self,
+        key: &K,
+        policy: &Policy,
+        record: bool,
+    ) -> Pin<Box<dyn Future<Output = Result<Decision, StoreError>> + Send>> {
+        let name = self.key_name(key, policy);
         let store = self.clone();
         let policy = policy.clone();
         Box::pin(async move {
-            let outcome = tokio::time::timeout(store.timeout, store.judge(&name, &policy)).await;
+            let outcome =
+                tokio::time::timeout(store.timeout, store.judge(&name, &policy, record)).await;
             match outcome {
                 Ok(Ok(decision)) => Ok(decision),
-                Ok(Err(err)) => store.on_failure(name, &policy, err),
+                Ok(Err(err)) => store.on_failure(name, &policy, err, record),
                 Err(_) => {
                     let err = StoreError::new(
                         format!("Redis did not answer within {:?}", store.timeout),
                         None,
                     );
-                    store.on_failure(name, &policy, err)
+                    store.on_failure(name, &policy, err, record)
                 }
             }
         })

@@ -7,7 +7,8 @@
 -- allocation. The index is stored modulo 2^32: the key's TTL drops it after
 -- two idle windows, so the full index is always within 2^31 windows of now.
 -- ARGV[1]  now in microseconds, or '' to read the server's TIME
--- ARGV[2]  's' for the sliding counter, 'f' for the fixed window
+-- ARGV[2]  's' for the sliding counter, 'f' for the fixed window; in capitals
+--          ('S', 'F') to judge without recording
 -- ARGV[3]  TTL in milliseconds, set on every accepted request
 -- ARGV[4..] max, window (microseconds) for each limit
 --
@@ -64,7 +65,8 @@ if ARGV[1] == '' then
 else
   now = tonumber(ARGV[1])
 end
-local sliding = ARGV[2] == 's'
+local sliding = ARGV[2] == 's' or ARGV[2] == 'S'
+local peek = ARGV[2] == 'S' or ARGV[2] == 'F'
 local n = (#ARGV - 3) / 2
 
 local WRAP = 4294967296
@@ -138,7 +140,7 @@ for i = 1, n do
   reply[2 + 3 * i - 1] = previous[i]
   reply[2 + 3 * i] = current[i]
 end
-if allowed == 1 then
+if allowed == 1 and not peek then
   local packed
   if n == 1 then
     packed = struct.pack('<I4I4I4', math.fmod(windows[1], WRAP), previous[1], current[1] + 1)

@@ -52,9 +52,11 @@ pub(crate) struct LayerConfig {
     pub(crate) count_only: Option<CountOnly>,
 }
 
+type ResponseMatches = dyn Fn(StatusCode, &HeaderMap) -> bool + Send + Sync;
+
 /// The predicate of [`SlidingWindowLayer::count_only`].
 #[derive(Clone)]
-pub(crate) struct CountOnly(Arc<dyn Fn(StatusCode, &HeaderMap) -> bool + Send + Sync>);
+pub(crate) struct CountOnly(Arc<ResponseMatches>);
 
 impl CountOnly {
     pub(crate) fn matches(&self, status: StatusCode, headers: &HeaderMap) -> bool {

@@ -15,6 +15,28 @@ use crate::decision::Decision;
 use crate::error::ConfigError;
 use crate::policy::{Algorithm, Policy};
 
+/// Runs `$body` on the map for `policy`'s state layout: one map per layout,
+/// so policies of one or two limits keep their counts inline and an entry
+/// stays small enough for lookups to stay in cache.
+macro_rules! by_layout {
+    ($store:ident, $key:ty, $policy:expr, |$shards:ident| $body:expr) => {{
+        macro_rules! run_in {
+            ($state:ty) => {
+                $store.with_shards::<$key, $state, _>(|$shards| $body)
+            };
+        }
+        match ($policy.algorithm(), $policy.limits().len()) {
+            (Algorithm::SlidingCounter, 1) => run_in!(CompactCounter<1>),
+            (Algorithm::SlidingCounter, 2) => run_in!(CompactCounter<2>),
+            (Algorithm::SlidingCounter, _) => run_in!(SlidingCounter),
+            (Algorithm::FixedWindow, 1) => run_in!(CompactFixed<1>),
+            (Algorithm::FixedWindow, 2) => run_in!(CompactFixed<2>),
+            (Algorithm::FixedWindow, _) => run_in!(FixedWindow),
+            (Algorithm::SlidingLog, _) => run_in!(SlidingLog),
+        }
+    }};
+}
+
 /// State for every key in this process's memory.
 ///
 /// * **Atomic per key.** Keys are spread over up to 64 shards, each behind its
@@ -112,22 +134,7 @@ impl<C: Clock> MemoryStore<C> {
         K: Hash + Eq + Send + Sync + 'static,
     {
         let now = self.inner.clock.now_micros();
-        // One map per state layout: policies of one or two limits keep their
-        // counts inline, so an entry stays small and lookups stay in cache.
-        macro_rules! decide_in {
-            ($state:ty) => {
-                self.with_shards::<K, $state, _>(|shards| shards.decide(key, policy, now))
-            };
-        }
-        match (policy.algorithm(), policy.limits().len()) {
-            (Algorithm::SlidingCounter, 1) => decide_in!(CompactCounter<1>),
-            (Algorithm::SlidingCounter, 2) => decide_in!(CompactCounter<2>),
-            (Algorithm::SlidingCounter, _) => decide_in!(SlidingCounter),
-            (Algorithm::FixedWindow, 1) => decide_in!(CompactFixed<1>),
-            (Algorithm::FixedWindow, 2) => decide_in!(CompactFixed<2>),
-            (Algorithm::FixedWindow, _) => decide_in!(FixedWindow),
-            (Algorithm::SlidingLog, _) => decide_in!(SlidingLog),
-        }
+        by_layout!(self, K, policy, |shards| shards.decide(key, policy, now))
     }
 
     /// Judges a request for `key` under `policy` right now as
@@ -137,20 +144,7 @@ impl<C: Clock> MemoryStore<C> {
         K: Hash + Eq + Send + Sync + 'static,
     {
         let now = self.inner.clock.now_micros();
-        macro_rules! peek_in {
-            ($state:ty) => {
-                self.with_shards::<K, $state, _>(|shards| shards.peek(key, policy, now))
-            };
-        }
-        match (policy.algorithm(), policy.limits().len()) {
-            (Algorithm::SlidingCounter, 1) => peek_in!(CompactCounter<1>),
-            (Algorithm::SlidingCounter, 2) => peek_in!(CompactCounter<2>),
-            (Algorithm::SlidingCounter, _) => peek_in!(SlidingCounter),
-            (Algorithm::FixedWindow, 1) => peek_in!(CompactFixed<1>),
-            (Algorithm::FixedWindow, 2) => peek_in!(CompactFixed<2>),
-            (Algorithm::FixedWindow, _) => peek_in!(FixedWindow),
-            (Algorithm::SlidingLog, _) => peek_in!(SlidingLog),
-        }
+        by_layout!(self, K, policy, |shards| shards.peek(key, policy, now))
     }
 
     /// The number of keys of type `K` held, live or not yet swept.

@@ -68,22 +68,13 @@ mod redis_cluster {
     async fn whole_suite_on_a_three_node_cluster() {
         let cluster = tokio::task::spawn_blocking(Cluster::start).await.unwrap();
         let urls = cluster.urls();
-        macro_rules! run {
-            ($case:ident) => {{
+        macro_rules! run_all {
+            ($urls:expr; $($case:ident),*) => {$({
                 let clock = ManualClock::new();
-                suite::$case(make(&urls, clock.clone()).await, clock).await;
-            }};
+                suite::$case(make($urls, clock.clone()).await, clock).await;
+            })*};
         }
-        run!(vector_l);
-        run!(vectors_c_and_q);
-        run!(vector_q_log_versus_counter);
-        run!(all_or_nothing);
-        run!(matches_the_core);
-        run!(concurrent_requests_admit_exactly_the_limit);
-        run!(policies_do_not_share_windows);
-        run!(awkward_keys_stay_apart);
-        run!(count_only_counts_matching_responses);
-        run!(clock_stepping_back_admits_nothing_extra);
+        crate::for_each_case!([run_all](&urls));
         drop(cluster);
     }
 }

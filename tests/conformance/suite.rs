@@ -432,77 +432,42 @@ pub async fn clock_stepping_back_admits_nothing_extra<St: Store<String>>(
     }
 }
 
+/// Every case of the suite, for the macros below.
+#[macro_export]
+macro_rules! for_each_case {
+    ([$($callback:tt)*]($($args:tt)*)) => {
+        $($callback)*!($($args)*;
+            vector_l,
+            vectors_c_and_q,
+            vector_q_log_versus_counter,
+            all_or_nothing,
+            matches_the_core,
+            concurrent_requests_admit_exactly_the_limit,
+            policies_do_not_share_windows,
+            count_only_counts_matching_responses,
+            awkward_keys_stay_apart,
+            clock_stepping_back_admits_nothing_extra
+        );
+    };
+}
+
+/// One `#[tokio::test]` per case, each against a fresh store from
+/// `$make(clock)`.
+#[macro_export]
+macro_rules! conformance_tests {
+    ($make:expr; $($case:ident),*) => {$(
+        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+        async fn $case() {
+            let clock = tower_sliding_window::ManualClock::new();
+            $crate::suite::$case($make(clock.clone()).await, clock).await;
+        }
+    )*};
+}
+
 /// Runs every case of the suite against stores made by `$make(clock)`.
 #[macro_export]
 macro_rules! conformance_suite {
     ($make:expr) => {
-        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-        async fn vector_l() {
-            let clock = tower_sliding_window::ManualClock::new();
-            $crate::suite::vector_l($make(clock.clone()).await, clock).await;
-        }
-
-        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-        async fn vectors_c_and_q() {
-            let clock = tower_sliding_window::ManualClock::new();
-            $crate::suite::vectors_c_and_q($make(clock.clone()).await, clock).await;
-        }
-
-        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-        async fn vector_q_log_versus_counter() {
-            let clock = tower_sliding_window::ManualClock::new();
-            $crate::suite::vector_q_log_versus_counter($make(clock.clone()).await, clock).await;
-        }
-
-        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-        async fn all_or_nothing() {
-            let clock = tower_sliding_window::ManualClock::new();
-            $crate::suite::all_or_nothing($make(clock.clone()).await, clock).await;
-        }
-
-        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-        async fn matches_the_core() {
-            let clock = tower_sliding_window::ManualClock::new();
-            $crate::suite::matches_the_core($make(clock.clone()).await, clock).await;
-        }
-
-        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-        async fn concurrent_requests_admit_exactly_the_limit() {
-            let clock = tower_sliding_window::ManualClock::new();
-            $crate::suite::concurrent_requests_admit_exactly_the_limit(
-                $make(clock.clone()).await,
-                clock,
-            )
-            .await;
-        }
-
-        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-        async fn count_only_counts_matching_responses() {
-            let clock = tower_sliding_window::ManualClock::new();
-            $crate::suite::count_only_counts_matching_responses($make(clock.clone()).await, clock)
-                .await;
-        }
-
-        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-        async fn awkward_keys_stay_apart() {
-            let clock = tower_sliding_window::ManualClock::new();
-            $crate::suite::awkward_keys_stay_apart($make(clock.clone()).await, clock).await;
-        }
-
-        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-        async fn clock_stepping_back_admits_nothing_extra() {
-            let clock = tower_sliding_window::ManualClock::new();
-            $crate::suite::clock_stepping_back_admits_nothing_extra(
-                $make(clock.clone()).await,
-                clock,
-            )
-            .await;
-        }
-
-        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-        async fn policies_do_not_share_windows() {
-            let clock = tower_sliding_window::ManualClock::new();
-            $crate::suite::policies_do_not_share_windows($make(clock.clone()).await, clock).await;
-        }
+        $crate::for_each_case!([$crate::conformance_tests]($make));
     };
 }

@@ -58,6 +58,17 @@ local function stamp(i)
   return (struct.unpack('<i8', s))
 end
 
+-- The index of the oldest stamp still inside a window of `w` at `now`.
+local function first_inside(w)
+  local oldest_counted = now - w
+  local low, high = 0, len
+  while low < high do
+    local mid = math.floor((low + high) / 2)
+    if stamp(mid) < oldest_counted then low = mid + 1 else high = mid end
+  end
+  return low
+end
+
 if len > 0 then
   local newest = stamp(len - 1)
   if newest > now then now = newest end
@@ -89,13 +100,7 @@ if peek then
   -- outside every window.
   local reply = {1, now}
   for i = 1, n do
-    local w = tonumber(ARGV[3 + 2 * i])
-    local oldest_counted = now - w
-    local low, high = 0, len
-    while low < high do
-      local mid = math.floor((low + high) / 2)
-      if stamp(mid) < oldest_counted then low = mid + 1 else high = mid end
-    end
+    local low = first_inside(tonumber(ARGV[3 + 2 * i]))
     reply[#reply + 1] = len - low + 1
     if low < len then
       reply[#reply + 1] = stamp(low)
@@ -131,13 +136,7 @@ end
 
 local reply = {1, now}
 for i = 1, n do
-  local w = tonumber(ARGV[3 + 2 * i])
-  local oldest_counted = now - w
-  local low, high = 0, len
-  while low < high do
-    local mid = math.floor((low + high) / 2)
-    if stamp(mid) < oldest_counted then low = mid + 1 else high = mid end
-  end
+  local low = first_inside(tonumber(ARGV[3 + 2 * i]))
   reply[#reply + 1] = len - low
   if low < len then
     reply[#reply + 1] = stamp(low)

@@ -13,7 +13,7 @@ use tower::Service;
 
 use super::body::ResponseBody;
 use super::layer::LayerConfig;
-use super::response::{rejection, store_unavailable};
+use super::response::{is_grpc, rejection, store_unavailable};
 use crate::decision::Decision;
 use crate::observe;
 use crate::policy::Policy;
@@ -64,7 +64,6 @@ pin_project! {
             #[pin]
             check: F,
             pending: Option<Box<(S, Request<B>)>>,
-            grpc: bool,
         },
         /// The request was let through; waiting for the inner service.
         Call {
@@ -94,14 +93,12 @@ where
         request: Request<B>,
         config: Arc<LayerConfig>,
         chosen: Chosen,
-        grpc: bool,
         recorder: Option<Recorder>,
     ) -> Self {
         Self {
             state: State::Check {
                 check,
                 pending: Some(Box::new((inner, request))),
-                grpc,
             },
             config,
             chosen,
@@ -117,10 +114,9 @@ where
         request: Request<B>,
         config: Arc<LayerConfig>,
         chosen: Chosen,
-        grpc: bool,
         recorder: Option<Recorder>,
     ) -> Self {
-        let state = next_state(outcome, inner, request, &config, &chosen, grpc);
+        let state = next_state(outcome, inner, request, &config, &chosen);
         Self {
             state,
             config,
@@ -160,7 +156,6 @@ fn next_state<F, S, B>(
     mut request: Request<B>,
     config: &LayerConfig,
     chosen: &Chosen,
-    grpc: bool,
 ) -> State<F, S, S::Future, B, S::Response>
 where
     S: Service<Request<B>>,
@@ -183,7 +178,7 @@ where
                         &decision,
                         policy,
                         &config.rejection,
-                        grpc,
+                        is_grpc(&request),
                     ))),
                 }
             }
@@ -191,7 +186,7 @@ where
         Err(err) => {
             observe::unavailable(policy, &err);
             State::Answer {
-                response: Some(Box::new(store_unavailable(grpc))),
+                response: Some(Box::new(store_unavailable(is_grpc(&request)))),
             }
         }
     }
@@ -208,19 +203,13 @@ where
         let mut this = self.project();
         loop {
             match this.state.as_mut().project() {
-                StateProj::Check {
-                    check,
-                    pending,
-                    grpc,
-                } => {
+                StateProj::Check { check, pending } => {
                     let outcome = ready!(check.poll(cx));
-                    let grpc = *grpc;
                     let Some(pending) = pending.take() else {
                         unreachable!("a pending check still holds the service and request")
                     };
                     let (mut inner, request) = *pending;
-                    let next =
-                        next_state(outcome, &mut inner, request, this.config, this.chosen, grpc);
+                    let next = next_state(outcome, &mut inner, request, this.config, this.chosen);
                     this.state.set(next);
                 }
                 StateProj::Call { call, decision } => {

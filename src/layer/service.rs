@@ -83,12 +83,13 @@ where
     }
 
     fn call(&mut self, request: Request<B>) -> Self::Future {
-        let grpc = is_grpc(&request);
         let config = Arc::clone(&self.config);
         let Some(key) = self.extractor.extract(&request) else {
             return match config.missing_key {
                 MissingKey::Allow => ResponseFuture::pass(self.inner.call(request), config),
-                MissingKey::Reject => ResponseFuture::answer(missing_key(grpc), config),
+                MissingKey::Reject => {
+                    ResponseFuture::answer(missing_key(is_grpc(&request)), config)
+                }
             };
         };
         let chosen_policy = self.plan.policy(&request, &key, &config.policy);
@@ -121,7 +122,6 @@ where
                 request,
                 config,
                 chosen,
-                grpc,
                 recorder,
             );
         }
@@ -129,6 +129,6 @@ where
         // the clone left behind will be polled before it is called.
         let clone = self.inner.clone();
         let inner = std::mem::replace(&mut self.inner, clone);
-        ResponseFuture::check(check, inner, request, config, chosen, grpc, recorder)
+        ResponseFuture::check(check, inner, request, config, chosen, recorder)
     }
 }

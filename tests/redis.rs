@@ -56,17 +56,22 @@ impl XorShift {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn random_traffic_gets_identical_decisions_from_redis_and_memory() {
     let mut decisions = 0;
-    for (seed, algorithm) in [
-        (7u64, ALGORITHMS[0]),
-        (11, ALGORITHMS[1]),
-        (13, ALGORITHMS[2]),
-        (17, ALGORITHMS[0]),
-    ] {
+    // The last run's log ring (300 stamps) is past the size the script
+    // rewrites whole, so it exercises the other write path too.
+    let small: &[(u32, u64)] = &[(4, 1_000), (20, 10_000)];
+    let runs: [(u64, Algorithm, &[(u32, u64)]); 5] = [
+        (7, ALGORITHMS[0], small),
+        (11, ALGORITHMS[1], small),
+        (13, ALGORITHMS[2], small),
+        (17, ALGORITHMS[0], small),
+        (19, ALGORITHMS[0], &[(150, 1_000), (300, 10_000)]),
+    ];
+    for (seed, algorithm, limits) in runs {
         // Fresh stores per run: Redis shares windows between equal policies.
         let clock = ManualClock::new();
         let redis = store_at(&shared_url(), &clock).await;
         let memory = MemoryStore::with_clock(clock.clone());
-        let policy = policy(algorithm, &[(4, 1_000), (20, 10_000)]);
+        let policy = policy(algorithm, limits);
         let mut rng = XorShift(seed.wrapping_mul(0x9e37_79b9_7f4a_7c15));
         let mut now = 0u64;
         for _ in 0..600 {

@@ -25,10 +25,11 @@ if peek then cap = -cap end
 local n = (#ARGV - 3) / 2
 local key = KEYS[1]
 
--- Small rings are read whole; large ones a stamp at a time, so that a
--- decision stays O(log n) however large the limit.
+-- Rings up to 2,048 stamps (16 KiB) are read whole, which costs one call
+-- instead of one per stamp looked at; larger ones a stamp at a time, so
+-- that a decision stays O(log n) however large the limit.
 local whole = nil
-if cap <= 128 then
+if cap <= 2048 then
   whole = redis.call('GET', key) or ''
   if #whole < 8 then whole = '' end
 end
@@ -123,10 +124,13 @@ end
 local header_bytes = struct.pack('<I4I4', head, len)
 local stamp_bytes = struct.pack('<i8', now)
 if whole then
-  -- Small rings are rewritten whole, so Redis allocates exactly their size.
+  -- The local copy follows the write, for the counts below.
   local before = string.sub(whole, 9, 8 + slot * 8)
   local after = string.sub(whole, 17 + slot * 8)
   whole = header_bytes .. before .. stamp_bytes .. after
+end
+if whole and cap <= 128 then
+  -- Small rings are rewritten whole, so Redis allocates exactly their size.
   redis.call('SET', key, whole, 'PX', ARGV[3])
 else
   redis.call('SETRANGE', key, 0, header_bytes)

@@ -246,3 +246,74 @@ async fn count_only_overshoots_by_at_most_the_requests_in_flight() {
     let next = svc.oneshot(with_key("mallory")).await.unwrap();
     assert_eq!(next.status(), StatusCode::TOO_MANY_REQUESTS);
 }
+
+/// A login endpoint that fails when `x-wrong` is sent, behind `count_only`.
+fn counting_failures(
+    store: MemoryStore<ManualClock>,
+    limit: u32,
+) -> impl tower::Service<
+    Request<()>,
+    Response = Response<tower_sliding_window::ResponseBody<String>>,
+    Error = Infallible,
+    Future = impl Send,
+> + Clone {
+    let layer = SlidingWindowLayer::new(Limit::per_minute(limit), api_key)
+        .count_only(|status, _| status == StatusCode::UNAUTHORIZED)
+        .store(store);
+    ServiceBuilder::new()
+        .layer(layer)
+        .service(service_fn(|request: Request<()>| async move {
+            let mut response = Response::new(String::new());
+            if request.headers().contains_key("x-wrong") {
+                *response.status_mut() = StatusCode::UNAUTHORIZED;
+            }
+            Ok::<_, Infallible>(response)
+        }))
+}
+
+fn login(key: &str, wrong: bool) -> Request<()> {
+    let mut request = with_key(key);
+    if wrong {
+        request
+            .headers_mut()
+            .insert("x-wrong", "1".parse().unwrap());
+    }
+    request
+}
+
+#[tokio::test]
+async fn count_only_headers_show_what_was_counted() {
+    let svc = counting_failures(MemoryStore::with_clock(ManualClock::new()), 3);
+    let success = svc.clone().oneshot(login("k", false)).await.unwrap();
+    assert_eq!(
+        success.headers()["ratelimit"],
+        "\"60s\";r=3;t=0",
+        "a success uses nothing"
+    );
+    let failure = svc.clone().oneshot(login("k", true)).await.unwrap();
+    assert_eq!(failure.status(), StatusCode::UNAUTHORIZED);
+    assert!(failure.headers()["ratelimit"]
+        .to_str()
+        .unwrap()
+        .starts_with("\"60s\";r=2;"));
+}
+
+#[tokio::test]
+async fn count_only_refuses_new_keys_when_the_store_is_full() {
+    // A store with room for 16 keys, all taken by failed logins: a new key's
+    // attempt must be refused, not let through uncounted.
+    let store = MemoryStore::with_clock(ManualClock::new())
+        .with_max_keys(16)
+        .unwrap();
+    let svc = counting_failures(store, 3);
+    for user in 0..16 {
+        let response = svc
+            .clone()
+            .oneshot(login(&format!("user-{user}"), true))
+            .await
+            .unwrap();
+        assert_eq!(response.status(), StatusCode::UNAUTHORIZED);
+    }
+    let newcomer = svc.clone().oneshot(login("user-16", true)).await.unwrap();
+    assert_eq!(newcomer.status(), StatusCode::TOO_MANY_REQUESTS);
+}

@@ -59,7 +59,8 @@ async fn random_traffic_gets_identical_decisions_from_redis_and_memory() {
     // The last run's log ring (300 stamps) is past the size the script
     // rewrites whole, so it exercises the other write path too.
     let small: &[(u32, u64)] = &[(4, 1_000), (20, 10_000)];
-    let runs: [(u64, Algorithm, &[(u32, u64)]); 5] = [
+    type Run<'a> = (u64, Algorithm, &'a [(u32, u64)]);
+    let runs: [Run; 5] = [
         (7, ALGORITHMS[0], small),
         (11, ALGORITHMS[1], small),
         (13, ALGORITHMS[2], small),

@@ -214,18 +214,29 @@ where
                 }
                 StateProj::Call { call, decision } => {
                     let mut response = ready!(call.poll(cx))?;
-                    if let Some(decision) = decision.take() {
+                    let counts = this
+                        .config
+                        .count_only
+                        .as_ref()
+                        .map(|count| count.matches(response.status(), response.headers()));
+                    if let Some(mut decision) = decision.take() {
+                        if counts == Some(false) {
+                            // Judged as if counted; this response is not.
+                            decision.remaining = decision
+                                .remaining
+                                .saturating_add(1)
+                                .min(decision.limit.max());
+                            if decision.remaining == decision.limit.max() {
+                                decision.replenish_micros = 0;
+                            }
+                        }
                         if this.config.headers_on_success {
                             let policy = this.chosen.get(this.config);
                             policy.headers().apply(&decision, response.headers_mut());
                         }
                     }
-                    let counts =
-                        this.config.count_only.as_ref().is_some_and(|count| {
-                            count.matches(response.status(), response.headers())
-                        });
                     match this.recorder.take() {
-                        Some(record) if counts => {
+                        Some(record) if counts == Some(true) => {
                             let recording = record();
                             this.state.set(State::Record {
                                 recording,

@@ -209,7 +209,14 @@ impl<E, St, P> SlidingWindowLayer<E, St, P> {
     /// through before the first of them is recorded (a client sending 10 at
     /// once against a limit of 3 failures may see all 10 answered). Records
     /// beyond the limit are dropped, so the count itself never exceeds it.
-    /// Recording adds one store call to matching responses.
+    ///
+    /// Recording adds one store call to matching responses, which are handed
+    /// on once it is done; if the response future is dropped meanwhile (the
+    /// client went away), the record may be lost. The predicate sees the
+    /// response as the inner service made it, plus the rate-limit headers;
+    /// gRPC failures travel as HTTP 200 with the status in trailers, which it
+    /// cannot see. `RateLimit` on a counted response reflects the count with
+    /// this request in it; on others, without.
     pub fn count_only<F>(mut self, counts: F) -> Self
     where
         F: Fn(StatusCode, &HeaderMap) -> bool + Send + Sync + 'static,

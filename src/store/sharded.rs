@@ -110,26 +110,8 @@ impl<K: Hash + Eq, S: AlgorithmState> Shards<K, S> {
             entry.idle_from = entry.state.idle_from(policy);
             return decision;
         }
-        if shard.table.len() >= self.keys_per_shard {
-            // Live keys are never dropped to make room: that would hand their
-            // owners a fresh window. A new key waits until one goes idle; a
-            // sweep runs only once one may have, and at most every 100 ms, so
-            // a flood costs O(1) a key.
-            if now >= shard.earliest_idle && now >= shard.next_full_sweep {
-                shard.sweep(now);
-                shard.next_full_sweep = now.saturating_add(FULL_SWEEP_GAP_MICROS);
-            }
-            if shard.table.len() >= self.keys_per_shard {
-                let room_at = shard.earliest_idle.max(shard.next_full_sweep);
-                let wait = room_at.saturating_sub(now).max(1);
-                return Decision::substitute(
-                    false,
-                    policy.limits()[0],
-                    wait,
-                    now,
-                    Origin::StoreFull,
-                );
-            }
+        if let Some(refusal) = self.no_room(&mut shard, policy, now) {
+            return refusal;
         }
         let mut state = S::default();
         let decision = state.decide(now, policy);
@@ -151,6 +133,9 @@ impl<K: Hash + Eq, S: AlgorithmState> Shards<K, S> {
 
     /// Judges as [`decide`](Self::decide) would, on a copy: nothing is
     /// recorded and no key is added.
+    ///
+    /// A new key at a full shard is refused as `decide` would refuse it: a
+    /// key the store could not record must not pass unlimited.
     pub(super) fn peek(&self, key: &K, policy: &Policy, now: u64) -> Decision
     where
         S: Clone,
@@ -158,16 +143,52 @@ impl<K: Hash + Eq, S: AlgorithmState> Shards<K, S> {
         let id = policy.id();
         let hash = self.hasher.hash_one((id, key));
         let index = (hash >> 32) as usize & (self.shards.len() - 1);
-        let shard = self.shards[index]
+        let mut shard = self.shards[index]
             .0
             .lock()
             .unwrap_or_else(PoisonError::into_inner);
-        let mut state = shard
+        let found = shard
             .table
             .find(hash, |entry| entry.policy == id && entry.key == *key)
-            .map_or_else(S::default, |entry| entry.state.clone());
+            .map(|entry| entry.state.clone());
+        let mut state = match found {
+            Some(state) => state,
+            None => {
+                if let Some(refusal) = self.no_room(&mut shard, policy, now) {
+                    return refusal;
+                }
+                S::default()
+            }
+        };
         drop(shard);
         state.decide(now, policy)
+    }
+
+    /// The refusal for a new key when the shard is full of live keys.
+    ///
+    /// Live keys are never dropped to make room: that would hand their owners
+    /// a fresh window. A new key waits until one goes idle; a sweep runs only
+    /// once one may have, and at most every 100 ms, so a flood costs O(1) a key.
+    fn no_room(&self, shard: &mut Shard<K, S>, policy: &Policy, now: u64) -> Option<Decision> {
+        if shard.table.len() < self.keys_per_shard {
+            return None;
+        }
+        if now >= shard.earliest_idle && now >= shard.next_full_sweep {
+            shard.sweep(now);
+            shard.next_full_sweep = now.saturating_add(FULL_SWEEP_GAP_MICROS);
+        }
+        if shard.table.len() < self.keys_per_shard {
+            return None;
+        }
+        let room_at = shard.earliest_idle.max(shard.next_full_sweep);
+        let wait = room_at.saturating_sub(now).max(1);
+        Some(Decision::substitute(
+            false,
+            policy.limits()[0],
+            wait,
+            now,
+            Origin::StoreFull,
+        ))
     }
 
     pub(super) fn len(&self) -> usize {

@@ -4,8 +4,10 @@
 --          and the previous and current counts, 4 bytes each
 --
 -- Twelve bytes a limit keep a one-limit key within Redis's smallest string
--- allocation. The index is stored modulo 2^32: the key's TTL drops it after
--- two idle windows, so the full index is always within 2^31 windows of now.
+-- allocation. The index is stored modulo 2^32 and rebuilt from now (see the
+-- rule below). That is exact unless one limit's window is over 2^31 times
+-- shorter than another's (1 ms beside 25 days), where a long idle time or a
+-- clock stepping back by more than 2^31 short windows can be misread.
 -- ARGV[1]  now in microseconds, or '' to read the server's TIME
 -- ARGV[2]  's' for the sliding counter, 'f' for the fixed window; in capitals
 --          ('S', 'F') to judge without recording

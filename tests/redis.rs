@@ -93,6 +93,41 @@ async fn random_traffic_gets_identical_decisions_from_redis_and_memory() {
     println!("differential: {decisions} decisions, Redis and memory identical");
 }
 
+/// The counter's weighted test multiplies counts by windows. With a window
+/// near the longest allowed, the products pass 2^53, where doubles are 2,048
+/// apart: here the two sides differ by exactly 1 at the boundary, which only
+/// exact arithmetic tells apart, in the script as in the core.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_counter_stays_exact_beyond_double_precision() {
+    // 3001 is prime and w ≡ 1 (mod 3001): at `boundary` into the next
+    // window, 3001 * (w - boundary) = 3000 * w + 1.
+    const W: u64 = 3_000_000_000_000_742;
+    const BOUNDARY: u64 = 999_666_777_741;
+    assert_eq!(3001 * (W - BOUNDARY), 3000 * W + 1);
+    let limit = Limit::new(3001, Duration::from_micros(W)).unwrap();
+    let policy = Policy::new(Algorithm::SlidingCounter, [limit]).unwrap();
+    let clock = ManualClock::new();
+    let redis = store_at(&shared_url(), &clock).await;
+    let memory = MemoryStore::with_clock(clock.clone());
+    let both = |at: u64| {
+        clock.set(Duration::from_micros(at));
+        let (redis, memory, policy) = (&redis, &memory, &policy);
+        async move {
+            let from_memory = memory.decide("k", policy).await.unwrap();
+            let from_redis = redis.decide("k", policy).await.unwrap();
+            assert_eq!(from_redis, from_memory, "at {at} µs");
+            from_redis.is_allowed()
+        }
+    };
+    for _ in 0..3001 {
+        assert!(both(0).await);
+    }
+    // previous * (w - e) <= (max - current - 1) * w decides; the two sides
+    // are 9e18, and one over at the boundary.
+    assert!(!both(W + BOUNDARY).await, "one past the quota is refused");
+    assert!(both(W + BOUNDARY + 1).await, "a microsecond later it fits");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_connections_hammering_one_key_admit_exactly_the_limit() {
     let clock = ManualClock::new();
@@ -279,6 +314,87 @@ async fn server_time_is_used_by_default() {
             refused.retry_after() > Duration::ZERO
                 && refused.retry_after() <= Duration::from_secs(20)
         );
+    }
+}
+
+/// The scripts renew a key's TTL only when a window rolls (counter, fixed)
+/// or the newest stamp enters a new span of the longest window (log). On
+/// server time, through several windows, the key must still outlive every
+/// state that matters: checked after each decision, with the server's time
+/// and the key's TTL read in one script so that no time passes between them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn keys_outlive_their_state_though_the_ttl_is_renewed_rarely() {
+    let server = tokio::task::spawn_blocking(Server::start).await.unwrap();
+    let store = RedisStore::connect(&server.url())
+        .await
+        .expect("Redis")
+        .with_failure_policy(FailurePolicy::FailClosed)
+        .with_timeout(Duration::from_secs(5));
+    let mut connection = redis::Client::open(server.url())
+        .unwrap()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap();
+    let time_and_ttl = redis::Script::new(
+        "local t = redis.call('TIME') return {t[1] * 1000000 + t[2], redis.call('PTTL', KEYS[1])}",
+    );
+    let window_micros = 20_000;
+    // A log of up to 128 stamps is rewritten whole, a longer one in place.
+    let runs = [
+        (Algorithm::SlidingLog, 1_000),
+        (Algorithm::SlidingLog, 128),
+        (Algorithm::SlidingCounter, 1_000),
+        (Algorithm::FixedWindow, 1_000),
+    ];
+    for (algorithm, max) in runs {
+        let policy = policy(algorithm, &[(max, 20)]);
+        let name = store.key_name(&"ttl", &policy);
+        // What matters is the state the last accepted request left.
+        let mut accepted_at = 0;
+        let (mut renewals, mut checks, mut last_ttl) = (0, 0, 0);
+        let (mut windows, mut last_window) = (0, -1);
+        // A busy loop across six 20 ms windows: no sleeping, the property
+        // holds at every instant.
+        while windows < 6 {
+            let decision = store.decide("ttl", &policy).await.unwrap();
+            let at = decision.decided_at().as_micros() as i64;
+            if at / window_micros != last_window {
+                (windows, last_window) = (windows + 1, at / window_micros);
+            }
+            if decision.is_allowed() {
+                accepted_at = at;
+            }
+            let at = accepted_at;
+            let (now, ttl): (i64, i64) = time_and_ttl
+                .key(&name)
+                .invoke_async(&mut connection)
+                .await
+                .unwrap();
+            // Expiry counts in whole milliseconds: a key with `ttl` ms left
+            // at `now` is there until at least `now + ttl` ms.
+            let expires_at = now + ttl * 1_000;
+            let window_start = at - at % window_micros;
+            let needed_until = match algorithm {
+                // The newest stamp counts for one window.
+                Algorithm::SlidingLog => at + window_micros,
+                // This window's count weighs on the next one too.
+                Algorithm::SlidingCounter => window_start + 2 * window_micros,
+                _ => window_start + window_micros,
+            };
+            assert!(
+                expires_at >= needed_until - 1,
+                "{algorithm:?}: the key expires at {expires_at} µs, its state matters until {needed_until}"
+            );
+            renewals += usize::from(ttl > last_ttl);
+            last_ttl = ttl;
+            checks += 1;
+        }
+        // Renewed when a new window starts, not at each request.
+        assert!(
+            renewals >= 2 && renewals <= windows && renewals * 5 < checks,
+            "{algorithm:?} {max}: {renewals} renewals in {checks} checks over {windows} windows"
+        );
+        println!("{algorithm:?} {max}: {checks} checks, {renewals} renewals");
     }
 }
 

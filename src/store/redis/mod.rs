@@ -222,19 +222,8 @@ impl RedisStore {
         };
         let mut invocation = script.key(name);
         invocation.arg(now);
-        match (policy.algorithm(), record) {
-            (Algorithm::SlidingLog, true) => invocation.arg(i64::from(policy.largest_max())),
-            (Algorithm::SlidingLog, false) => invocation.arg(-i64::from(policy.largest_max())),
-            (Algorithm::SlidingCounter, true) => invocation.arg("s"),
-            (Algorithm::SlidingCounter, false) => invocation.arg("S"),
-            (Algorithm::FixedWindow, true) => invocation.arg("f"),
-            (Algorithm::FixedWindow, false) => invocation.arg("F"),
-        };
-        invocation.arg(scripts::ttl_millis(policy));
-        for limit in policy.limits() {
-            invocation.arg(limit.max()).arg(limit.window_micros());
-        }
-        let reply: Vec<i64> = self
+        invocation.arg(scripts::spec(policy, record));
+        let reply: Vec<u8> = self
             .invoke(&invocation)
             .await
             .map_err(|e| error("Redis script failed".into(), e))?;
@@ -246,7 +235,7 @@ impl RedisStore {
         }
     }
 
-    async fn invoke(&self, invocation: &ScriptInvocation<'_>) -> RedisResult<Vec<i64>> {
+    async fn invoke(&self, invocation: &ScriptInvocation<'_>) -> RedisResult<Vec<u8>> {
         match &self.connection {
             Connection::Single(manager) => invocation.invoke_async(&mut manager.clone()).await,
             Connection::Cluster(cluster) => invocation.invoke_async(&mut cluster.clone()).await,

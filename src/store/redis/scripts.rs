@@ -18,47 +18,102 @@ pub(super) static WINDOW: LazyLock<Script> =
 /// Sliding log.
 pub(super) static LOG: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("log.lua")));
 
-/// How long a key's state matters after its last accepted request, in
-/// milliseconds, rounded up: the TTL that lets idle clients vanish.
+/// How long a key's state is kept, in milliseconds, rounded up: the TTL
+/// that lets idle clients vanish. The scripts renew it only now and then
+/// (the window script when a window rolls, the log script when its newest
+/// stamp enters a new span of the longest window), so it is twice the
+/// longest window, which a state needs at most after the renewal; the fixed
+/// window needs only one.
 pub(super) fn ttl_millis(policy: &Policy) -> u64 {
     let longest = policy.longest_window_micros();
     let span = match policy.algorithm() {
-        // The current window's count weighs on the next window too.
-        Algorithm::SlidingCounter => longest.saturating_mul(2),
-        Algorithm::SlidingLog | Algorithm::FixedWindow => longest,
+        Algorithm::SlidingCounter | Algorithm::SlidingLog => longest.saturating_mul(2),
+        Algorithm::FixedWindow => longest,
     };
     span.div_ceil(1_000).saturating_add(1)
 }
 
-fn malformed(reply: &[i64]) -> StoreError {
-    StoreError::new(format!("unexpected script reply {reply:?}"), None)
-}
-
-fn number<T: TryFrom<i64>>(reply: &[i64], at: usize) -> Result<T, StoreError> {
-    reply
-        .get(at)
-        .and_then(|&v| T::try_from(v).ok())
-        .ok_or_else(|| malformed(reply))
-}
-
-/// Turns the window script's reply (the state judged, before counting the
-/// request) into the decision the core makes from that state, and checks
-/// that both sides agree on the verdict.
-pub(super) fn window_decision(policy: &Policy, reply: &[i64]) -> Result<Decision, StoreError> {
-    let limits = policy.limits();
-    if reply.len() != 2 + 3 * limits.len() {
-        return Err(malformed(reply));
+/// A script's second argument: the mode, the TTL and every limit, packed
+/// as the scripts unpack them (one string costs Redis less to take in than
+/// a string per number).
+pub(super) fn spec(policy: &Policy, record: bool) -> Vec<u8> {
+    let mode = match policy.algorithm() {
+        Algorithm::SlidingCounter => b's',
+        Algorithm::FixedWindow => b'f',
+        Algorithm::SlidingLog => b'l',
+    };
+    let mut spec = Vec::with_capacity(9 + 12 * policy.limits().len());
+    // Capitals judge without recording.
+    spec.push(if record {
+        mode
+    } else {
+        mode.to_ascii_uppercase()
+    });
+    spec.extend_from_slice(&ttl_millis(policy).to_le_bytes());
+    for limit in policy.limits() {
+        spec.extend_from_slice(&limit.max().to_le_bytes());
+        spec.extend_from_slice(&limit.window_micros().to_le_bytes());
     }
-    let allowed = number::<u8>(reply, 0)? == 1;
-    let now = number::<u64>(reply, 1)?;
+    spec
+}
+
+/// A script's reply: the verdict byte, then little-endian words, the first
+/// of 8 bytes being the time judged at.
+struct Reply<'a> {
+    bytes: &'a [u8],
+}
+
+impl<'a> Reply<'a> {
+    fn new(bytes: &'a [u8], len: usize) -> Result<Self, StoreError> {
+        let reply = Self { bytes };
+        if bytes.len() != len || bytes.first().is_none_or(|&flag| flag > 1) {
+            return Err(reply.malformed());
+        }
+        Ok(reply)
+    }
+
+    fn malformed(&self) -> StoreError {
+        StoreError::new(format!("unexpected script reply {:02x?}", self.bytes), None)
+    }
+
+    fn allowed(&self) -> bool {
+        self.bytes[0] == 1
+    }
+
+    fn bytes<const N: usize>(&self, at: usize) -> [u8; N] {
+        let mut out = [0; N];
+        out.copy_from_slice(&self.bytes[at..at + N]);
+        out
+    }
+
+    /// The `i`th 8-byte word after the verdict.
+    fn word(&self, i: usize) -> i64 {
+        i64::from_le_bytes(self.bytes(1 + 8 * i))
+    }
+
+    fn now(&self) -> Result<u64, StoreError> {
+        u64::try_from(self.word(0)).map_err(|_| self.malformed())
+    }
+}
+
+/// Turns the window script's reply (the verdict, the time judged at and the
+/// state judged, windows rolled, before counting the request) into the
+/// decision the core makes from that state, and checks that both sides agree.
+pub(super) fn window_decision(policy: &Policy, bytes: &[u8]) -> Result<Decision, StoreError> {
+    let limits = policy.limits();
+    let reply = Reply::new(bytes, 9 + 12 * limits.len())?;
+    let now = reply.now()?;
+    let count = |at: usize| u32::from_le_bytes(reply.bytes(at));
     let mut slots = Vec::with_capacity(limits.len());
-    for i in 0..limits.len() {
-        let at = 2 + 3 * i;
-        slots.push((
-            number(reply, at)?,
-            number(reply, at + 1)?,
-            number(reply, at + 2)?,
-        ));
+    for (i, limit) in limits.iter().enumerate() {
+        let at = 9 + 12 * i;
+        // The script rolled every window to `now`'s, and sends its index
+        // modulo 2^32 as it stores it.
+        let window = now / limit.window_micros();
+        if window as u32 != count(at) {
+            return Err(reply.malformed());
+        }
+        slots.push((window, count(at + 4), count(at + 8)));
     }
     let decision = match policy.algorithm() {
         Algorithm::FixedWindow => {
@@ -67,9 +122,9 @@ pub(super) fn window_decision(policy: &Policy, reply: &[i64]) -> Result<Decision
         }
         _ => SlidingCounter::from_parts(slots).decide_micros(now, limits),
     };
-    if decision.is_allowed() != allowed {
+    if decision.is_allowed() != reply.allowed() {
         return Err(StoreError::new(
-            format!("the script and the core disagree on {reply:?}"),
+            format!("the script and the core disagree on {bytes:02x?}"),
             None,
         ));
     }
@@ -77,35 +132,38 @@ pub(super) fn window_decision(policy: &Policy, reply: &[i64]) -> Result<Decision
 }
 
 /// Turns the log script's reply into a decision.
-pub(super) fn log_decision(policy: &Policy, reply: &[i64]) -> Result<Decision, StoreError> {
+pub(super) fn log_decision(policy: &Policy, bytes: &[u8]) -> Result<Decision, StoreError> {
     let limits = policy.limits();
-    let allowed = number::<u8>(reply, 0)? == 1;
-    let now = number::<u64>(reply, 1)?;
-    let optional = |at: usize| -> Result<Option<u64>, StoreError> {
-        match reply.get(at) {
-            Some(-1) => Ok(None),
-            _ => number(reply, at).map(Some),
+    let allowed = bytes.first() == Some(&1);
+    let words = if allowed {
+        1 + 2 * limits.len()
+    } else {
+        1 + limits.len()
+    };
+    let reply = Reply::new(bytes, 1 + 8 * words)?;
+    let now = reply.now()?;
+    // -1 stands for "none"; any other negative is a broken reply.
+    let optional = |i: usize| -> Result<Option<u64>, StoreError> {
+        match reply.word(i) {
+            -1 => Ok(None),
+            word => u64::try_from(word).map(Some).map_err(|_| reply.malformed()),
         }
     };
     if !allowed {
-        if reply.len() != 2 + limits.len() {
-            return Err(malformed(reply));
-        }
         let mut verdict = Verdict::default();
         for (index, limit) in limits.iter().enumerate() {
-            if let Some(wait) = optional(2 + index)?.and_then(|b| blocked_for(b, now, limit)) {
+            if let Some(wait) = optional(1 + index)?.and_then(|b| blocked_for(b, now, limit)) {
                 verdict.refuse(index, wait);
             }
         }
-        return verdict.refusal(limits, now).ok_or_else(|| malformed(reply));
-    }
-    if reply.len() != 2 + 2 * limits.len() {
-        return Err(malformed(reply));
+        return verdict
+            .refusal(limits, now)
+            .ok_or_else(|| reply.malformed());
     }
     let mut quotas = Vec::with_capacity(limits.len());
     for (index, limit) in limits.iter().enumerate() {
-        let in_window = number::<u32>(reply, 2 + 2 * index)?;
-        let oldest = optional(3 + 2 * index)?;
+        let in_window = u32::try_from(reply.word(1 + 2 * index)).map_err(|_| reply.malformed())?;
+        let oldest = optional(2 + 2 * index)?;
         quotas.push(quota(in_window, oldest, now, limit));
     }
     Ok(tightest(

@@ -9,150 +9,172 @@
 -- shorter than another's (1 ms beside 25 days), where a long idle time or a
 -- clock stepping back by more than 2^31 short windows can be misread.
 -- ARGV[1]  now in microseconds, or '' to read the server's TIME
--- ARGV[2]  's' for the sliding counter, 'f' for the fixed window; in capitals
---          ('S', 'F') to judge without recording
--- ARGV[3]  TTL in milliseconds, set on every accepted request
--- ARGV[4..] max, window (microseconds) for each limit
+-- ARGV[2]  the policy, packed little-endian: the mode (one byte: 's' for the
+--          sliding counter, 'f' for the fixed window; in capitals, 'S' and
+--          'F', to judge without recording), the TTL in milliseconds (8
+--          bytes; how long a state lasts after its newest window opened),
+--          then for each limit its max (4 bytes) and window in microseconds
+--          (8 bytes)
 --
--- Returns {allowed, now, then window, previous, current per limit}: the
--- state the request was judged against (windows rolled, before counting
--- it), from which the client derives remaining quota and retry-after.
-
--- Lua numbers are doubles: exact to 2^53 and no further. The weighted test
--- multiplies counts by windows, so it is done on base-2^16 limbs.
-local function limbs(x)
-  local out = {}
-  for i = 1, 4 do
-    local r = math.fmod(x, 65536)
-    out[i] = r
-    x = (x - r) / 65536
-  end
-  return out
-end
-
-local function mul(a, b)
-  local x, y = limbs(a), limbs(b)
-  local p = {0, 0, 0, 0, 0, 0, 0, 0, 0}
-  for i = 1, 4 do
-    local carry = 0
-    for j = 1, 4 do
-      local v = p[i + j - 1] + x[i] * y[j] + carry
-      carry = math.floor(v / 65536)
-      p[i + j - 1] = v - carry * 65536
-    end
-    local k = i + 4
-    while carry > 0 do
-      local v = p[k] + carry
-      carry = math.floor(v / 65536)
-      p[k] = v - carry * 65536
-      k = k + 1
-    end
-  end
-  return p
-end
-
-local function le(p, q)
-  for i = 9, 1, -1 do
-    if p[i] ~= q[i] then
-      return p[i] < q[i]
-    end
-  end
-  return true
-end
+-- Returns one string: a byte for the verdict (1 accepted), now (8 bytes),
+-- then the state the request was judged against (windows rolled, before
+-- counting it) in the stored layout, from which the client derives
+-- remaining quota and retry-after.
+--
+-- The script runs on every request, so it is written for Redis's CPU: one
+-- string in and one out (an array reply costs Redis more than all the
+-- arithmetic here), few calls into C, and the TTL set only when a window
+-- rolls, since a state cannot outlive the TTL counted from its newest
+-- window's opening.
 
 local now
 if ARGV[1] == '' then
   local t = redis.call('TIME')
-  now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+  now = t[1] * 1000000 + t[2]
 else
   now = tonumber(ARGV[1])
 end
-local sliding = ARGV[2] == 's' or ARGV[2] == 'S'
-local peek = ARGV[2] == 'S' or ARGV[2] == 'F'
-local n = (#ARGV - 3) / 2
+local spec = ARGV[2]
+local n = (#spec - 9) / 12
+-- struct formats of the policy, the state and the reply; literal for the
+-- usual one or two limits, since building them costs more than using them.
+local spec_format, state_format, reply_format
+if n == 1 then
+  spec_format, state_format, reply_format = '<c1I8I4I8', '<I4I4I4', '<BI8I4I4I4'
+elseif n == 2 then
+  spec_format = '<c1I8I4I8I4I8'
+  state_format, reply_format = '<I4I4I4I4I4I4', '<BI8I4I4I4I4I4I4'
+else
+  local per_limit = string.rep('I4', 3 * n)
+  spec_format = '<c1I8' .. string.rep('I4I8', n)
+  state_format, reply_format = '<' .. per_limit, '<BI8' .. per_limit
+end
+local p = {struct.unpack(spec_format, spec)}
+local mode, ttl = p[1], p[2]
+local sliding = mode == 's' or mode == 'S'
+local peek = mode == 'S' or mode == 'F'
 
 local WRAP = 4294967296
-local lifetime = tonumber(ARGV[3]) * 1000
 local EXACT = 9007199254740992
+local lifetime = ttl * 1000
+
+-- s[j], s[j + 1], s[j + 2] with j = 3i - 2: limit i's window, previous and
+-- current count. Lua's % is exact here: both operands are integers below 2^53.
 local raw = redis.call('GET', KEYS[1])
-local windows, previous, current = {}, {}, {}
+local s, fresh
+if raw and #raw == 12 * n then
+  s = {struct.unpack(state_format, raw)}
+else
+  s, fresh = {}, true
+end
+-- Limit i's max and window are p[1 + 2i] and p[2 + 2i].
 for i = 1, n do
-  local w = tonumber(ARGV[3 + 2 * i])
-  local k = (now - math.fmod(now, w)) / w
-  if raw and #raw == 12 * n then
-    local stored
-    stored, previous[i], current[i] = struct.unpack('<I4I4I4', raw, 1 + (i - 1) * 12)
-    local behind = math.fmod(math.fmod(k, WRAP) - stored + WRAP, WRAP)
+  local w = p[2 + 2 * i]
+  local j = 3 * i - 2
+  local k = (now - now % w) / w
+  if fresh then
+    s[j], s[j + 1], s[j + 2] = 0, 0, 0
+  else
+    local behind = (k % WRAP - s[j]) % WRAP
     -- Less than 2^31 windows behind: an older window, as usual. More is
     -- either a clock that stepped back (the stored window is ahead of now) or,
     -- for a short window beside a very long one, a window older than 2^31
     -- that the key outlived; only the latter fits in the key's lifetime.
     if behind < WRAP / 2 or behind * w <= lifetime then
-      windows[i] = k - behind
+      s[j] = k - behind
     else
-      windows[i] = k + (WRAP - behind)
+      s[j] = k + (WRAP - behind)
     end
-  else
-    windows[i], previous[i], current[i] = 0, 0, 0
   end
 end
 -- A clock that stepped back is judged at the start of the latest window
 -- already counted in, never earlier.
 for i = 1, n do
-  local since = windows[i] * tonumber(ARGV[3 + 2 * i])
+  local since = s[3 * i - 2] * p[2 + 2 * i]
   if since > now then
     now = since
   end
 end
 
-local allowed = 1
+local allowed, rolled = 1, fresh
 for i = 1, n do
-  local max = tonumber(ARGV[2 + 2 * i])
-  local w = tonumber(ARGV[3 + 2 * i])
-  local elapsed = math.fmod(now, w)
+  local max, w = p[1 + 2 * i], p[2 + 2 * i]
+  local j = 3 * i - 2
+  local elapsed = now % w
   local k = (now - elapsed) / w
-  if k ~= windows[i] then
-    if sliding and k == windows[i] + 1 then
-      previous[i] = current[i]
+  if k ~= s[j] then
+    if sliding and k == s[j] + 1 then
+      s[j + 1] = s[j + 2]
     else
-      previous[i] = 0
+      s[j + 1] = 0
     end
-    current[i] = 0
-    windows[i] = k
+    s[j], s[j + 2], rolled = k, 0, true
   end
-  local fits = current[i] + 1 <= max
-  if fits and sliding then
-    local carried = previous[i] * (w - elapsed)
-    local room = (max - current[i] - 1) * w
-    if carried < EXACT and room < EXACT then
-      -- Both products are below 2^53, where doubles are exact integers.
-      fits = carried <= room
+  local previous, current = s[j + 1], s[j + 2]
+  local fits = current + 1 <= max
+  if fits and sliding and previous > 0 then
+    local carried = previous * (w - elapsed)
+    local room = (max - current - 1) * w
+    -- Below 2^53 doubles are exact integers, and a product rounded to 2^53
+    -- or more was at least 2^53 before rounding: only two products that
+    -- large need exact arithmetic.
+    if carried < EXACT then
+      fits = room >= EXACT or carried <= room
+    elseif room < EXACT then
+      fits = false
     else
-      fits = le(mul(previous[i], w - elapsed), mul(max - current[i] - 1, w))
+      -- Beyond 2^53 doubles lose integers: multiply on base-2^16 limbs
+      -- (rare, for limits in the billions, so defined only here).
+      local function product(a, b)
+        local x, y = {}, {}
+        for l = 1, 4 do
+          x[l], y[l] = a % 65536, b % 65536
+          a, b = (a - x[l]) / 65536, (b - y[l]) / 65536
+        end
+        local sum = {0, 0, 0, 0, 0, 0, 0, 0, 0}
+        for l = 1, 4 do
+          local carry = 0
+          for m = 1, 4 do
+            local v = sum[l + m - 1] + x[l] * y[m] + carry
+            carry = math.floor(v / 65536)
+            sum[l + m - 1] = v - carry * 65536
+          end
+          local at = l + 4
+          while carry > 0 do
+            local v = sum[at] + carry
+            carry = math.floor(v / 65536)
+            sum[at] = v - carry * 65536
+            at = at + 1
+          end
+        end
+        return sum
+      end
+      local lhs, rhs = product(previous, w - elapsed), product(max - current - 1, w)
+      fits = true
+      for l = 9, 1, -1 do
+        if lhs[l] ~= rhs[l] then
+          fits = lhs[l] < rhs[l]
+          break
+        end
+      end
     end
   end
   if not fits then
     allowed = 0
   end
+  s[j] = k % WRAP
 end
 
-local reply = {allowed, now}
-for i = 1, n do
-  reply[2 + 3 * i - 2] = windows[i]
-  reply[2 + 3 * i - 1] = previous[i]
-  reply[2 + 3 * i] = current[i]
-end
+local judged = struct.pack(reply_format, allowed, now, unpack(s, 1, 3 * n))
 if allowed == 1 and not peek then
-  local packed
-  if n == 1 then
-    packed = struct.pack('<I4I4I4', math.fmod(windows[1], WRAP), previous[1], current[1] + 1)
-  else
-    local parts = {}
-    for i = 1, n do
-      parts[i] = struct.pack('<I4I4I4', math.fmod(windows[i], WRAP), previous[i], current[i] + 1)
-    end
-    packed = table.concat(parts)
+  for j = 3, 3 * n, 3 do
+    s[j] = s[j] + 1
   end
-  redis.call('SET', KEYS[1], packed, 'PX', ARGV[3])
+  local state = struct.pack(state_format, unpack(s, 1, 3 * n))
+  if rolled then
+    redis.call('SET', KEYS[1], state, 'PX', ttl)
+  else
+    redis.call('SET', KEYS[1], state, 'KEEPTTL')
+  end
 end
-return reply
+return judged

@@ -8,16 +8,56 @@ use crate::limit::Limit;
 ///
 /// The layer turns it into the response's status and rate-limit headers and
 /// puts a copy in the request's extensions, where handlers can read it.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy)]
 pub struct Decision {
     pub(crate) allowed: bool,
     pub(crate) limit_index: u16,
     pub(crate) limit: Limit,
-    pub(crate) remaining: u32,
+    pub(crate) quota: Quota,
     pub(crate) retry_after_micros: u64,
-    pub(crate) replenish_micros: u64,
     pub(crate) at_micros: u64,
     pub(crate) origin: Origin,
+}
+
+/// The deciding limit's remaining quota and time until it grows: known, or
+/// kept as the counts it follows from and worked out only when asked.
+///
+/// Most accepted requests never have these read (headers off, or a store
+/// benchmark), and for the counters they cost a division or two: so the
+/// stores hand over the inputs and [`Decision`]'s accessors do the arithmetic.
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum Quota {
+    Known {
+        remaining: u32,
+        replenish_micros: u64,
+    },
+    /// A sliding counter's counts once the request is counted, `elapsed`
+    /// microseconds into the current fixed window.
+    Sliding {
+        previous: u32,
+        current: u32,
+        elapsed: u64,
+    },
+    /// A fixed window's count once the request is counted.
+    Fixed { count: u32 },
+}
+
+impl Quota {
+    /// Remaining quota and time until it grows, under `limit`, at `at`.
+    pub(crate) fn resolve(self, limit: &Limit, at: u64) -> (u32, u64) {
+        match self {
+            Self::Known {
+                remaining,
+                replenish_micros,
+            } => (remaining, replenish_micros),
+            Self::Sliding {
+                previous,
+                current,
+                elapsed,
+            } => crate::core::counter::quota(previous, current, elapsed, limit),
+            Self::Fixed { count } => crate::core::fixed::quota(count, at, limit),
+        }
+    }
 }
 
 /// Where a decision came from: the limits themselves, or a rule that stood
@@ -50,12 +90,34 @@ impl Decision {
             allowed,
             limit_index: 0,
             limit,
-            remaining: if allowed { limit.max() } else { 0 },
+            quota: Quota::Known {
+                remaining: if allowed { limit.max() } else { 0 },
+                replenish_micros: retry_after_micros,
+            },
             retry_after_micros,
-            replenish_micros: retry_after_micros,
             at_micros,
             origin,
         }
+    }
+
+    /// Hands back the quota this request took, for a response that is not
+    /// counted after all.
+    pub(crate) fn give_back_one(&mut self) {
+        let max = self.limit.max();
+        let remaining = self.remaining().saturating_add(1).min(max);
+        let replenish_micros = if remaining == max {
+            0
+        } else {
+            self.replenish_micros()
+        };
+        self.quota = Quota::Known {
+            remaining,
+            replenish_micros,
+        };
+    }
+
+    pub(crate) fn replenish_micros(&self) -> u64 {
+        self.quota.resolve(&self.limit, self.at_micros).1
     }
 
     /// Whether the request may go on to the inner service.
@@ -76,7 +138,7 @@ impl Decision {
 
     /// Requests the deciding limit would still accept right now, after this one.
     pub fn remaining(&self) -> u32 {
-        self.remaining
+        self.quota.resolve(&self.limit, self.at_micros).0
     }
 
     /// How long until a request would be accepted; zero when this one was.
@@ -88,7 +150,7 @@ impl Decision {
     /// quota than [`remaining`](Decision::remaining); zero when it is already
     /// full.
     pub fn replenish_after(&self) -> Duration {
-        Duration::from_micros(self.replenish_micros)
+        Duration::from_micros(self.replenish_micros())
     }
 
     /// The store's time the request was judged at, since its clock's zero:
@@ -101,5 +163,38 @@ impl Decision {
     /// Whether the limits decided, or a rule standing in for them.
     pub fn origin(&self) -> Origin {
         self.origin
+    }
+}
+
+/// Decisions are equal when everything they tell is, however their quota
+/// is held.
+impl PartialEq for Decision {
+    fn eq(&self, other: &Self) -> bool {
+        self.allowed == other.allowed
+            && self.limit_index == other.limit_index
+            && self.limit == other.limit
+            && self.retry_after_micros == other.retry_after_micros
+            && self.at_micros == other.at_micros
+            && self.origin == other.origin
+            && self.quota.resolve(&self.limit, self.at_micros)
+                == other.quota.resolve(&other.limit, other.at_micros)
+    }
+}
+
+impl Eq for Decision {}
+
+impl std::fmt::Debug for Decision {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let (remaining, replenish_micros) = self.quota.resolve(&self.limit, self.at_micros);
+        f.debug_struct("Decision")
+            .field("allowed", &self.allowed)
+            .field("limit_index", &self.limit_index)
+            .field("limit", &self.limit)
+            .field("remaining", &remaining)
+            .field("retry_after_micros", &self.retry_after_micros)
+            .field("replenish_micros", &replenish_micros)
+            .field("at_micros", &self.at_micros)
+            .field("origin", &self.origin)
+            .finish()
     }
 }

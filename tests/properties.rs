@@ -125,6 +125,31 @@ proptest! {
         }
     }
 
+    /// An accepted decision's `remaining` is exact for every algorithm: that
+    /// many more requests fit at the same instant, and not one more. (The
+    /// counters work it out only when asked, from the counts they keep.)
+    #[test]
+    fn remaining_is_exactly_what_still_fits(
+        limits in limits(),
+        gaps in gaps(),
+        algorithm in prop_oneof![Just(Algorithm::SlidingLog), Just(Algorithm::SlidingCounter), Just(Algorithm::FixedWindow)],
+    ) {
+        let policy = Policy::new(algorithm, limits).unwrap();
+        let mut state = KeyState::new(&policy);
+        let mut now = 0u64;
+        for gap in gaps {
+            now += gap;
+            let decision = state.decide(micros(now), &policy);
+            if decision.is_allowed() {
+                let mut ahead = state.clone();
+                for _ in 0..decision.remaining() {
+                    prop_assert!(ahead.decide(micros(now), &policy).is_allowed(), "{:?}", decision);
+                }
+                prop_assert!(!ahead.decide(micros(now), &policy).is_allowed(), "{:?}", decision);
+            }
+        }
+    }
+
     /// The memory store decides exactly as the core does, key by key.
     #[test]
     fn memory_store_agrees_with_the_core(

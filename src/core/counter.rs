@@ -6,7 +6,7 @@ use std::time::Duration;
 use super::refusal::{tightest, Verdict};
 use super::slots::Slots;
 use crate::clock::micros;
-use crate::decision::Decision;
+use crate::decision::{Decision, Origin, Quota};
 use crate::limit::Limit;
 
 /// Counts for one limit: accepted requests in the fixed window `window` and
@@ -34,9 +34,21 @@ impl Slot {
     }
 }
 
-/// Where `now` falls for a window of `w` microseconds: the fixed window's
-/// index and the time elapsed in it.
-fn split(now: u64, w: u64) -> (u64, u64) {
+/// Where `now` (never before the slot's window) falls for a window of `w`
+/// microseconds: the fixed window's index and the time elapsed in it.
+///
+/// Requests mostly land in the slot's own window or the next, which a
+/// multiplication settles; only a longer gap pays for a division.
+fn split(slot: &Slot, now: u64, w: u64) -> (u64, u64) {
+    if let Some(start) = slot.window.checked_mul(w) {
+        let since = now.wrapping_sub(start);
+        if now >= start && since < w {
+            return (slot.window, since);
+        }
+        if now >= start && since - w < w {
+            return (slot.window + 1, since - w);
+        }
+    }
     (now / w, now % w)
 }
 
@@ -133,27 +145,27 @@ impl<const N: usize> CompactCounter<N> {
 
 /// `N` is the most limits judged on the stack; more spill to the heap.
 fn decide<const N: usize>(slots: &mut [Slot], now: u64, limits: &[Limit]) -> Decision {
+    if let ([slot], [limit]) = (&mut *slots, limits) {
+        return decide_one(slot, now, limit);
+    }
     let now = now.max(counted_since(slots.iter().map(|s| s.window), limits));
-    // Per limit: the time into its window, and the quota left once this
-    // request is counted (`None`: it does not fit). Kept for the decision,
-    // so each limit's weighted count is computed once.
-    let mut inline = [(0, None); N];
+    // Per limit: the time into its window, kept for the decision.
+    let mut inline = [0; N];
     let mut spilled = Vec::new();
-    let judged: &mut [(u64, Option<u32>)] = if limits.len() <= inline.len() {
+    let elapsed: &mut [u64] = if limits.len() <= inline.len() {
         &mut inline[..limits.len()]
     } else {
-        spilled.resize(limits.len(), (0, None));
+        spilled.resize(limits.len(), 0);
         &mut spilled
     };
     let mut verdict = Verdict::default();
     for (index, (slot, limit)) in slots.iter_mut().zip(limits).enumerate() {
-        let (k, elapsed) = split(now, limit.window_micros());
+        let (k, e) = split(slot, now, limit.window_micros());
         slot.roll_to(k);
-        let spare = weighted_fits(slot, limit, elapsed, 1);
-        if spare.is_none() {
-            verdict.refuse(index, wait_for(slot, limit, elapsed, 1));
+        if !fits(slot, limit, e) {
+            verdict.refuse(index, wait_for(slot, limit, e, 1));
         }
-        judged[index] = (elapsed, spare);
+        elapsed[index] = e;
     }
     if let Some(refusal) = verdict.refusal(limits, now) {
         return refusal;
@@ -161,19 +173,96 @@ fn decide<const N: usize>(slots: &mut [Slot], now: u64, limits: &[Limit]) -> Dec
     for slot in slots.iter_mut() {
         slot.current = slot.current.saturating_add(1);
     }
+    let sliding = |index: usize| Quota::Sliding {
+        previous: slots[index].previous,
+        current: slots[index].current,
+        elapsed: elapsed[index],
+    };
     tightest(
         limits,
         now,
-        |index| judged[index].1.unwrap_or(0),
-        |index, remaining| {
-            let limit = &limits[index];
-            if remaining >= limit.max() {
-                0
-            } else {
-                wait_for(&slots[index], limit, judged[index].0, remaining + 1)
-            }
-        },
+        |index| remaining(&slots[index], &limits[index], elapsed[index]),
+        sliding,
     )
+}
+
+/// [`decide`] for the commonest policy, a single limit: no choosing
+/// between limits, and the quota left to be worked out if it is read.
+fn decide_one(slot: &mut Slot, now: u64, limit: &Limit) -> Decision {
+    let w = limit.window_micros();
+    let now = now.max(slot.window.saturating_mul(w));
+    let (k, elapsed) = split(slot, now, w);
+    slot.roll_to(k);
+    if !fits(slot, limit, elapsed) {
+        let mut verdict = Verdict::default();
+        verdict.refuse(0, wait_for(slot, limit, elapsed, 1));
+        return verdict
+            .refusal(std::slice::from_ref(limit), now)
+            .expect("refused above");
+    }
+    slot.current = slot.current.saturating_add(1);
+    Decision {
+        allowed: true,
+        limit_index: 0,
+        limit: *limit,
+        quota: Quota::Sliding {
+            previous: slot.previous,
+            current: slot.current,
+            elapsed,
+        },
+        retry_after_micros: 0,
+        at_micros: now,
+        origin: Origin::Limits,
+    }
+}
+
+/// Whether one more request fits: `previous * (W - e) + (current + 1) * W
+/// <= max * W`, multiplied out rather than divided, since multiplying is
+/// cheaper and every request asks.
+fn fits(slot: &Slot, limit: &Limit, elapsed: u64) -> bool {
+    let Some(room) = limit
+        .max()
+        .checked_sub(slot.current)
+        .and_then(|r| r.checked_sub(1))
+    else {
+        return false;
+    };
+    if slot.previous == 0 {
+        return true;
+    }
+    let w = limit.window_micros();
+    let carried = u128::from(slot.previous) * u128::from(w - elapsed);
+    carried <= u128::from(room) * u128::from(w)
+}
+
+/// Requests the slot still accepts `elapsed` into its window:
+/// `max - current - ceil(previous * (W - e) / W)`, or 0.
+fn remaining(slot: &Slot, limit: &Limit, elapsed: u64) -> u32 {
+    let left = limit.max().saturating_sub(slot.current);
+    if slot.previous == 0 {
+        return left;
+    }
+    let w = limit.window_micros();
+    // At most `previous`, since `w - elapsed <= w`: it fits in a u32.
+    let carried = mul_div(u64::from(slot.previous), w - elapsed, w, true);
+    left.saturating_sub(u32::try_from(carried).unwrap_or(u32::MAX))
+}
+
+/// Remaining quota and time until it grows, for counts `previous` and
+/// `current` (this request included) `elapsed` into the window.
+pub(crate) fn quota(previous: u32, current: u32, elapsed: u64, limit: &Limit) -> (u32, u64) {
+    let slot = Slot {
+        window: 0,
+        previous,
+        current,
+    };
+    let left = remaining(&slot, limit, elapsed);
+    let replenish = if left >= limit.max() {
+        0
+    } else {
+        wait_for(&slot, limit, elapsed, left + 1)
+    };
+    (left, replenish)
 }
 
 fn idle_from(slots: &[Slot], limits: &[Limit]) -> u64 {
@@ -223,20 +312,6 @@ fn mul_div(a: u64, b: u64, d: u64, round_up: bool) -> u128 {
     } else {
         q
     }
-}
-
-/// If `extra` more requests fit now, how many more would fit after them
-/// (`Some(spare)`); `None` if they do not fit.
-///
-/// `previous * (W - e) + (current + extra) * W <= max * W` holds iff
-/// `current + extra + ceil(previous * (W - e) / W) <= max`, since the other
-/// terms are whole multiples of `W`.
-fn weighted_fits(slot: &Slot, limit: &Limit, elapsed: u64, extra: u32) -> Option<u32> {
-    let w = limit.window_micros();
-    let carried = mul_div(u64::from(slot.previous), w - elapsed, w, true);
-    let used = carried + u128::from(slot.current) + u128::from(extra);
-    let spare = u128::from(limit.max()).checked_sub(used)?;
-    Some(u32::try_from(spare).unwrap_or(u32::MAX))
 }
 
 /// Time from `elapsed` into the slot's window until `n` more requests fit

@@ -7,7 +7,7 @@ use super::counter::counted_since;
 use super::refusal::{tightest, Verdict};
 use super::slots::Slots;
 use crate::clock::micros;
-use crate::decision::Decision;
+use crate::decision::{Decision, Quota};
 use crate::limit::Limit;
 
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -101,7 +101,13 @@ fn decide(slots: &mut [Slot], now: u64, limits: &[Limit]) -> Decision {
     let now = now.max(counted_since(slots.iter().map(|s| s.window), limits));
     let mut verdict = Verdict::default();
     for (index, (slot, limit)) in slots.iter_mut().zip(limits).enumerate() {
-        let k = now / limit.window_micros();
+        let w = limit.window_micros();
+        // Still in the slot's window, mostly: settled without a division.
+        let same = slot
+            .window
+            .checked_mul(w)
+            .is_some_and(|start| now >= start && now - start < w);
+        let k = if same { slot.window } else { now / w };
         if slot.window != k {
             *slot = Slot {
                 window: k,
@@ -122,14 +128,22 @@ fn decide(slots: &mut [Slot], now: u64, limits: &[Limit]) -> Decision {
         limits,
         now,
         |index| limits[index].max() - slots[index].count,
-        |index, _| {
-            if slots[index].count == 0 {
-                0
-            } else {
-                until_next_window(now, &limits[index])
-            }
+        |index| Quota::Fixed {
+            count: slots[index].count,
         },
     )
+}
+
+/// Remaining quota and time until it grows, for `count` requests (this one
+/// included) in the window around `at`.
+pub(crate) fn quota(count: u32, at: u64, limit: &Limit) -> (u32, u64) {
+    let remaining = limit.max().saturating_sub(count);
+    let replenish = if count == 0 {
+        0
+    } else {
+        until_next_window(at, limit)
+    };
+    (remaining, replenish)
 }
 
 fn idle_from(slots: &[Slot], limits: &[Limit]) -> u64 {

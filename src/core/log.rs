@@ -4,7 +4,7 @@ use std::time::Duration;
 
 use super::refusal::{tightest, Verdict};
 use crate::clock::micros;
-use crate::decision::Decision;
+use crate::decision::{Decision, Quota};
 use crate::limit::Limit;
 
 /// The accepted requests' timestamps, newest last, in a ring that holds at
@@ -140,7 +140,10 @@ impl SlidingLog {
             limits,
             now,
             |index| quotas[index].0,
-            |index, _| quotas[index].1,
+            |index| Quota::Known {
+                remaining: quotas[index].0,
+                replenish_micros: quotas[index].1,
+            },
         )
     }
 

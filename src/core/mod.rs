@@ -22,8 +22,8 @@
 //! # Ok::<(), tower_sliding_window::ConfigError>(())
 //! ```
 
-mod counter;
-mod fixed;
+pub(crate) mod counter;
+pub(crate) mod fixed;
 pub(crate) mod log;
 pub(crate) mod refusal;
 mod slots;

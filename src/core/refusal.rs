@@ -1,6 +1,6 @@
 //! Picking the limit that speaks for a multi-limit decision.
 
-use crate::decision::{Decision, Origin};
+use crate::decision::{Decision, Origin, Quota};
 use crate::limit::Limit;
 
 /// Collects per-limit verdicts: a refusal names the longest wait, an
@@ -27,9 +27,11 @@ impl Verdict {
             allowed: false,
             limit_index: u16::try_from(index).unwrap_or(u16::MAX),
             limit: limits[index],
-            remaining: 0,
+            quota: Quota::Known {
+                remaining: 0,
+                replenish_micros: retry_after,
+            },
             retry_after_micros: retry_after,
-            replenish_micros: retry_after,
             at_micros: now,
             origin: Origin::Limits,
         })
@@ -39,37 +41,44 @@ impl Verdict {
 /// The accepted decision for the limit with the least remaining quota (of
 /// those, the one that takes longest to grow, so that the policy as a whole
 /// has more quota once it has). `remaining` yields a limit's remaining
-/// quota; `replenish` how long until that grows, asked only of the limits
-/// that could decide, since it is the dearer of the two.
+/// quota; `quota` its quota as the decision keeps it, asked only of the
+/// limits that could decide, so that a lone tightest limit's time to grow is
+/// worked out only if someone reads it.
 pub(crate) fn tightest(
     limits: &[Limit],
     now: u64,
     mut remaining: impl FnMut(usize) -> u32,
-    mut replenish: impl FnMut(usize, u32) -> u64,
+    mut quota: impl FnMut(usize) -> Quota,
 ) -> Decision {
-    // `remaining` is a lookup for every caller, so it is simply asked twice.
-    let mut least = u32::MAX;
-    for index in 0..limits.len() {
-        least = least.min(remaining(index));
+    let (mut index, mut least, mut tied) = (0, remaining(0), false);
+    for candidate in 1..limits.len() {
+        let left = remaining(candidate);
+        if left < least {
+            (index, least, tied) = (candidate, left, false);
+        } else if left == least {
+            tied = true;
+        }
     }
-    let (mut index, mut longest) = (0, 0);
-    let mut found = false;
-    for candidate in 0..limits.len() {
-        if remaining(candidate) == least {
-            let wait = replenish(candidate, least);
-            if !found || wait > longest {
-                (index, longest, found) = (candidate, wait, true);
+    let mut chosen = quota(index);
+    if tied {
+        let mut longest = chosen.resolve(&limits[index], now).1;
+        for (candidate, limit) in limits.iter().enumerate().skip(index + 1) {
+            if remaining(candidate) != least {
+                continue;
+            }
+            let other = quota(candidate);
+            let wait = other.resolve(limit, now).1;
+            if wait > longest {
+                (index, longest, chosen) = (candidate, wait, other);
             }
         }
     }
-    let replenish = longest;
     Decision {
         allowed: true,
         limit_index: u16::try_from(index).unwrap_or(u16::MAX),
         limit: limits[index],
-        remaining: least,
+        quota: chosen,
         retry_after_micros: 0,
-        replenish_micros: replenish,
         at_micros: now,
         origin: Origin::Limits,
     }

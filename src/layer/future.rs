@@ -222,13 +222,7 @@ where
                     if let Some(mut decision) = decision.take() {
                         if counts == Some(false) {
                             // Judged as if counted; this response is not.
-                            decision.remaining = decision
-                                .remaining
-                                .saturating_add(1)
-                                .min(decision.limit.max());
-                            if decision.remaining == decision.limit.max() {
-                                decision.replenish_micros = 0;
-                            }
+                            decision.give_back_one();
                         }
                         if this.config.headers_on_success {
                             let policy = this.chosen.get(this.config);

@@ -67,8 +67,8 @@ impl PolicyHeaders {
         // Written into a buffer of exactly the right size, so the header
         // costs one allocation (a `Vec` whose length is its capacity becomes
         // `Bytes` without another).
-        let remaining = u64::from(decision.remaining());
-        let reset = ceil_secs(decision.replenish_micros);
+        let (remaining, replenish) = decision.quota.resolve(&decision.limit, decision.at_micros);
+        let (remaining, reset) = (u64::from(remaining), ceil_secs(replenish));
         let len = name.len() + 8 + decimal_len(remaining) + decimal_len(reset);
         let mut value = Vec::with_capacity(len);
         value.push(b'"');

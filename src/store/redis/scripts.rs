@@ -8,7 +8,7 @@ use redis::Script;
 use crate::core::log::{blocked_for, quota};
 use crate::core::refusal::{tightest, Verdict};
 use crate::core::{FixedWindow, SlidingCounter};
-use crate::decision::Decision;
+use crate::decision::{Decision, Quota};
 use crate::policy::{Algorithm, Policy};
 use crate::store::StoreError;
 
@@ -170,6 +170,9 @@ pub(super) fn log_decision(policy: &Policy, bytes: &[u8]) -> Result<Decision, St
         limits,
         now,
         |index| quotas[index].0,
-        |index, _| quotas[index].1,
+        |index| Quota::Known {
+            remaining: quotas[index].0,
+            replenish_micros: quotas[index].1,
+        },
     ))
 }

@@ -68,38 +68,20 @@ impl PolicyHeaders {
         // costs one allocation (a `Vec` whose length is its capacity becomes
         // `Bytes` without another).
         let (remaining, replenish) = decision.quota.resolve(&decision.limit, decision.at_micros);
-        let (remaining, reset) = (u64::from(remaining), ceil_secs(replenish));
-        let len = name.len() + 8 + decimal_len(remaining) + decimal_len(reset);
-        let mut value = Vec::with_capacity(len);
+        let (mut remaining_text, mut reset_text) = (itoa::Buffer::new(), itoa::Buffer::new());
+        let remaining = remaining_text.format(remaining).as_bytes();
+        let reset = reset_text.format(ceil_secs(replenish)).as_bytes();
+        let mut value = Vec::with_capacity(name.len() + 8 + remaining.len() + reset.len());
         value.push(b'"');
         value.extend_from_slice(name.as_bytes());
         value.extend_from_slice(b"\";r=");
-        push_decimal(&mut value, remaining);
+        value.extend_from_slice(remaining);
         value.extend_from_slice(b";t=");
-        push_decimal(&mut value, reset);
+        value.extend_from_slice(reset);
         if let Ok(value) = HeaderValue::from_maybe_shared(Bytes::from(value)) {
             headers.insert(RATELIMIT.clone(), value);
         }
     }
-}
-
-fn decimal_len(n: u64) -> usize {
-    n.checked_ilog10().map_or(1, |digits| digits as usize + 1)
-}
-
-fn push_decimal(out: &mut Vec<u8>, n: u64) {
-    let mut digits = [0u8; 20];
-    let mut at = digits.len();
-    let mut rest = n;
-    loop {
-        at -= 1;
-        digits[at] = b'0' + (rest % 10) as u8;
-        rest /= 10;
-        if rest == 0 {
-            break;
-        }
-    }
-    out.extend_from_slice(&digits[at..]);
 }
 
 /// Whole seconds, rounded up: a client that waits this long will not be early.

@@ -1,0 +1,58 @@
+#!/usr/bin/env bash
+# Instructions per decision (in-memory store) and per request (axum router),
+# counted by callgrind: repeatable whatever else the machine is doing. Each
+# workload runs N and 2N times; the difference over N is the per-call cost,
+# free of start-up. Prints each figure and its ratio to the peer in the same run.
+#
+# Usage: bash bench/callgrind.sh [N]   (needs valgrind: apt-get install valgrind)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+n=${1:-100000}
+command -v valgrind >/dev/null || { echo "valgrind is needed: apt-get install valgrind" >&2; exit 1; }
+cargo build --release -q --example instructions --features axum
+bin=target/release/examples/instructions
+out=$(mktemp -d)
+trap 'rm -rf "$out"' EXIT
+
+count() {  # workload calls [keys] -> total instructions
+  valgrind --tool=callgrind --callgrind-out-file="$out/cg" "$bin" "$1" "$2" "${3:-1}" >/dev/null 2>&1
+  awk '/^(summary|totals):/ {print $2; exit}' "$out/cg"
+}
+
+per_call() {  # workload [keys]
+  local one two
+  one=$(count "$1" "$n" "${2:-1}")
+  two=$(count "$1" $((2 * n)) "${2:-1}")
+  echo $(( (two - one) / n ))
+}
+
+report() {  # title peer-name peer-value then name=value pairs
+  local title=$1 peer=$2 base=$3
+  shift 3
+  echo "$title"
+  printf '  %-22s %6d\n' "$peer" "$base"
+  for pair in "$@"; do
+    printf '  %-22s %6d  %.2fx\n' "${pair%%=*}" "${pair#*=}" "$(awk -v a="${pair#*=}" -v b="$base" 'BEGIN {print a / b}')"
+  done
+}
+
+for keys in 1 100000; do
+  governor=$(per_call governor "$keys")
+  report "instructions per decision, $keys key(s)" "governor check_key" "$governor" \
+    "ours counter=$(per_call counter "$keys")" \
+    "ours counter, 2 limits=$(per_call counter2 "$keys")" \
+    "ours fixed=$(per_call fixed "$keys")" \
+    "ours log limit 100=$(per_call log "$keys")"
+done
+
+bare=$(per_call bare)
+governor=$(per_call governor-layer)
+on=$(per_call ours-on)
+off=$(per_call ours-off)
+echo "instructions per request through an axum router (peer IP key, two limits)"
+printf '  %-22s %6d\n' "bare router" "$bare"
+for pair in "tower_governor=$governor" "ours, headers on=$on" "ours, headers off=$off"; do
+  value=${pair#*=}
+  printf '  %-22s %6d  added %5d  %.2fx tower_governor'"'"'s added\n' "${pair%%=*}" "$value" $((value - bare)) \
+    "$(awk -v a=$((value - bare)) -v b=$((governor - bare)) 'BEGIN {print a / b}')"
+done

@@ -1,0 +1,119 @@
+//! The workload `bench/callgrind.sh` counts instructions of: `N` decisions
+//! of the in-memory store or of governor, or `N` requests through an axum
+//! router, bare or behind a rate limiter. Instruction counts do not depend on
+//! the machine's noise, so they show what a change saves where timings on a
+//! shared two-core machine cannot.
+//!
+//! `cargo run --release --example instructions --features axum -- WHAT N [KEYS]`
+//! with WHAT one of `governor`, `counter`, `counter2`, `fixed`, `log` (store,
+//! over KEYS keys) or `bare`, `governor-layer`, `ours-on`, `ours-off` (router).
+
+use std::future::Future;
+use std::hint::black_box;
+use std::net::SocketAddr;
+use std::num::NonZeroU32;
+use std::pin::pin;
+use std::sync::Arc;
+use std::task::{Context, Poll, Waker};
+use std::time::Duration;
+
+use axum::body::Body;
+use axum::extract::ConnectInfo;
+use axum::routing::get;
+use axum::Router;
+use governor::{Quota, RateLimiter};
+use http::Request;
+use http_body_util::BodyExt;
+use tower::ServiceExt;
+use tower_governor::governor::GovernorConfigBuilder;
+use tower_governor::GovernorLayer;
+use tower_sliding_window::extract::PeerIp;
+use tower_sliding_window::{Algorithm, Limit, MemoryStore, Policy, SlidingWindowLayer};
+
+/// Drives a future that never waits.
+fn run<F: Future>(future: F) -> F::Output {
+    let mut future = pin!(future);
+    let mut cx = Context::from_waker(Waker::noop());
+    loop {
+        if let Poll::Ready(output) = future.as_mut().poll(&mut cx) {
+            return output;
+        }
+    }
+}
+
+fn store_policy(what: &str) -> Option<Policy> {
+    let huge = u32::MAX;
+    let one = |algorithm, max, window| Policy::new(algorithm, [Limit::new(max, window).ok()?]).ok();
+    match what {
+        "counter" => one(Algorithm::SlidingCounter, huge, Duration::from_secs(1)),
+        // Quotas of different sizes, as real per-second and per-minute limits have.
+        "counter2" => Policy::new(
+            Algorithm::SlidingCounter,
+            [Limit::per_second(huge), Limit::per_minute(huge / 2)],
+        )
+        .ok(),
+        "fixed" => one(Algorithm::FixedWindow, huge, Duration::from_secs(1)),
+        // A 1 µs window keeps the ring of 100 turning: every call accepts and records.
+        "log" => one(Algorithm::SlidingLog, 100, Duration::from_micros(1)),
+        _ => None,
+    }
+}
+
+fn router(what: &str) -> Option<Router> {
+    let bare = Router::new().route("/", get(|| async { "hello" }));
+    let huge = u32::MAX;
+    let ours = SlidingWindowLayer::new(Limit::per_second(huge), PeerIp::new())
+        .limit(Limit::per_minute(huge / 2));
+    Some(match what {
+        "bare" => bare,
+        "ours-on" => bare.layer(ours),
+        "ours-off" => bare.layer(ours.rate_limit_headers(false)),
+        "governor-layer" => {
+            let config = GovernorConfigBuilder::default()
+                .per_nanosecond(1)
+                .burst_size(huge)
+                .finish()?;
+            bare.layer(GovernorLayer::new(Arc::new(config)))
+        }
+        _ => return None,
+    })
+}
+
+fn main() {
+    let mut args = std::env::args().skip(1);
+    let what = args.next().unwrap_or_default();
+    let n: u64 = args.next().and_then(|n| n.parse().ok()).unwrap_or(100_000);
+    let keys: u64 = args.next().and_then(|k| k.parse().ok()).unwrap_or(1).max(1);
+    let mut key = 0;
+    let mut next_key = || {
+        key = if key + 1 >= keys { 0 } else { key + 1 };
+        black_box(key)
+    };
+    if what == "governor" {
+        let limiter = RateLimiter::keyed(Quota::per_second(NonZeroU32::MAX));
+        for _ in 0..n {
+            black_box(limiter.check_key(&next_key()).is_ok());
+        }
+    } else if let Some(policy) = store_policy(&what) {
+        let store = MemoryStore::new();
+        for _ in 0..n {
+            black_box(store.decide_now(next_key(), &policy).is_allowed());
+        }
+    } else if let Some(router) = router(&what) {
+        let peer: SocketAddr = "203.0.113.7:40000".parse().expect("address");
+        for _ in 0..n {
+            let mut request = Request::get("/").body(Body::empty()).expect("request");
+            request.extensions_mut().insert(ConnectInfo(peer));
+            let response = run(router.clone().oneshot(request)).expect("infallible");
+            assert_eq!(response.status(), 200);
+            black_box(
+                run(response.into_body().collect())
+                    .map(|b| b.to_bytes().len())
+                    .ok(),
+            );
+        }
+    } else {
+        eprintln!("unknown workload {what:?}");
+        std::process::exit(2);
+    }
+}

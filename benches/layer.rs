@@ -84,8 +84,9 @@ async fn one_request(router: &Router) -> usize {
 fn routers() -> Vec<(&'static str, Router)> {
     let bare = || Router::new().route("/", get(|| async { "hello" }));
     let huge = u32::MAX;
+    // Quotas of different sizes, as real per-second and per-minute limits have.
     let ours = SlidingWindowLayer::new(Limit::per_second(huge), PeerIp::new())
-        .limit(Limit::per_minute(huge));
+        .limit(Limit::per_minute(huge / 2));
     let governor = GovernorConfigBuilder::default()
         .per_nanosecond(1)
         .burst_size(huge)
@@ -96,7 +97,23 @@ fn routers() -> Vec<(&'static str, Router)> {
         ("ours, headers on", bare().layer(ours.clone())),
         (
             "ours, headers off",
-            bare().layer(ours.rate_limit_headers(false)),
+            bare().layer(ours.clone().rate_limit_headers(false)),
+        ),
+        (
+            "ours, inner body, headers on",
+            bare().layer(ours.clone().inner_body()),
+        ),
+        (
+            "ours, inner body, headers off",
+            bare().layer(ours.clone().inner_body().rate_limit_headers(false)),
+        ),
+        (
+            "ours, inner body, bare",
+            bare().layer(
+                ours.inner_body()
+                    .rate_limit_headers(false)
+                    .decision_extension(false),
+            ),
         ),
         (
             "tower_governor",
@@ -105,10 +122,13 @@ fn routers() -> Vec<(&'static str, Router)> {
     ]
 }
 
-const IDS: [&str; 4] = [
+const IDS: [&str; 7] = [
     "bare router",
     "ours, headers on",
     "ours, headers off",
+    "ours, inner body, headers on",
+    "ours, inner body, headers off",
+    "ours, inner body, bare",
     "tower_governor",
 ];
 

@@ -6,7 +6,8 @@
 //!
 //! `cargo run --release --example instructions --features axum -- WHAT N [KEYS]`
 //! with WHAT one of `governor`, `counter`, `counter2`, `fixed`, `log` (store,
-//! over KEYS keys) or `bare`, `governor-layer`, `ours-on`, `ours-off` (router).
+//! over KEYS keys) or `bare`, `governor-layer`, `ours-on`, `ours-off`,
+//! `ours-inner-on`, `ours-inner-off` (router; see `SlidingWindowLayer::inner_body`).
 
 use std::future::Future;
 use std::hint::black_box;
@@ -68,6 +69,8 @@ fn router(what: &str) -> Option<Router> {
         "bare" => bare,
         "ours-on" => bare.layer(ours),
         "ours-off" => bare.layer(ours.rate_limit_headers(false)),
+        "ours-inner-on" => bare.layer(ours.inner_body()),
+        "ours-inner-off" => bare.layer(ours.inner_body().rate_limit_headers(false)),
         "governor-layer" => {
             let config = GovernorConfigBuilder::default()
                 .per_nanosecond(1)

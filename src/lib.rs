@@ -167,8 +167,9 @@ pub use crate::clock::{Clock, ManualClock, SystemClock};
 pub use crate::decision::{Decision, Origin};
 pub use crate::error::ConfigError;
 pub use crate::layer::{
-    KeyExtractor, MissingKey, Plan, PlanByKey, PlanByRequest, Rejection, ResponseBody,
-    ResponseFuture, SinglePolicy, SlidingWindow, SlidingWindowLayer, RATELIMIT, RATELIMIT_POLICY,
+    BodyMode, InnerBody, KeyExtractor, MissingKey, Plan, PlanByKey, PlanByRequest, Rejection,
+    ResponseBody, ResponseFuture, SinglePolicy, SlidingWindow, SlidingWindowLayer, WrapBody,
+    RATELIMIT, RATELIMIT_POLICY,
 };
 pub use crate::limit::Limit;
 pub use crate::policy::{Algorithm, Policy};

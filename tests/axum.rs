@@ -8,7 +8,7 @@ use axum::extract::ConnectInfo;
 use axum::routing::get;
 use axum::Router;
 use http::{Request, StatusCode};
-use tower::ServiceExt;
+use tower::{Layer, ServiceExt};
 use tower_sliding_window::{Limit, ManualClock, MemoryStore, SlidingWindowLayer};
 
 fn api_key(request: &Request<Body>) -> Option<String> {
@@ -56,6 +56,61 @@ async fn router_layer_answers_200s_then_429_with_headers() {
 
     clock.advance(Duration::from_secs(2));
     assert_eq!(call("/").await.status(), StatusCode::OK);
+}
+
+/// With `inner_body`, the layer answers in axum's own `Body`: the same
+/// statuses, headers and texts, with no wrapper for axum to box again.
+#[tokio::test]
+async fn inner_body_answers_in_axums_own_body() {
+    use http_body_util::BodyExt;
+
+    let clock = ManualClock::new();
+    let layer = SlidingWindowLayer::new(Limit::per_second(1), api_key)
+        .store(MemoryStore::with_clock(clock.clone()))
+        .inner_body();
+    // The layer's service returns `Response<Body>` itself, before axum sees it.
+    let service = layer.layer(get(|| async { "hello" }).with_state(()));
+    let call = |key: Option<&'static str>| {
+        let service = service.clone();
+        async move {
+            let mut request = Request::get("/");
+            if let Some(key) = key {
+                request = request.header("x-api-key", key);
+            }
+            let response: http::Response<Body> = service
+                .oneshot(request.body(Body::empty()).unwrap())
+                .await
+                .unwrap();
+            let status = response.status();
+            let ratelimit = response.headers().get("ratelimit").cloned();
+            let body = response.into_body().collect().await.unwrap().to_bytes();
+            (status, ratelimit, String::from_utf8(body.to_vec()).unwrap())
+        }
+    };
+    // The one request counted at 0 s weighs fully on the next window's
+    // start, so quota returns at 2 s.
+    let (status, ratelimit, body) = call(Some("k")).await;
+    assert_eq!((status, body.as_str()), (StatusCode::OK, "hello"));
+    assert_eq!(ratelimit.unwrap(), "\"1s\";r=0;t=2");
+    let (status, ratelimit, body) = call(Some("k")).await;
+    assert_eq!(status, StatusCode::TOO_MANY_REQUESTS);
+    assert_eq!(ratelimit.unwrap(), "\"1s\";r=0;t=2");
+    assert!(
+        body.starts_with("Too Many Requests: limit of 1 per 1s"),
+        "{body}"
+    );
+    let (status, _, body) = call(None).await;
+    assert_eq!(status, StatusCode::BAD_REQUEST);
+    assert!(!body.is_empty());
+
+    let app = Router::new()
+        .route("/", get(|| async { "hello" }))
+        .layer(layer);
+    let request = Request::get("/")
+        .header("x-api-key", "other")
+        .body(Body::empty())
+        .unwrap();
+    assert_eq!(app.oneshot(request).await.unwrap().status(), StatusCode::OK);
 }
 
 #[tokio::test]

@@ -1,4 +1,5 @@
-//! The response body: the inner service's, or the layer's own short text.
+//! The response body: the inner service's, or the layer's own short text,
+//! and the two ways of giving both one type.
 
 use std::pin::Pin;
 use std::task::{Context, Poll};
@@ -80,5 +81,54 @@ where
                 SizeHint::with_exact(data.as_ref().map_or(0, |data| data.len() as u64))
             }
         }
+    }
+}
+
+/// How a layer's responses carry their body, given the inner service's body
+/// type `B`: chosen on the layer, [`WrapBody`] by default, [`InnerBody`]
+/// with [`SlidingWindowLayer::inner_body`](crate::SlidingWindowLayer::inner_body).
+pub trait BodyMode<B> {
+    /// The body type of the layer's responses.
+    type Body;
+    /// The body of a response the inner service made.
+    fn inner(body: B) -> Self::Body;
+    /// The body of a response the layer made itself.
+    fn full(data: Bytes) -> Self::Body;
+}
+
+/// Responses carry a [`ResponseBody`]: works with any inner body type.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct WrapBody;
+
+/// Responses carry the inner service's own body type, which the layer builds
+/// its own answers in (from `Bytes`, as `axum::body::Body` and
+/// `http_body_util::Full<Bytes>` are built).
+///
+/// axum boxes every response body that is not already its `Body` again; with
+/// axum's `Body` passed through as it is, that allocation goes.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct InnerBody;
+
+impl<B> BodyMode<B> for WrapBody {
+    type Body = ResponseBody<B>;
+
+    fn inner(body: B) -> Self::Body {
+        ResponseBody::inner(body)
+    }
+
+    fn full(data: Bytes) -> Self::Body {
+        ResponseBody::full(data)
+    }
+}
+
+impl<B: From<Bytes>> BodyMode<B> for InnerBody {
+    type Body = B;
+
+    fn inner(body: B) -> Self::Body {
+        body
+    }
+
+    fn full(data: Bytes) -> Self::Body {
+        B::from(data)
     }
 }

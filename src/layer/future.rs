@@ -2,6 +2,7 @@
 //! request or call the inner service with it.
 
 use std::future::Future;
+use std::marker::PhantomData;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{ready, Context, Poll};
@@ -11,7 +12,7 @@ use http::{Request, Response};
 use pin_project_lite::pin_project;
 use tower::Service;
 
-use super::body::ResponseBody;
+use super::body::{BodyMode, WrapBody};
 use super::layer::LayerConfig;
 use super::response::{is_grpc, rejection, store_unavailable};
 use crate::decision::Decision;
@@ -42,7 +43,7 @@ impl Chosen {
 
 pin_project! {
     /// Response future of [`SlidingWindow`](crate::SlidingWindow).
-    pub struct ResponseFuture<F, S, B>
+    pub struct ResponseFuture<F, S, B, M = WrapBody>
     where
         S: Service<Request<B>>,
     {
@@ -51,6 +52,7 @@ pin_project! {
         config: Arc<LayerConfig>,
         chosen: Chosen,
         recorder: Option<Recorder>,
+        body: PhantomData<fn() -> M>,
     }
 }
 
@@ -83,7 +85,7 @@ pin_project! {
     }
 }
 
-impl<F, S, B> ResponseFuture<F, S, B>
+impl<F, S, B, M> ResponseFuture<F, S, B, M>
 where
     S: Service<Request<B>>,
 {
@@ -103,6 +105,7 @@ where
             config,
             chosen,
             recorder,
+            body: PhantomData,
         }
     }
 
@@ -122,6 +125,7 @@ where
             config,
             chosen,
             recorder,
+            body: PhantomData,
         }
     }
 
@@ -134,6 +138,7 @@ where
             config,
             chosen: Chosen::Layer,
             recorder: None,
+            body: PhantomData,
         }
     }
 
@@ -145,6 +150,7 @@ where
             config,
             chosen: Chosen::Layer,
             recorder: None,
+            body: PhantomData,
         }
     }
 }
@@ -192,12 +198,13 @@ where
     }
 }
 
-impl<F, S, B, ResB> Future for ResponseFuture<F, S, B>
+impl<F, S, B, M, ResB> Future for ResponseFuture<F, S, B, M>
 where
     F: Future<Output = Result<Decision, StoreError>>,
     S: Service<Request<B>, Response = Response<ResB>>,
+    M: BodyMode<ResB>,
 {
-    type Output = Result<Response<ResponseBody<ResB>>, S::Error>;
+    type Output = Result<Response<M::Body>, S::Error>;
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let mut this = self.project();
@@ -237,7 +244,7 @@ where
                                 response: Some(response),
                             });
                         }
-                        _ => return Poll::Ready(Ok(response.map(ResponseBody::inner))),
+                        _ => return Poll::Ready(Ok(response.map(M::inner))),
                     }
                 }
                 StateProj::Record {
@@ -248,13 +255,13 @@ where
                     let response = response
                         .take()
                         .expect("ResponseFuture polled after completion");
-                    return Poll::Ready(Ok(response.map(ResponseBody::inner)));
+                    return Poll::Ready(Ok(response.map(M::inner)));
                 }
                 StateProj::Answer { response } => {
                     let response = response
                         .take()
                         .expect("ResponseFuture polled after completion");
-                    return Poll::Ready(Ok((*response).map(ResponseBody::full)));
+                    return Poll::Ready(Ok((*response).map(M::full)));
                 }
             }
         }

@@ -11,7 +11,7 @@ mod rejection;
 mod response;
 mod service;
 
-pub use self::body::ResponseBody;
+pub use self::body::{BodyMode, InnerBody, ResponseBody, WrapBody};
 pub use self::future::ResponseFuture;
 pub use self::key::{KeyExtractor, MissingKey};
 pub use self::layer::SlidingWindowLayer;

@@ -2,6 +2,7 @@
 
 use std::borrow::Cow;
 use std::future::Future;
+use std::marker::PhantomData;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll, Waker};
@@ -9,7 +10,7 @@ use std::task::{Context, Poll, Waker};
 use http::{Request, Response};
 use tower::Service;
 
-use super::body::ResponseBody;
+use super::body::{BodyMode, WrapBody};
 use super::future::{Chosen, Recorder, ResponseFuture};
 use super::key::{KeyExtractor, MissingKey};
 use super::layer::LayerConfig;
@@ -25,15 +26,16 @@ use crate::store::Store;
 /// and axum can treat it as always ready. Clones share the layer's store and
 /// policy.
 #[derive(Clone, Debug)]
-pub struct SlidingWindow<S, E, St, P = SinglePolicy> {
+pub struct SlidingWindow<S, E, St, P = SinglePolicy, M = WrapBody> {
     inner: S,
     extractor: E,
     store: St,
     plan: P,
     config: Arc<LayerConfig>,
+    body: PhantomData<fn() -> M>,
 }
 
-impl<S, E, St, P> SlidingWindow<S, E, St, P> {
+impl<S, E, St, P, M> SlidingWindow<S, E, St, P, M> {
     pub(crate) fn new(
         inner: S,
         extractor: E,
@@ -47,6 +49,7 @@ impl<S, E, St, P> SlidingWindow<S, E, St, P> {
             store,
             plan,
             config,
+            body: PhantomData,
         }
     }
 
@@ -66,17 +69,18 @@ impl<S, E, St, P> SlidingWindow<S, E, St, P> {
     }
 }
 
-impl<S, E, St, P, B, ResB> Service<Request<B>> for SlidingWindow<S, E, St, P>
+impl<S, E, St, P, M, B, ResB> Service<Request<B>> for SlidingWindow<S, E, St, P, M>
 where
     S: Service<Request<B>, Response = Response<ResB>> + Clone,
     E: KeyExtractor<B>,
     E::Key: Clone + Send + 'static,
     St: Store<E::Key>,
     P: Plan<B, E::Key>,
+    M: BodyMode<ResB>,
 {
-    type Response = Response<ResponseBody<ResB>>;
+    type Response = Response<M::Body>;
     type Error = S::Error;
-    type Future = ResponseFuture<St::Future, S, B>;
+    type Future = ResponseFuture<St::Future, S, B, M>;
 
     fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
         self.inner.poll_ready(cx)

@@ -37,10 +37,10 @@ pub trait ServiceBuilderExt<L>: sealed::Sealed + Sized {
     ) -> ServiceBuilder<Stack<SlidingWindowLayer<E>, L>>;
 
     /// Adds a configured [`SlidingWindowLayer`].
-    fn sliding_window_layer<E, St, P>(
+    fn sliding_window_layer<E, St, P, M>(
         self,
-        layer: SlidingWindowLayer<E, St, P>,
-    ) -> ServiceBuilder<Stack<SlidingWindowLayer<E, St, P>, L>>;
+        layer: SlidingWindowLayer<E, St, P, M>,
+    ) -> ServiceBuilder<Stack<SlidingWindowLayer<E, St, P, M>, L>>;
 }
 
 impl<L> ServiceBuilderExt<L> for ServiceBuilder<L> {
@@ -52,10 +52,10 @@ impl<L> ServiceBuilderExt<L> for ServiceBuilder<L> {
         self.layer(SlidingWindowLayer::new(limit, extractor))
     }
 
-    fn sliding_window_layer<E, St, P>(
+    fn sliding_window_layer<E, St, P, M>(
         self,
-        layer: SlidingWindowLayer<E, St, P>,
-    ) -> ServiceBuilder<Stack<SlidingWindowLayer<E, St, P>, L>> {
+        layer: SlidingWindowLayer<E, St, P, M>,
+    ) -> ServiceBuilder<Stack<SlidingWindowLayer<E, St, P, M>, L>> {
         self.layer(layer)
     }
 }

@@ -34,8 +34,9 @@ impl Slot {
     }
 }
 
-/// Where `now` (never before the slot's window) falls for a window of `w`
-/// microseconds: the fixed window's index and the time elapsed in it.
+/// Where `now` falls for a window of `w` microseconds: the fixed window's
+/// index and the time elapsed in it. Callers clamp `now` to the slot's
+/// window first; a time before it would take the division.
 ///
 /// Requests mostly land in the slot's own window or the next, which a
 /// multiplication settles; only a longer gap pays for a division.

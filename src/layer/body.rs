@@ -87,7 +87,9 @@ where
 /// How a layer's responses carry their body, given the inner service's body
 /// type `B`: chosen on the layer, [`WrapBody`] by default, [`InnerBody`]
 /// with [`SlidingWindowLayer::inner_body`](crate::SlidingWindowLayer::inner_body).
-pub trait BodyMode<B> {
+///
+/// Sealed: these two are the only modes.
+pub trait BodyMode<B>: sealed::Sealed {
     /// The body type of the layer's responses.
     type Body;
     /// The body of a response the inner service made.
@@ -105,9 +107,16 @@ pub struct WrapBody;
 /// `http_body_util::Full<Bytes>` are built).
 ///
 /// axum boxes every response body that is not already its `Body` again; with
-/// axum's `Body` passed through as it is, that allocation goes.
+/// axum's `Body` passed through as it is, that allocation goes. tonic's body
+/// cannot be built from `Bytes`: tonic servers keep [`WrapBody`].
 #[derive(Clone, Copy, Debug, Default)]
 pub struct InnerBody;
+
+mod sealed {
+    pub trait Sealed {}
+    impl Sealed for super::WrapBody {}
+    impl Sealed for super::InnerBody {}
+}
 
 impl<B> BodyMode<B> for WrapBody {
     type Body = ResponseBody<B>;

@@ -152,7 +152,9 @@ impl<E, St, P, M> SlidingWindowLayer<E, St, P, M> {
     /// implement `From<Bytes>`, as `axum::body::Body` does.
     ///
     /// On axum this saves an allocation per request: axum boxes every
-    /// response body that is not already its own `Body`.
+    /// response body that is not already its own `Body`. tonic's body type
+    /// has no `From<Bytes>`, so tonic servers keep the default (the compiler
+    /// says `InnerBody: BodyMode<…>` is not satisfied at `.layer()`).
     ///
     /// ```
     /// # #[cfg(feature = "axum")] {

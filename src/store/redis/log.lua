@@ -152,7 +152,8 @@ if peek then
   return reply
 end
 
--- A cursor at the end now points at the new stamp.
+-- The new stamp is inside every window, so a cursor that had no stamp
+-- inside its window now has this one as the oldest inside.
 for i = 1, n do
   if h[2 + 2 * i] == len then h[3 + 2 * i] = now end
 end

@@ -31,13 +31,18 @@ use crate::policy::{Algorithm, Policy};
 ///   application servers with skewed clocks agree, and fixed windows are
 ///   aligned to the Unix epoch. Each key remembers the latest time it was
 ///   judged at, so a server clock that steps back (a failover to a node
-///   whose clock is behind) cannot admit extra requests.
-///   [`with_clock`](RedisStore::with_clock) supplies the time from the
-///   client instead (a [`ManualClock`](crate::ManualClock) in tests).
+///   whose clock is behind) cannot admit extra requests; Redis's own
+///   expiry steps back with it. [`with_clock`](RedisStore::with_clock)
+///   supplies the time from the client instead (a
+///   [`ManualClock`](crate::ManualClock) in tests); such a clock must not
+///   step back by more than the TTL (twice the longest window), since keys
+///   expire on Redis's time and their TTL is renewed only when a new window
+///   starts.
 /// * **Compact.** The log keeps a ring of 8-byte timestamps (as many as the
-///   largest limit) in one string; the counter one string of 12 bytes per
-///   limit. Every key expires once it has been idle long enough to no
-///   longer matter.
+///   largest limit) in one string, behind a header of 16 bytes and 12 per
+///   limit (a cursor each); the counter one string of 12 bytes per limit.
+///   Every key expires once it has been idle long enough to no longer
+///   matter.
 /// * **Keys** are `prefix:{user key}:name/signature`: the user's key is a hash
 ///   tag, escaped so that `{`, `}`, `%` and control bytes can neither move it
 ///   to another slot nor make two keys collide. Windows are identified by the

@@ -12,7 +12,8 @@
 -- ARGV[2]  the policy, packed little-endian: the mode (one byte: 's' for the
 --          sliding counter, 'f' for the fixed window; in capitals, 'S' and
 --          'F', to judge without recording), the TTL in milliseconds (8
---          bytes; how long a state lasts after its newest window opened),
+--          bytes; how long a state lasts once a request moved it into its
+--          newest windows),
 --          then for each limit its max (4 bytes) and window in microseconds
 --          (8 bytes)
 --
@@ -24,8 +25,8 @@
 -- The script runs on every request, so it is written for Redis's CPU: one
 -- string in and one out (an array reply costs Redis more than all the
 -- arithmetic here), few calls into C, and the TTL set only when a window
--- rolls, since a state cannot outlive the TTL counted from its newest
--- window's opening.
+-- rolls: the request that rolls it comes after the window opened, and a
+-- state matters for at most two windows from that opening.
 
 local now
 if ARGV[1] == '' then

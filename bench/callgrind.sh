@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # Instructions per decision (in-memory store) and per request (axum router),
 # counted by callgrind: repeatable whatever else the machine is doing. Each
-# workload runs N and 2N times; the difference over N is the per-call cost,
-# free of start-up. Prints each figure and its ratio to the peer in the same run.
+# workload first touches every key once (clocks calibrate, maps fill), then
+# runs N calls inside one function, the only one counted; the total over N
+# is the per-call cost. Prints each figure and its ratio to the peer in the
+# same run.
 #
 # Usage: bash bench/callgrind.sh [N]   (needs valgrind: apt-get install valgrind)
 set -euo pipefail
@@ -14,18 +16,12 @@ bin=target/release/examples/instructions
 out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
 
-count() {  # workload calls [keys] -> total instructions
-  if ! valgrind --tool=callgrind --callgrind-out-file="$out/cg" "$bin" "$1" "$2" "${3:-1}" >"$out/log" 2>&1; then
+per_call() {  # workload [keys] -> instructions per call
+  if ! valgrind --tool=callgrind --toggle-collect='*instructions::measured*' \
+    --callgrind-out-file="$out/cg" "$bin" "$1" "$n" "${2:-1}" >"$out/log" 2>&1; then
     echo "callgrind failed on $1:" >&2; tail -5 "$out/log" >&2; exit 1
   fi
-  awk '/^(summary|totals):/ {print $2; exit}' "$out/cg"
-}
-
-per_call() {  # workload [keys]
-  local one two
-  one=$(count "$1" "$n" "${2:-1}")
-  two=$(count "$1" $((2 * n)) "${2:-1}")
-  echo $(( (two - one) / n ))
+  awk -v n="$n" '/^(summary|totals):/ {printf "%d\n", $2 / n; exit}' "$out/cg"
 }
 
 report() {  # title peer-name peer-value then name=value pairs
@@ -38,8 +34,8 @@ report() {  # title peer-name peer-value then name=value pairs
   done
 }
 
-# With 100,000 keys the first N calls create every key, so the figure is
-# for decisions about keys already held, spread over the whole map.
+# With 100,000 keys the figure is for decisions about keys already held,
+# spread over the whole map.
 for keys in 1 100000; do
   governor=$(per_call governor "$keys")
   report "instructions per decision, $keys key(s)" "governor check_key" "$governor" \

@@ -1,8 +1,8 @@
 //! A sharded map from (policy, key) to key state, with idle eviction and a
 //! cap on the number of keys.
 
+use parking_lot::Mutex;
 use std::hash::{BuildHasher, Hash};
-use std::sync::{Mutex, PoisonError};
 
 use foldhash::quality::RandomState;
 use hashbrown::HashTable;
@@ -98,12 +98,12 @@ impl<K: Hash + Eq, S: AlgorithmState> Shards<K, S> {
         // The middle bits pick the shard: the table itself uses the low bits
         // for buckets and the top seven as tags.
         let index = (hash >> 32) as usize & (self.shards.len() - 1);
-        // A panic while holding the lock cannot leave a shard half-updated
-        // (every update is a plain store), so a poisoned lock is still sound.
-        let mut shard = self.shards[index]
-            .0
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner);
+        // parking_lot's lock spins before it parks: under contention on one
+        // hot key, std's parked the waiting thread through the kernel on
+        // most decisions. It does not poison, which is sound here: a panic
+        // while holding it cannot leave a shard half-updated (every update
+        // is a plain store).
+        let mut shard = self.shards[index].0.lock();
         if now >= shard.next_sweep {
             shard.sweep(now);
         }
@@ -145,10 +145,7 @@ impl<K: Hash + Eq, S: AlgorithmState> Shards<K, S> {
         let id = policy.id();
         let hash = self.hasher.hash_one((id, key));
         let index = (hash >> 32) as usize & (self.shards.len() - 1);
-        let mut shard = self.shards[index]
-            .0
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner);
+        let mut shard = self.shards[index].0.lock();
         let found = shard
             .table
             .find(hash, |entry| entry.policy.id() == id && entry.key == *key)
@@ -196,14 +193,7 @@ impl<K: Hash + Eq, S: AlgorithmState> Shards<K, S> {
     pub(super) fn len(&self) -> usize {
         self.shards
             .iter()
-            .map(|shard| {
-                shard
-                    .0
-                    .lock()
-                    .unwrap_or_else(PoisonError::into_inner)
-                    .table
-                    .len()
-            })
+            .map(|shard| shard.0.lock().table.len())
             .sum()
     }
 }

@@ -27,6 +27,24 @@ fn micros(t: u64) -> Duration {
     Duration::from_micros(t)
 }
 
+/// Replays `gaps` (µs between arrivals) against one key's state under
+/// `policy`, handing `check` the state after each decision, its time and
+/// the decision.
+fn each_decision(
+    policy: &Policy,
+    gaps: Vec<u64>,
+    mut check: impl FnMut(&KeyState, u64, Decision) -> Result<(), TestCaseError>,
+) -> Result<(), TestCaseError> {
+    let mut state = KeyState::new(policy);
+    let mut now = 0u64;
+    for gap in gaps {
+        now += gap;
+        let decision = state.decide(micros(now), policy);
+        check(&state, now, decision)?;
+    }
+    Ok(())
+}
+
 /// Judges by decision of a cloned state, so probing does not record anything.
 fn probe(decide: impl FnOnce(Duration) -> Decision, at: u64) -> bool {
     decide(micros(at)).is_allowed()
@@ -104,11 +122,7 @@ proptest! {
         algorithm in prop_oneof![Just(Algorithm::SlidingLog), Just(Algorithm::SlidingCounter), Just(Algorithm::FixedWindow)],
     ) {
         let policy = Policy::new(algorithm, limits).unwrap();
-        let mut state = KeyState::new(&policy);
-        let mut now = 0u64;
-        for gap in gaps {
-            now += gap;
-            let decision = state.decide(micros(now), &policy);
+        each_decision(&policy, gaps, |state, now, decision| {
             if !decision.is_allowed() {
                 let wait = decision.retry_after().as_micros() as u64;
                 prop_assert!(wait >= 1);
@@ -122,7 +136,8 @@ proptest! {
                     prop_assert!(ahead.decide(micros(later), &policy).is_allowed(), "{:?}", decision);
                 }
             }
-        }
+            Ok(())
+        })?;
     }
 
     /// An accepted decision's `remaining` is exact for every algorithm: that
@@ -135,11 +150,7 @@ proptest! {
         algorithm in prop_oneof![Just(Algorithm::SlidingLog), Just(Algorithm::SlidingCounter), Just(Algorithm::FixedWindow)],
     ) {
         let policy = Policy::new(algorithm, limits).unwrap();
-        let mut state = KeyState::new(&policy);
-        let mut now = 0u64;
-        for gap in gaps {
-            now += gap;
-            let decision = state.decide(micros(now), &policy);
+        each_decision(&policy, gaps, |state, now, decision| {
             if decision.is_allowed() {
                 let mut ahead = state.clone();
                 for _ in 0..decision.remaining() {
@@ -147,7 +158,8 @@ proptest! {
                 }
                 prop_assert!(!ahead.decide(micros(now), &policy).is_allowed(), "{:?}", decision);
             }
-        }
+            Ok(())
+        })?;
     }
 
     /// The memory store decides exactly as the core does, key by key.

@@ -5,10 +5,8 @@
 --          of stamps, 4 bytes each; the newest stamp, 8 bytes; per limit a
 --          cursor, 4 bytes, and the stamp at it, 8 bytes), then 8 bytes
 --          per stamp
--- ARGV[1]  now in microseconds, or '' to read the server's TIME
--- ARGV[2]  the policy, packed as for the window script, with the mode 'l'
---          (or 'L' to judge without recording) and a TTL of twice the
---          longest window
+-- ARGV     as read by arguments.lua, with the mode 'l' (or 'L' to judge
+--          without recording) and a TTL of twice the longest window
 --
 -- Returns one string: a byte for the verdict (1 accepted), now (8 bytes),
 -- then 8 signed bytes per limit: when refused, the stamp that blocks it (or
@@ -20,15 +18,7 @@
 -- the longest window. A stamp is then at most one window younger than the
 -- renewal, so the ring outlives it by at least one window, as it must.
 
-local now
-if ARGV[1] == '' then
-  local t = redis.call('TIME')
-  now = t[1] * 1000000 + t[2]
-else
-  now = tonumber(ARGV[1])
-end
-local spec = ARGV[2]
-local n = (#spec - 9) / 12
+-- `now`, `spec` and `n` come from arguments.lua, prepended.
 local p = {struct.unpack('<c1I8' .. string.rep('I4I8', n), spec)}
 local peek, ttl = p[1] == 'L', p[2]
 -- Limit i's max and window are p[1 + 2i] and p[2 + 2i].

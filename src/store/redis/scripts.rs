@@ -13,10 +13,19 @@ use crate::policy::{Algorithm, Policy};
 use crate::store::StoreError;
 
 /// Sliding counter and fixed window.
-pub(super) static WINDOW: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("window.lua")));
+pub(super) static WINDOW: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(concat!(
+        include_str!("arguments.lua"),
+        include_str!("window.lua")
+    ))
+});
 /// Sliding log.
-pub(super) static LOG: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("log.lua")));
+pub(super) static LOG: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(concat!(
+        include_str!("arguments.lua"),
+        include_str!("log.lua")
+    ))
+});
 
 /// How long a key's state is kept, in milliseconds, rounded up: the TTL
 /// that lets idle clients vanish. The scripts renew it only now and then

@@ -8,14 +8,10 @@
 -- rule below). That is exact unless one limit's window is over 2^31 times
 -- shorter than another's (1 ms beside 25 days), where a long idle time or a
 -- clock stepping back by more than 2^31 short windows can be misread.
--- ARGV[1]  now in microseconds, or '' to read the server's TIME
--- ARGV[2]  the policy, packed little-endian: the mode (one byte: 's' for the
---          sliding counter, 'f' for the fixed window; in capitals, 'S' and
---          'F', to judge without recording), the TTL in milliseconds (8
---          bytes; how long a state lasts once a request moved it into its
---          newest windows),
---          then for each limit its max (4 bytes) and window in microseconds
---          (8 bytes)
+-- ARGV     as read by arguments.lua; the mode is 's' for the sliding
+--          counter, 'f' for the fixed window, in capitals ('S', 'F') to
+--          judge without recording; the TTL is how long a state lasts once a
+--          request moved it into its newest windows
 --
 -- Returns one string: a byte for the verdict (1 accepted), now (8 bytes),
 -- then the state the request was judged against (windows rolled, before
@@ -28,15 +24,7 @@
 -- rolls: the request that rolls it comes after the window opened, and a
 -- state matters for at most two windows from that opening.
 
-local now
-if ARGV[1] == '' then
-  local t = redis.call('TIME')
-  now = t[1] * 1000000 + t[2]
-else
-  now = tonumber(ARGV[1])
-end
-local spec = ARGV[2]
-local n = (#spec - 9) / 12
+-- `now`, `spec` and `n` come from arguments.lua, prepended.
 -- struct formats of the policy, the state and the reply; literal for the
 -- usual one or two limits, since building them costs more than using them.
 local spec_format, state_format, reply_format

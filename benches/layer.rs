@@ -15,7 +15,7 @@ use std::pin::pin;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::task::{Context, Poll, Waker};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use axum::body::Body;
 use axum::extract::ConnectInfo;
@@ -158,6 +158,45 @@ fn main() {
                 println!("  {id:<34} {added:>9.1} {:>7.2}", added / governor_added);
             }
         }
+    }
+
+    // The same routers in interleaved rounds: the added ns is small beside
+    // the router's own, so a burst of other work during one contender's
+    // criterion run would swamp it.
+    let mut batches: Vec<(&str, report::Batch)> = routers
+        .iter()
+        .map(|(name, router)| {
+            let run: report::Batch = Box::new(move |iters| {
+                let start = Instant::now();
+                for _ in 0..iters {
+                    black_box(run(one_request(router)));
+                }
+                start.elapsed()
+            });
+            (*name, run)
+        })
+        .collect();
+    let rounds = report::paired(
+        "axum router, one request",
+        &mut batches,
+        31,
+        Duration::from_millis(20),
+        0,
+    );
+    println!("\nadded over the bare router, paired (median over rounds; ratio = median over rounds of added ns / tower_governor's added ns)");
+    let governor = IDS.len() - 1;
+    for (i, id) in IDS.iter().enumerate().skip(1) {
+        let added: Vec<f64> = (0..rounds[0].len())
+            .map(|r| rounds[i][r] - rounds[0][r])
+            .collect();
+        let ratios: Vec<f64> = (0..rounds[0].len())
+            .map(|r| (rounds[i][r] - rounds[0][r]) / (rounds[governor][r] - rounds[0][r]))
+            .collect();
+        println!(
+            "  {id:<34} {:>9.1} {:>7.2}",
+            report::median(added),
+            report::median(ratios)
+        );
     }
 
     println!("\nheap allocations per request (accepted, 1,000 requests each)");

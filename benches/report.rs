@@ -59,3 +59,89 @@ pub fn print_group(group: &str, ids: &[&str], baseline: &str) -> BTreeMap<String
     }
     found
 }
+
+/// Runs `iters` operations and returns how long they took.
+pub type Batch<'a> = Box<dyn FnMut(u64) -> std::time::Duration + 'a>;
+
+/// Times the contenders in interleaved rounds and prints, for each, the
+/// median of its per-round ratio to the first contender (with the middle
+/// half of those ratios). Returns each contender's ns per operation, round
+/// by round, for ratios of differences.
+///
+/// On a shared machine a burst of someone else's work slows whatever runs
+/// during it. Criterion runs each contender for seconds on end, so a burst
+/// can land on one and not its peer; here every round times each contender
+/// once, back to back, in a rotating order, for about `batch` each, so a
+/// burst mostly shifts a whole round and the ratio within it holds. Each
+/// timed batch follows an untimed run of the same contender, a quarter
+/// batch or `warm_up` operations if more (enough to touch all its data).
+pub fn paired(
+    title: &str,
+    contenders: &mut [(&str, Batch)],
+    rounds: usize,
+    batch: std::time::Duration,
+    warm_up: u64,
+) -> Vec<Vec<f64>> {
+    // Enough operations for each batch to last about `batch`, found by
+    // doubling until a batch lasts half that: a batch's fixed cost (starting
+    // threads) must not pass for the cost of its operations.
+    let iters: Vec<u64> = contenders
+        .iter_mut()
+        .map(|(_, run)| {
+            let mut iters = 1u64;
+            loop {
+                let took = run(iters);
+                if took >= batch / 2 || iters >= 1 << 40 {
+                    let scale = batch.as_secs_f64() / took.as_secs_f64().max(1e-9);
+                    return ((iters as f64 * scale) as u64).max(1);
+                }
+                iters *= 2;
+            }
+        })
+        .collect();
+    let count = contenders.len();
+    let mut per_op = vec![Vec::with_capacity(rounds); count];
+    for round in 0..rounds {
+        for offset in 0..count {
+            let i = (round + offset) % count;
+            // Untimed, so that the timed batch finds its data back in cache
+            // after the other contenders' batches pushed it out.
+            (contenders[i].1)(warm_up.max(iters[i] / 4));
+            let took = (contenders[i].1)(iters[i]);
+            per_op[i].push(took.as_nanos() as f64 / iters[i] as f64);
+        }
+    }
+    let quartiles = |mut values: Vec<f64>| {
+        values.sort_by(f64::total_cmp);
+        let at = |q: f64| values[((values.len() - 1) as f64 * q).round() as usize];
+        (at(0.25), at(0.5), at(0.75))
+    };
+    println!(
+        "\n{title} (paired: {rounds} interleaved rounds; ratio = median over rounds of ns / {}'s ns in the same round)",
+        contenders[0].0
+    );
+    println!(
+        "  {:<34} {:>9} {:>7} {:>15}",
+        "", "median", "ratio", "middle half"
+    );
+    for (i, (name, _)) in contenders.iter().enumerate() {
+        let ratios = per_op[i]
+            .iter()
+            .zip(&per_op[0])
+            .map(|(a, b)| a / b)
+            .collect();
+        let ns = median(per_op[i].clone());
+        let (low, ratio, high) = quartiles(ratios);
+        println!(
+            "  {name:<34} {ns:>9.1} {ratio:>7.2} {:>15}",
+            format!("{low:.2}–{high:.2}")
+        );
+    }
+    per_op
+}
+
+/// The middle value (the upper one of an even count).
+pub fn median(mut values: Vec<f64>) -> f64 {
+    values.sort_by(f64::total_cmp);
+    values[values.len() / 2]
+}

@@ -143,26 +143,64 @@ fn two_threads(c: &mut Criterion, group_name: &str, keys: u64) {
             limiter.check(key);
         }
         group.bench_function(name, |b| {
-            b.iter_custom(|iters| {
-                let start = Instant::now();
-                std::thread::scope(|scope| {
-                    for thread in 0..2u64 {
-                        let limiter = Arc::clone(&limiter);
-                        scope.spawn(move || {
-                            let mut key = thread * (keys / 2);
-                            for _ in 0..iters / 2 {
-                                key = if key + 1 >= keys { 0 } else { key + 1 };
-                                black_box(limiter.check(key));
-                            }
-                        });
-                    }
-                });
-                // Time per decision with both threads working.
-                start.elapsed() / 2
-            })
+            // Time per decision with both threads working.
+            b.iter_custom(|iters| timed_batch(&limiter, keys, 2, iters) / 2)
         });
     }
     group.finish();
+}
+
+/// One batch of `iters` decisions spread over `threads` threads, each
+/// walking its own run of keys.
+fn timed_batch(limiter: &Arc<dyn Limiter>, keys: u64, threads: u64, iters: u64) -> Duration {
+    let start = Instant::now();
+    std::thread::scope(|scope| {
+        for thread in 0..threads {
+            let limiter = Arc::clone(limiter);
+            scope.spawn(move || {
+                let mut key = thread * (keys / threads);
+                for _ in 0..iters / threads {
+                    key = if key + 1 >= keys { 0 } else { key + 1 };
+                    black_box(limiter.check(black_box(key)));
+                }
+            });
+        }
+    });
+    start.elapsed()
+}
+
+/// The same contenders timed in interleaved rounds, for ratios that a
+/// burst of other work on the machine cannot tilt (see `report::paired`).
+fn paired(title: &str, keys: u64, threads: u64) {
+    let limiters: Vec<(&str, Arc<dyn Limiter>)> = contenders()
+        .into_iter()
+        .map(|(name, limiter)| (name, Arc::from(limiter)))
+        .collect();
+    let mut batches: Vec<(&str, report::Batch)> = limiters
+        .iter()
+        .map(|(name, limiter)| {
+            for key in 0..keys {
+                limiter.check(key);
+            }
+            let run: report::Batch = if threads == 1 {
+                // No thread to start: a bare loop, as criterion times it.
+                let mut key = 0;
+                Box::new(move |iters| {
+                    let start = Instant::now();
+                    for _ in 0..iters {
+                        key = if key + 1 == keys { 0 } else { key + 1 };
+                        black_box(limiter.check(black_box(key)));
+                    }
+                    start.elapsed()
+                })
+            } else {
+                // Time per decision with every thread working.
+                Box::new(move |iters| timed_batch(limiter, keys, threads, iters) / threads as u32)
+            };
+            (*name, run)
+        })
+        .collect();
+    report::paired(title, &mut batches, 31, Duration::from_millis(20), keys);
 }
 
 fn clocks(c: &mut Criterion) {
@@ -199,6 +237,10 @@ fn main() {
     ] {
         report::print_group(group, &IDS, "governor check_key");
     }
+    paired("one thread, hot key", 1, 1);
+    paired("one thread, 100k keys", KEYS, 1);
+    paired("two threads, hot key", 1, 2);
+    paired("two threads, 100k keys", KEYS, 2);
     report::print_group(
         "clock read",
         &["std Instant now", "SystemClock", "quanta now"],

@@ -69,6 +69,11 @@ fn router(what: &str) -> Option<Router> {
         "ours-off" => bare.layer(ours.rate_limit_headers(false)),
         "ours-inner-on" => bare.layer(ours.inner_body()),
         "ours-inner-off" => bare.layer(ours.inner_body().rate_limit_headers(false)),
+        "ours-inner-bare" => bare.layer(
+            ours.inner_body()
+                .rate_limit_headers(false)
+                .decision_extension(false),
+        ),
         "governor-layer" => {
             let config = GovernorConfigBuilder::default()
                 .per_nanosecond(1)

@@ -59,13 +59,20 @@ async fn random_traffic_gets_identical_decisions_from_redis_and_memory() {
     // The last run's log ring (300 stamps) is past the size the script
     // rewrites whole, so it exercises the other write path too.
     let small: &[(u32, u64)] = &[(4, 1_000), (20, 10_000)];
+    // The window script has its own paths for one, two and more limits.
+    let one: &[(u32, u64)] = &[(6, 2_000)];
+    let three: &[(u32, u64)] = &[(3, 500), (8, 2_000), (25, 10_000)];
     type Run<'a> = (u64, Algorithm, &'a [(u32, u64)]);
-    let runs: [Run; 5] = [
+    let runs: [Run; 9] = [
         (7, ALGORITHMS[0], small),
         (11, ALGORITHMS[1], small),
         (13, ALGORITHMS[2], small),
         (17, ALGORITHMS[0], small),
         (19, ALGORITHMS[0], &[(150, 1_000), (300, 10_000)]),
+        (23, ALGORITHMS[1], one),
+        (29, ALGORITHMS[2], one),
+        (31, ALGORITHMS[1], three),
+        (37, ALGORITHMS[2], three),
     ];
     for (seed, algorithm, limits) in runs {
         // Fresh stores per run: Redis shares windows between equal policies.

@@ -235,7 +235,7 @@ impl RedisStore {
         match policy.algorithm() {
             Algorithm::SlidingLog => scripts::log_decision(policy, &reply),
             Algorithm::SlidingCounter | Algorithm::FixedWindow => {
-                scripts::window_decision(policy, &reply)
+                scripts::window_decision(policy, &reply, record)
             }
         }
     }

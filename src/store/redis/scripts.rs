@@ -106,23 +106,34 @@ impl<'a> Reply<'a> {
 }
 
 /// Turns the window script's reply (the verdict, the time judged at and the
-/// state judged, windows rolled, before counting the request) into the
-/// decision the core makes from that state, and checks that both sides agree.
-pub(super) fn window_decision(policy: &Policy, bytes: &[u8]) -> Result<Decision, StoreError> {
+/// state, windows rolled, counting the request if it was accepted and
+/// `recorded`) into the decision the core makes from the state the request
+/// was judged against, and checks that both sides agree.
+pub(super) fn window_decision(
+    policy: &Policy,
+    bytes: &[u8],
+    recorded: bool,
+) -> Result<Decision, StoreError> {
     let limits = policy.limits();
     let reply = Reply::new(bytes, 9 + 12 * limits.len())?;
     let now = reply.now()?;
     let count = |at: usize| u32::from_le_bytes(reply.bytes(at));
+    // The script sends what it stored, this request counted in: the state
+    // it was judged against has one less in each current window.
+    let counted = u32::from(recorded && reply.allowed());
     let mut slots = Vec::with_capacity(limits.len());
     for (i, limit) in limits.iter().enumerate() {
         let at = 9 + 12 * i;
         // The script rolled every window to `now`'s, and sends its index
         // modulo 2^32 as it stores it.
         let window = now / limit.window_micros();
-        if window as u32 != count(at) {
-            return Err(reply.malformed());
+        let current = count(at + 8).checked_sub(counted);
+        match current {
+            Some(current) if window as u32 == count(at) => {
+                slots.push((window, count(at + 4), current));
+            }
+            _ => return Err(reply.malformed()),
         }
-        slots.push((window, count(at + 4), count(at + 8)));
     }
     let decision = match policy.algorithm() {
         Algorithm::FixedWindow => {

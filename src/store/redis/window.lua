@@ -14,92 +14,73 @@
 --          request moved it into its newest windows
 --
 -- Returns one string: a byte for the verdict (1 accepted), now (8 bytes),
--- then the state the request was judged against (windows rolled, before
--- counting it) in the stored layout, from which the client derives
--- remaining quota and retry-after.
+-- then the state in the stored layout with windows rolled to now: counting
+-- the request if it was accepted and recorded (the reply's tail is then
+-- what is stored), before it otherwise. The client derives remaining quota
+-- and retry-after from it.
 --
 -- The script runs on every request, so it is written for Redis's CPU: one
 -- string in and one out (an array reply costs Redis more than all the
--- arithmetic here), few calls into C, and the TTL set only when a window
--- rolls: the request that rolls it comes after the window opened, and a
--- state matters for at most two windows from that opening.
+-- arithmetic here), few calls into C (each struct call costs about as much
+-- as a GET, so the stored state is the reply's tail, not packed again),
+-- locals rather than tables for the usual one or two limits, and the TTL
+-- set only when a window rolls: the request that rolls it comes after the
+-- window opened, and a state matters for at most two windows from that
+-- opening.
 
 -- `now`, `spec` and `n` come from arguments.lua, prepended.
--- struct formats of the policy, the state and the reply; literal for the
--- usual one or two limits, since building them costs more than using them.
-local spec_format, state_format, reply_format
+-- One struct call for the whole policy when it has one or two limits: a
+-- call costs more than the numbers it reads.
+local mode, ttl, m1, w1, m2, w2
 if n == 1 then
-  spec_format, state_format, reply_format = '<c1I8I4I8', '<I4I4I4', '<BI8I4I4I4'
+  mode, ttl, m1, w1 = struct.unpack('<c1I8I4I8', spec)
 elseif n == 2 then
-  spec_format = '<c1I8I4I8I4I8'
-  state_format, reply_format = '<I4I4I4I4I4I4', '<BI8I4I4I4I4I4I4'
+  mode, ttl, m1, w1, m2, w2 = struct.unpack('<c1I8I4I8I4I8', spec)
 else
-  local per_limit = string.rep('I4', 3 * n)
-  spec_format = '<c1I8' .. string.rep('I4I8', n)
-  state_format, reply_format = '<' .. per_limit, '<BI8' .. per_limit
+  mode, ttl = struct.unpack('<c1I8', spec)
 end
-local p = {struct.unpack(spec_format, spec)}
-local mode, ttl = p[1], p[2]
 local sliding = mode == 's' or mode == 'S'
-local peek = mode == 'S' or mode == 'F'
+local record = mode == 's' or mode == 'f'
 
 local WRAP = 4294967296
 local EXACT = 9007199254740992
 local lifetime = ttl * 1000
 
--- s[j], s[j + 1], s[j + 2] with j = 3i - 2: limit i's window, previous and
--- current count. Lua's % is exact here: both operands are integers below 2^53.
 local raw = redis.call('GET', KEYS[1])
-local s, fresh
-if raw and #raw == 12 * n then
-  s = {struct.unpack(state_format, raw)}
-else
-  s, fresh = {}, true
-end
--- Limit i's max and window are p[1 + 2i] and p[2 + 2i].
-for i = 1, n do
-  local w = p[2 + 2 * i]
-  local j = 3 * i - 2
+local fresh = not raw or #raw ~= 12 * n
+
+-- The full index of the fixed window of `w` µs whose index modulo 2^32 is
+-- `stored`, rebuilt from now. Less than 2^31 windows behind now's: an
+-- older window, as usual. More is either a clock that stepped back (the
+-- stored window is ahead of now) or, for a short window beside a very long
+-- one, a window older than 2^31 that the key outlived; only the latter fits
+-- in the key's lifetime. Lua's % is exact here: both operands are integers
+-- below 2^53.
+local function unwrap(stored, w)
   local k = (now - now % w) / w
-  if fresh then
-    s[j], s[j + 1], s[j + 2] = 0, 0, 0
-  else
-    local behind = (k % WRAP - s[j]) % WRAP
-    -- Less than 2^31 windows behind: an older window, as usual. More is
-    -- either a clock that stepped back (the stored window is ahead of now) or,
-    -- for a short window beside a very long one, a window older than 2^31
-    -- that the key outlived; only the latter fits in the key's lifetime.
-    if behind < WRAP / 2 or behind * w <= lifetime then
-      s[j] = k - behind
-    else
-      s[j] = k + (WRAP - behind)
-    end
+  local behind = (k % WRAP - stored) % WRAP
+  if behind < WRAP / 2 or behind * w <= lifetime then
+    return k - behind
   end
-end
--- A clock that stepped back is judged at the start of the latest window
--- already counted in, never earlier.
-for i = 1, n do
-  local since = s[3 * i - 2] * p[2 + 2 * i]
-  if since > now then
-    now = since
-  end
+  return k + (WRAP - behind)
 end
 
-local allowed, rolled = 1, fresh
-for i = 1, n do
-  local max, w = p[1 + 2 * i], p[2 + 2 * i]
-  local j = 3 * i - 2
+-- One limit (`max` requests a `w` µs window) at now, from its full window
+-- index `k0` and counts: rolls the window to now's, then tells whether one
+-- more request fits. Returns that, the window index modulo 2^32, the
+-- rolled counts and whether the window rolled.
+local function judge(max, w, k0, previous, current)
   local elapsed = now % w
   local k = (now - elapsed) / w
-  if k ~= s[j] then
-    if sliding and k == s[j] + 1 then
-      s[j + 1] = s[j + 2]
+  local rolled = false
+  if k ~= k0 then
+    if sliding and k == k0 + 1 then
+      previous = current
     else
-      s[j + 1] = 0
+      previous = 0
     end
-    s[j], s[j + 2], rolled = k, 0, true
+    current, rolled = 0, true
   end
-  local previous, current = s[j + 1], s[j + 2]
   local fits = current + 1 <= max
   if fits and sliding and previous > 0 then
     local carried = previous * (w - elapsed)
@@ -112,8 +93,9 @@ for i = 1, n do
     elseif room < EXACT then
       fits = false
     else
-      -- Beyond 2^53 doubles lose integers: multiply on base-2^16 limbs
-      -- (rare, for limits in the billions, so defined only here).
+      -- Beyond 2^53 doubles lose integers: a * b on base-2^16 limbs, as
+      -- nine limbs, least significant first (rare: for limits in the
+      -- billions, so the function is made only here).
       local function product(a, b)
         local x, y = {}, {}
         for l = 1, 4 do
@@ -139,7 +121,6 @@ for i = 1, n do
         return sum
       end
       local lhs, rhs = product(previous, w - elapsed), product(max - current - 1, w)
-      fits = true
       for l = 9, 1, -1 do
         if lhs[l] ~= rhs[l] then
           fits = lhs[l] < rhs[l]
@@ -148,22 +129,72 @@ for i = 1, n do
       end
     end
   end
-  if not fits then
-    allowed = 0
-  end
-  s[j] = k % WRAP
+  return fits, k % WRAP, previous, current, rolled
 end
 
-local judged = struct.pack(reply_format, allowed, now, unpack(s, 1, 3 * n))
-if allowed == 1 and not peek then
-  for j = 3, 3 * n, 3 do
-    s[j] = s[j] + 1
+-- A clock that stepped back is judged at the start of the latest window
+-- already counted in, never earlier: `now` moves up to each limit's
+-- before any is judged.
+local reply, allowed, rolled
+if n == 1 then
+  local k1, p1, c1 = 0, 0, 0
+  if not fresh then
+    k1, p1, c1 = struct.unpack('<I4I4I4', raw)
+    k1 = unwrap(k1, w1)
+    if k1 * w1 > now then now = k1 * w1 end
   end
-  local state = struct.pack(state_format, unpack(s, 1, 3 * n))
-  if rolled then
-    redis.call('SET', KEYS[1], state, 'PX', ttl)
+  allowed, k1, p1, c1, rolled = judge(m1, w1, k1, p1, c1)
+  if allowed and record then c1 = c1 + 1 end
+  reply = struct.pack('<BI8I4I4I4', allowed and 1 or 0, now, k1, p1, c1)
+elseif n == 2 then
+  local k1, p1, c1, k2, p2, c2 = 0, 0, 0, 0, 0, 0
+  if not fresh then
+    k1, p1, c1, k2, p2, c2 = struct.unpack('<I4I4I4I4I4I4', raw)
+    k1, k2 = unwrap(k1, w1), unwrap(k2, w2)
+    if k1 * w1 > now then now = k1 * w1 end
+    if k2 * w2 > now then now = k2 * w2 end
+  end
+  local f1, f2, r1, r2
+  f1, k1, p1, c1, r1 = judge(m1, w1, k1, p1, c1)
+  f2, k2, p2, c2, r2 = judge(m2, w2, k2, p2, c2)
+  allowed, rolled = f1 and f2, r1 or r2
+  if allowed and record then c1, c2 = c1 + 1, c2 + 1 end
+  reply = struct.pack('<BI8I4I4I4I4I4I4', allowed and 1 or 0, now, k1, p1, c1, k2, p2, c2)
+else
+  -- Limit i's max and window are p[2i - 1] and p[2i]; its window index,
+  -- previous and current count s[3i - 2], s[3i - 1] and s[3i].
+  local p = {struct.unpack('<' .. string.rep('I4I8', n), spec, 10)}
+  local s = {}
+  if fresh then
+    for j = 1, 3 * n do s[j] = 0 end
   else
-    redis.call('SET', KEYS[1], state, 'KEEPTTL')
+    s = {struct.unpack('<' .. string.rep('I4', 3 * n), raw)}
+    for i = 1, n do
+      s[3 * i - 2] = unwrap(s[3 * i - 2], p[2 * i])
+    end
+    for i = 1, n do
+      local since = s[3 * i - 2] * p[2 * i]
+      if since > now then now = since end
+    end
+  end
+  allowed, rolled = true, false
+  for i = 1, n do
+    local j = 3 * i - 2
+    local fits, r
+    fits, s[j], s[j + 1], s[j + 2], r = judge(p[2 * i - 1], p[2 * i], s[j], s[j + 1], s[j + 2])
+    allowed, rolled = allowed and fits, rolled or r
+  end
+  if allowed and record then
+    for j = 3, 3 * n, 3 do s[j] = s[j] + 1 end
+  end
+  reply = struct.pack('<BI8' .. string.rep('I4', 3 * n), allowed and 1 or 0, now, unpack(s, 1, 3 * n))
+end
+
+if allowed and record then
+  if rolled or fresh then
+    redis.call('SET', KEYS[1], string.sub(reply, 10), 'PX', ttl)
+  else
+    redis.call('SET', KEYS[1], string.sub(reply, 10), 'KEEPTTL')
   end
 end
-return judged
+return reply

@@ -1,7 +1,7 @@
 //! The Redis store against a minimal GET/GET/INCR/PEXPIRE script, on a
 //! private redis-server started for the run: decisions per second with one
 //! call in flight and with 64, and Redis CPU per call from
-//! `INFO commandstats`.
+//! `INFO commandstats`, in interleaved rounds.
 //!
 //! `cargo bench --bench redis --features redis`.
 
@@ -16,7 +16,7 @@ use redis::Script;
 use redis_server::Server;
 use tower_sliding_window::{Algorithm, Limit, Origin, Policy, RedisStore, Store};
 
-const ROUNDS: usize = 5;
+const ROUNDS: usize = 9;
 const KEYS: u64 = 1_000;
 
 /// The cheapest honest fixed-window counter: what a hand-written Lua
@@ -155,7 +155,7 @@ async fn main() {
     ];
 
     println!(
-        "Redis {} on loopback, {ROUNDS} rounds each; decisions per second (min / median / max)",
+        "Redis {} on loopback, {ROUNDS} interleaved rounds; decisions per second (min / median / max)",
         server
             .cli(&["INFO", "server"])
             .unwrap_or_default()
@@ -163,38 +163,43 @@ async fn main() {
             .find_map(|l| l.strip_prefix("redis_version:"))
             .unwrap_or("?")
     );
-    let mut medians = Vec::new();
-    for (name, contender) in &contenders {
+    // Interleaved: every round runs each contender once, back to back, in
+    // a rotating order, so that a burst of other work on this shared machine
+    // shifts a whole round rather than one contender; ratios are taken
+    // within each round.
+    for (_, contender) in &contenders {
         contender.call(0).await;
-        server.cli(&["CONFIG", "RESETSTAT"]);
-        let sequential: Vec<f64> = {
-            let mut out = Vec::new();
-            for _ in 0..ROUNDS {
-                out.push(throughput(contender, 1, 3_000).await);
-            }
-            out
-        };
-        let parallel: Vec<f64> = {
-            let mut out = Vec::new();
-            for _ in 0..ROUNDS {
-                out.push(throughput(contender, 64, 40_000).await);
-            }
-            out
-        };
-        let cpu = usec_per_call(&server);
-        let (s_min, s_med, s_max) = spread(sequential);
-        let (p_min, p_med, p_max) = spread(parallel);
-        println!("  {name:<32} 1 in flight {s_min:>8.0} {s_med:>8.0} {s_max:>8.0}   64 in flight {p_min:>8.0} {p_med:>8.0} {p_max:>8.0}   Redis CPU {cpu:.2} µs/call");
-        medians.push((name, s_med, p_med, cpu));
     }
-    let baseline = medians[0];
-    println!("\nratios to the baseline script (medians; throughput higher is better, CPU lower is better)");
-    for (name, s_med, p_med, cpu) in &medians[1..] {
+    let count = contenders.len();
+    let mut sequential = vec![Vec::new(); count];
+    let mut parallel = vec![Vec::new(); count];
+    let mut cpu = vec![Vec::new(); count];
+    for round in 0..ROUNDS {
+        for offset in 0..count {
+            let i = (round + offset) % count;
+            let contender = &contenders[i].1;
+            server.cli(&["CONFIG", "RESETSTAT"]);
+            sequential[i].push(throughput(contender, 1, 3_000).await);
+            parallel[i].push(throughput(contender, 64, 40_000).await);
+            cpu[i].push(usec_per_call(&server));
+        }
+    }
+    for (i, (name, _)) in contenders.iter().enumerate() {
+        let (s_min, s_med, s_max) = spread(sequential[i].clone());
+        let (p_min, p_med, p_max) = spread(parallel[i].clone());
+        let (_, cpu_med, _) = spread(cpu[i].clone());
+        println!("  {name:<32} 1 in flight {s_min:>8.0} {s_med:>8.0} {s_max:>8.0}   64 in flight {p_min:>8.0} {p_med:>8.0} {p_max:>8.0}   Redis CPU {cpu_med:.2} µs/call");
+    }
+    let per_round = |values: &[Vec<f64>], i: usize| {
+        spread((0..ROUNDS).map(|r| values[i][r] / values[0][r]).collect()).1
+    };
+    println!("\nratios to the baseline script (median over rounds of the ratio within each round; throughput higher is better, CPU lower is better)");
+    for (i, (name, _)) in contenders.iter().enumerate().skip(1) {
         println!(
             "  {name:<32} 1 in flight {:.2}   64 in flight {:.2}   CPU {:.2}",
-            s_med / baseline.1,
-            p_med / baseline.2,
-            cpu / baseline.3
+            per_round(&sequential, i),
+            per_round(&parallel, i),
+            per_round(&cpu, i)
         );
     }
 }

@@ -2,8 +2,9 @@
 # Every benchmark, in one run: the in-memory store against governor, the
 # layer on an axum router against tower_governor, the Redis scripts against a
 # minimal script, the loopback HTTP run, and instruction counts under
-# callgrind. Redis benches start their own redis-server; the HTTP run needs
-# wrk, the counts valgrind. Results print as tables with ratios.
+# callgrind (in process, and in redis-server per script call). Redis benches
+# start their own redis-server; the HTTP run needs wrk, the counts valgrind
+# (and python3 to drive redis-server). Results print as tables with ratios.
 #
 # Usage: bash bench/all.sh [HTTP_ROUNDS] [HTTP_SECONDS]
 set -euo pipefail
@@ -14,5 +15,6 @@ cargo bench --no-run --features axum,redis -q
 cargo bench --bench store 2>&1 | sed -n '/ns per operation/,$p'
 cargo bench --features axum --bench layer 2>&1 | sed -n '/ns per operation/,$p'
 cargo bench --features redis --bench redis 2>&1 | grep -vE '^\s*(Compiling|Finished|Running)'
-bash bench/http.sh "${1:-9}" "${2:-5}"
+bash bench/http.sh "${1:-25}" "${2:-2}"
 bash bench/callgrind.sh
+bash bench/redis-callgrind.sh

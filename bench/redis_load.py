@@ -1,0 +1,83 @@
+"""Sends N script calls to a Redis on PORT, pipelined 64 at a time, as the
+instruction counts of bench/redis-callgrind.sh need: 1,000 keys, and the
+time passed by the client, 5 µs further each call (a realistic rate: real
+time would crawl under valgrind and roll every window on every call).
+
+Usage: python3 bench/redis_load.py PORT WHICH N
+WHICH is baseline, counter (two limits), counter1 (one limit) or log.
+"""
+import re
+import socket
+import struct
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+REDIS = ROOT / "src" / "store" / "redis"
+
+
+def script(which):
+    if which == "baseline":
+        # The yardstick of benches/redis.rs, read from there.
+        text = (ROOT / "benches" / "redis.rs").read_text()
+        return re.search(r'const BASELINE: &str = "(.*?)";', text, re.S).group(1).encode()
+    name = "log.lua" if which == "log" else "window.lua"
+    return (REDIS / "arguments.lua").read_bytes() + (REDIS / name).read_bytes()
+
+
+def spec(which):
+    """The packed policy, as scripts::spec builds it."""
+    limits = {
+        "counter": (b"s", 120_001, [(1_000_000, 1_000_000), (10_000_000, 60_000_000)]),
+        "counter1": (b"s", 2_001, [(1_000_000, 1_000_000)]),
+        "log": (b"l", 21, [(100, 1_000), (1_000, 10_000)]),
+    }[which]
+    mode, ttl, pairs = limits
+    return mode + struct.pack("<Q", ttl) + b"".join(struct.pack("<IQ", m, w) for m, w in pairs)
+
+
+def command(*args):
+    out = b"*%d\r\n" % len(args)
+    for arg in args:
+        arg = arg if isinstance(arg, bytes) else str(arg).encode()
+        out += b"$%d\r\n%s\r\n" % (len(arg), arg)
+    return out
+
+
+def main():
+    port, which, n = int(sys.argv[1]), sys.argv[2], int(sys.argv[3])
+    connection = socket.create_connection(("127.0.0.1", port))
+    replies = connection.makefile("rb")
+
+    def read():
+        line = replies.readline()
+        if line[:1] == b"-":
+            raise SystemExit("redis error: %s" % line.decode().strip())
+        if line[:1] == b"$" and int(line[1:]) >= 0:
+            return replies.read(int(line[1:]) + 2)[:-2]
+        if line[:1] == b"*":
+            return [read() for _ in range(int(line[1:]))]
+        return line[1:-2]
+
+    connection.sendall(command("SCRIPT", "LOAD", script(which)))
+    sha = read()
+    policy = spec(which) if which != "baseline" else None
+    start = int(time.time() * 1e6)
+    sent = 0
+    while sent < n:
+        batch = min(64, n - sent)
+        out = b""
+        for i in range(sent, sent + batch):
+            key = i % 1000
+            if policy is None:
+                out += command("EVALSHA", sha, 2, "b:{%d}:prev" % key, "b:{%d}:cur" % key, 60_000)
+            else:
+                out += command("EVALSHA", sha, 1, "tsw:{%d}:bench" % key, start + 5 * i, policy)
+        connection.sendall(out)
+        for _ in range(batch):
+            read()
+        sent += batch
+
+
+main()

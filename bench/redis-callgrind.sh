@@ -6,7 +6,7 @@
 # exist, the script is cached), then instrumentation is switched on for N
 # calls. The figure covers all the server's work for a call: reading and
 # parsing the command, the script, and writing the reply. Time comes from
-# the client here; reading Redis's TIME costs a further ~4.6k instructions
+# the client here; reading Redis's TIME costs a further ~5.8k instructions
 # a call (measured the same way).
 #
 # Usage: bash bench/redis-callgrind.sh [N]   (needs valgrind, python3, redis-server)

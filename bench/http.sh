@@ -9,6 +9,7 @@
 # per second, its ratios to the bare router and the median ratios.
 #
 # Usage: bash bench/http.sh [ROUNDS] [SECONDS]   (needs wrk: apt-get install wrk)
+# OURS=ours-noheaders loads our layer with the RateLimit headers off instead.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 rounds=${1:-25}
@@ -16,8 +17,9 @@ seconds=${2:-2}
 command -v wrk >/dev/null || { echo "wrk is needed: apt-get install wrk" >&2; exit 1; }
 cargo build --release -q --example bench_server --features axum
 server=target/release/examples/bench_server
-modes=(bare ours governor)
-declare -A port=([bare]=3191 [ours]=3192 [governor]=3193)
+ours=${OURS:-ours}
+modes=(bare "$ours" governor)
+declare -A port=([bare]=3191 [$ours]=3192 [governor]=3193)
 
 pids=()
 trap 'kill "${pids[@]}" 2>/dev/null || true' EXIT
@@ -48,10 +50,10 @@ for i in $(seq "$rounds"); do
     mode=${modes[$(((i + offset) % 3))]}
     got[$mode]=$(rps "$mode")
   done
-  ours_ratio=$(awk -v o="${got[ours]}" -v b="${got[bare]}" 'BEGIN {printf "%.3f", o / b}')
+  ours_ratio=$(awk -v o="${got[$ours]}" -v b="${got[bare]}" 'BEGIN {printf "%.3f", o / b}')
   governor_ratio=$(awk -v g="${got[governor]}" -v b="${got[bare]}" 'BEGIN {printf "%.3f", g / b}')
   ours_ratios+=("$ours_ratio")
   governor_ratios+=("$governor_ratio")
-  echo "round $i: bare ${got[bare]}, ours ${got[ours]} ($ours_ratio), tower_governor ${got[governor]} ($governor_ratio) req/s"
+  echo "round $i: bare ${got[bare]}, ours ${got[$ours]} ($ours_ratio), tower_governor ${got[governor]} ($governor_ratio) req/s"
 done
 echo "median over $rounds rounds: ours/bare $(median "${ours_ratios[@]}"), tower_governor/bare $(median "${governor_ratios[@]}")"

@@ -4,7 +4,9 @@
 //! passed through), with limits
 //! high enough that every request is accepted.
 //!
-//! `cargo run --release --example bench_server --features axum -- bare|ours|governor PORT`
+//! `ours-noheaders` is the same layer with the headers off.
+//!
+//! `cargo run --release --example bench_server --features axum -- bare|ours|ours-noheaders|governor PORT`
 
 use std::net::SocketAddr;
 
@@ -26,6 +28,12 @@ fn main() -> std::io::Result<()> {
                 .limit(Limit::per_minute(u32::MAX / 2))
                 .inner_body(),
         ),
+        "ours-noheaders" => bare.layer(
+            SlidingWindowLayer::new(Limit::per_second(u32::MAX), PeerIp::new())
+                .limit(Limit::per_minute(u32::MAX / 2))
+                .inner_body()
+                .rate_limit_headers(false),
+        ),
         "governor" => {
             let config = tower_governor::governor::GovernorConfigBuilder::default()
                 .per_nanosecond(1)
@@ -37,7 +45,7 @@ fn main() -> std::io::Result<()> {
             )))
         }
         other => {
-            eprintln!("mode must be bare, ours or governor, not {other:?}");
+            eprintln!("mode must be bare, ours, ours-noheaders or governor, not {other:?}");
             std::process::exit(2);
         }
     };

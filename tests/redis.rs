@@ -84,13 +84,22 @@ async fn random_traffic_gets_identical_decisions_from_redis_and_memory() {
         let mut now = 0u64;
         for _ in 0..600 {
             let r = rng.next();
-            now += match r % 8 {
-                0..=2 => 0,
-                3..=6 => r % 400_000,
-                _ => r % 6_000_000,
+            now = match r % 10 {
+                0..=2 => now,
+                3..=6 => now + r % 400_000,
+                // A clock stepping back: both stores judge at the start of
+                // the latest window (or stamp) already counted in.
+                7 => now.saturating_sub(r % 1_500_000),
+                _ => now + r % 6_000_000,
             };
             clock.set(Duration::from_micros(now));
             let key = format!("client-{}", (r >> 32) % 5);
+            // Judging without recording takes the scripts' other mode.
+            if (r >> 16).is_multiple_of(4) {
+                let from_memory = memory.peek(key.clone(), &policy).await.unwrap();
+                let from_redis = redis.peek(key.clone(), &policy).await.unwrap();
+                assert_eq!(from_redis, from_memory, "peek, {algorithm:?} at {now} µs");
+            }
             let from_memory = memory.decide(key.clone(), &policy).await.unwrap();
             let from_redis = redis.decide(key, &policy).await.unwrap();
             assert_eq!(from_redis, from_memory, "{algorithm:?} at {now} µs");

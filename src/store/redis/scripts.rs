@@ -118,8 +118,9 @@ pub(super) fn window_decision(
     let reply = Reply::new(bytes, 9 + 12 * limits.len())?;
     let now = reply.now()?;
     let count = |at: usize| u32::from_le_bytes(reply.bytes(at));
-    // The script sends what it stored, this request counted in: the state
-    // it was judged against has one less in each current window.
+    // Having recorded an accepted request, the script sends what it stored,
+    // this request counted in: the state it was judged against has one less
+    // in each current window.
     let counted = u32::from(recorded && reply.allowed());
     let mut slots = Vec::with_capacity(limits.len());
     for (i, limit) in limits.iter().enumerate() {

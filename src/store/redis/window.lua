@@ -24,9 +24,9 @@
 -- arithmetic here), few calls into C (each struct call costs about as much
 -- as a GET, so the stored state is the reply's tail, not packed again),
 -- locals rather than tables for the usual one or two limits, and the TTL
--- set only when a window rolls: the request that rolls it comes after the
--- window opened, and a state matters for at most two windows from that
--- opening.
+-- set only when a window rolls (or the key is new): the request that rolls
+-- it comes after the window opened, and a state matters for at most two
+-- windows from that opening.
 
 -- `now`, `spec` and `n` come from arguments.lua, prepended.
 -- One struct call for the whole policy when it has one or two limits: a

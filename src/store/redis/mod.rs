@@ -216,18 +216,16 @@ impl RedisStore {
         policy: &Policy,
         record: bool,
     ) -> Result<Decision, StoreError> {
-        let now = self
-            .clock
-            .as_ref()
-            .map(|clock| clock().to_string())
-            .unwrap_or_default();
         let script = match policy.algorithm() {
             Algorithm::SlidingLog => &*scripts::LOG,
             Algorithm::SlidingCounter | Algorithm::FixedWindow => &*scripts::WINDOW,
         };
         let mut invocation = script.key(name);
-        invocation.arg(now);
         invocation.arg(scripts::spec(policy, record));
+        // Without a client clock the script reads the server's TIME.
+        if let Some(clock) = &self.clock {
+            invocation.arg(clock());
+        }
         let reply: Vec<u8> = self
             .invoke(&invocation)
             .await

@@ -19,6 +19,15 @@ fn limits() -> impl Strategy<Value = Vec<Limit>> {
 }
 
 /// Gaps between arrivals in µs: many at one instant, some small, some long.
+/// Any of the three algorithms.
+fn algorithm() -> impl Strategy<Value = Algorithm> {
+    prop_oneof![
+        Just(Algorithm::SlidingLog),
+        Just(Algorithm::SlidingCounter),
+        Just(Algorithm::FixedWindow),
+    ]
+}
+
 fn gaps() -> impl Strategy<Value = Vec<u64>> {
     prop::collection::vec(prop_oneof![Just(0u64), 0u64..2_000, 0u64..60_000], 1..300)
 }
@@ -119,7 +128,7 @@ proptest! {
     fn retry_after_is_the_first_instant_that_fits(
         limits in limits(),
         gaps in gaps(),
-        algorithm in prop_oneof![Just(Algorithm::SlidingLog), Just(Algorithm::SlidingCounter), Just(Algorithm::FixedWindow)],
+        algorithm in algorithm(),
     ) {
         let policy = Policy::new(algorithm, limits).unwrap();
         each_decision(&policy, gaps, |state, now, decision| {
@@ -147,7 +156,7 @@ proptest! {
     fn remaining_is_exactly_what_still_fits(
         limits in limits(),
         gaps in gaps(),
-        algorithm in prop_oneof![Just(Algorithm::SlidingLog), Just(Algorithm::SlidingCounter), Just(Algorithm::FixedWindow)],
+        algorithm in algorithm(),
     ) {
         let policy = Policy::new(algorithm, limits).unwrap();
         each_decision(&policy, gaps, |state, now, decision| {
@@ -167,7 +176,7 @@ proptest! {
     fn memory_store_agrees_with_the_core(
         limits in limits(),
         traffic in prop::collection::vec((0u8..4, prop_oneof![Just(0u64), 0u64..20_000]), 1..300),
-        algorithm in prop_oneof![Just(Algorithm::SlidingLog), Just(Algorithm::SlidingCounter), Just(Algorithm::FixedWindow)],
+        algorithm in algorithm(),
     ) {
         let policy = Policy::new(algorithm, limits).unwrap();
         let clock = ManualClock::new();

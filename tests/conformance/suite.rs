@@ -18,6 +18,13 @@ type KeyFn = fn(&Request<()>) -> Option<String>;
 
 pub type Svc<St> = SlidingWindow<Handler, KeyFn, St>;
 
+/// Every algorithm, for the cases that hold for each.
+const ALGORITHMS: [Algorithm; 3] = [
+    Algorithm::SlidingLog,
+    Algorithm::SlidingCounter,
+    Algorithm::FixedWindow,
+];
+
 fn ok(_: Request<()>) -> std::future::Ready<Result<Response<()>, Infallible>> {
     std::future::ready(Ok(Response::new(())))
 }
@@ -189,11 +196,7 @@ pub async fn all_or_nothing<St: Store<String>>(store: St, clock: ManualClock) {
 /// Mixed traffic over several keys gives, header for header, what the core
 /// computes for the same times.
 pub async fn matches_the_core<St: Store<String>>(store: St, clock: ManualClock) {
-    for algorithm in [
-        Algorithm::SlidingLog,
-        Algorithm::SlidingCounter,
-        Algorithm::FixedWindow,
-    ] {
+    for algorithm in ALGORITHMS {
         let policy = policy(algorithm, &[(3, 1), (10, 5)]);
         let svc = service(store.clone(), policy.clone());
         let mut states: Vec<KeyState> = (0..3).map(|_| KeyState::new(&policy)).collect();
@@ -238,11 +241,7 @@ pub async fn concurrent_requests_admit_exactly_the_limit<St: Store<String>>(
     clock: ManualClock,
 ) {
     at(&clock, 7.0);
-    for algorithm in [
-        Algorithm::SlidingLog,
-        Algorithm::SlidingCounter,
-        Algorithm::FixedWindow,
-    ] {
+    for algorithm in ALGORITHMS {
         for limit in [1u32, 10, 1_000] {
             let svc = service(store.clone(), policy(algorithm, &[(limit, 60)]));
             let key = format!("crowd-{algorithm:?}-{limit}");
@@ -296,11 +295,7 @@ pub async fn count_only_counts_matching_responses<St: Store<String>>(
     store: St,
     clock: ManualClock,
 ) {
-    for algorithm in [
-        Algorithm::SlidingLog,
-        Algorithm::SlidingCounter,
-        Algorithm::FixedWindow,
-    ] {
+    for algorithm in ALGORITHMS {
         at(&clock, 5.0);
         let layer =
             SlidingWindowLayer::with_policy(policy(algorithm, &[(2, 60)]), client_key as KeyFn)
@@ -396,11 +391,7 @@ pub async fn clock_stepping_back_admits_nothing_extra<St: Store<String>>(
     store: St,
     clock: ManualClock,
 ) {
-    for algorithm in [
-        Algorithm::SlidingLog,
-        Algorithm::SlidingCounter,
-        Algorithm::FixedWindow,
-    ] {
+    for algorithm in ALGORITHMS {
         let policy = policy(algorithm, &[(3, 10)]);
         let key = format!("back-{algorithm:?}");
         at(&clock, 100.0);

@@ -6,6 +6,7 @@ use std::sync::{Arc, OnceLock};
 use crate::error::ConfigError;
 use crate::layer::PolicyHeaders;
 use crate::limit::Limit;
+use crate::store::PolicyMaps;
 
 /// How requests are counted against a window.
 ///
@@ -58,6 +59,8 @@ struct PolicyInner {
     name: Option<String>,
     /// Header text, built the first time a layer needs it.
     headers: OnceLock<PolicyHeaders>,
+    /// This policy's key states in the memory stores it is used with.
+    maps: PolicyMaps,
 }
 
 impl Policy {
@@ -92,6 +95,7 @@ impl Policy {
                 limits,
                 name: None,
                 headers: OnceLock::new(),
+                maps: PolicyMaps::default(),
             }),
         })
     }
@@ -110,6 +114,7 @@ impl Policy {
                 signature: inner.signature.clone(),
                 name: Some(name.into()),
                 headers: OnceLock::new(),
+                maps: PolicyMaps::default(),
             }),
         }
     }
@@ -155,6 +160,10 @@ impl Policy {
     /// metrics and logs call this policy (never a client's key).
     pub fn label(&self) -> &str {
         self.inner.name.as_deref().unwrap_or(&self.inner.signature)
+    }
+
+    pub(crate) fn maps(&self) -> &PolicyMaps {
+        &self.inner.maps
     }
 
     pub(crate) fn headers(&self) -> &PolicyHeaders {

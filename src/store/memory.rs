@@ -4,8 +4,8 @@ use std::future::{ready, Ready};
 use std::hash::Hash;
 use std::sync::Arc;
 
+use super::by_policy::Registry;
 use super::sharded::Shards;
-use super::typed::TypeMap;
 use super::{Store, StoreError};
 use crate::clock::{Clock, SystemClock};
 use crate::core::{
@@ -22,7 +22,7 @@ macro_rules! by_layout {
     ($store:ident, $key:ty, $policy:expr, |$shards:ident| $body:expr) => {{
         macro_rules! run_in {
             ($state:ty) => {
-                $store.with_shards::<$key, $state, _>(|$shards| $body)
+                $store.with_shards::<$key, $state, _>($policy, |$shards| $body)
             };
         }
         match ($policy.algorithm(), $policy.limits().len()) {
@@ -48,10 +48,12 @@ macro_rules! by_layout {
 ///   separately never share a window, even for equal keys.
 /// * **Self-cleaning.** A key whose windows have all gone by is dropped the
 ///   next time its shard is used after a five-second sweep interval (or when
-///   its shard is full); no clean-up call is needed.
+///   its shard is full); no clean-up call is needed. When the last clone of a
+///   policy is dropped, its keys are dropped with it.
 /// * **Capped.** At most [`max_keys`](MemoryStore::with_max_keys) live keys
-///   (one million by default), split evenly over the shards (rounded down),
-///   per key type and state layout.
+///   (one million by default) per policy and key type, split evenly over the
+///   shards (rounded down): stacked layers with two policies may hold twice
+///   as many.
 ///   A *new* key arriving at a full shard is refused — a 429 whose
 ///   [`Origin`](crate::Origin) is `StoreFull` and whose retry-after is the
 ///   time until some key in that shard goes idle. Live keys are never evicted
@@ -66,7 +68,7 @@ pub struct MemoryStore<C = SystemClock> {
 struct Inner<C> {
     clock: C,
     max_keys: usize,
-    maps: TypeMap,
+    maps: Registry,
 }
 
 impl<C> std::fmt::Debug for MemoryStore<C> {
@@ -91,7 +93,7 @@ impl Default for MemoryStore<SystemClock> {
 }
 
 impl<C: Clock> MemoryStore<C> {
-    /// The default number of live keys a store holds per key type.
+    /// The default number of live keys a store holds per policy and key type.
     pub const DEFAULT_MAX_KEYS: usize = 1_000_000;
 
     /// A store reading time from `clock` (a [`ManualClock`](crate::ManualClock) in tests).
@@ -118,7 +120,7 @@ impl<C: Clock> MemoryStore<C> {
             inner: Arc::new(Inner {
                 clock,
                 max_keys,
-                maps: TypeMap::default(),
+                maps: Registry::default(),
             }),
         }
     }
@@ -157,7 +159,12 @@ impl<C: Clock> MemoryStore<C> {
             K: Hash + Eq + Send + Sync + 'static,
             S: AlgorithmState,
         {
-            store.inner.maps.peek(Shards::<K, S>::len).unwrap_or(0)
+            let mut keys = 0;
+            store
+                .inner
+                .maps
+                .for_each(|shards: &Shards<K, S>| keys += shards.len());
+            keys
         }
         count::<K, CompactCounter<1>, C>(self)
             + count::<K, CompactCounter<2>, C>(self)
@@ -168,14 +175,16 @@ impl<C: Clock> MemoryStore<C> {
             + count::<K, SlidingLog, C>(self)
     }
 
-    /// Runs `f` on the map of `S` states for keys of type `K`.
-    fn with_shards<K, S, R>(&self, f: impl FnOnce(&Shards<K, S>) -> R) -> R
+    /// Runs `f` on `policy`'s map of `S` states for keys of type `K`.
+    fn with_shards<K, S, R>(&self, policy: &Policy, f: impl FnOnce(&Shards<K, S>) -> R) -> R
     where
         K: Hash + Eq + Send + Sync + 'static,
         S: AlgorithmState,
     {
         let max_keys = self.inner.max_keys;
-        self.inner.maps.with(|| Shards::<K, S>::new(max_keys), f)
+        self.inner
+            .maps
+            .with(policy, || Shards::<K, S>::new(max_keys), f)
     }
 }
 

@@ -5,15 +5,16 @@
 //! key may both read a stale count) and its persistence; the algorithms
 //! themselves live in [`crate::core`].
 
+mod by_policy;
 mod error;
 mod memory;
 #[cfg(feature = "redis")]
 mod redis;
 mod sharded;
-mod typed;
 
 use std::future::Future;
 
+pub(crate) use self::by_policy::PolicyMaps;
 pub use self::error::StoreError;
 pub use self::memory::MemoryStore;
 #[cfg(feature = "redis")]

@@ -1,5 +1,5 @@
-//! A sharded map from (policy, key) to key state, with idle eviction and a
-//! cap on the number of keys.
+//! A sharded map from key to key state for one policy, with idle eviction
+//! and a cap on the number of keys.
 
 use parking_lot::Mutex;
 use std::hash::{BuildHasher, Hash};
@@ -18,13 +18,11 @@ const SWEEP_EVERY_MICROS: u64 = 5_000_000;
 /// one by one (the log's) must not make every new key scan the shard.
 const FULL_SWEEP_GAP_MICROS: u64 = 100_000;
 
-/// One key's state under one policy. When the state goes idle is worked
-/// out at sweeps from the policy's limits rather than kept: sweeps are rare,
-/// and eight bytes less per key keeps more keys in cache. The price is a
-/// reference count bumped on the policy for each new key (not on decisions
-/// about known keys).
+/// One key's state. Nothing else: the map belongs to one policy, and when
+/// the state goes idle is worked out at sweeps from the policy's limits
+/// rather than kept. Sweeps are rare, and every byte less per key keeps
+/// more keys in cache.
 struct Entry<K, S> {
-    policy: Policy,
     state: S,
     key: K,
 }
@@ -42,10 +40,10 @@ struct Shard<K, S> {
 
 impl<K, S: AlgorithmState> Shard<K, S> {
     /// Drops idle entries and notes when the earliest remaining one goes idle.
-    fn sweep(&mut self, now: u64) {
+    fn sweep(&mut self, now: u64, policy: &Policy) {
         let mut earliest = u64::MAX;
         self.table.retain(|entry| {
-            let idle_from = entry.state.idle_from(&entry.policy);
+            let idle_from = entry.state.idle_from(policy);
             if idle_from > now {
                 earliest = earliest.min(idle_from);
             }
@@ -63,7 +61,7 @@ struct Padded<T>(T);
 
 type LockedShard<K, S> = Padded<Mutex<Shard<K, S>>>;
 
-/// Every key's state for one algorithm `S`, keyed by (policy, key).
+/// Every key's state under one policy, whose algorithm's state is `S`.
 pub(super) struct Shards<K, S> {
     shards: Box<[LockedShard<K, S>]>,
     hasher: RandomState,
@@ -92,9 +90,9 @@ impl<K: Hash + Eq, S: AlgorithmState> Shards<K, S> {
         }
     }
 
+    /// Only ever called with the one policy this map was made for.
     pub(super) fn decide(&self, key: K, policy: &Policy, now: u64) -> Decision {
-        let id = policy.id();
-        let hash = self.hasher.hash_one((id, &key));
+        let hash = self.hasher.hash_one(&key);
         // The middle bits pick the shard: the table itself uses the low bits
         // for buckets and the top seven as tags.
         let index = (hash >> 32) as usize & (self.shards.len() - 1);
@@ -105,12 +103,9 @@ impl<K: Hash + Eq, S: AlgorithmState> Shards<K, S> {
         // is a plain store).
         let mut shard = self.shards[index].0.lock();
         if now >= shard.next_sweep {
-            shard.sweep(now);
+            shard.sweep(now, policy);
         }
-        if let Some(entry) = shard
-            .table
-            .find_mut(hash, |entry| entry.policy.id() == id && entry.key == key)
-        {
+        if let Some(entry) = shard.table.find_mut(hash, |entry| entry.key == key) {
             return entry.state.decide(now, policy);
         }
         if let Some(refusal) = self.no_room(&mut shard, policy, now) {
@@ -121,15 +116,11 @@ impl<K: Hash + Eq, S: AlgorithmState> Shards<K, S> {
         let idle_from = state.idle_from(policy);
         shard.earliest_idle = shard.earliest_idle.min(idle_from);
         let hasher = &self.hasher;
-        shard.table.insert_unique(
-            hash,
-            Entry {
-                policy: policy.clone(),
-                key,
-                state,
-            },
-            |entry| hasher.hash_one((entry.policy.id(), &entry.key)),
-        );
+        shard
+            .table
+            .insert_unique(hash, Entry { key, state }, |entry| {
+                hasher.hash_one(&entry.key)
+            });
         decision
     }
 
@@ -142,13 +133,12 @@ impl<K: Hash + Eq, S: AlgorithmState> Shards<K, S> {
     where
         S: Clone,
     {
-        let id = policy.id();
-        let hash = self.hasher.hash_one((id, key));
+        let hash = self.hasher.hash_one(key);
         let index = (hash >> 32) as usize & (self.shards.len() - 1);
         let mut shard = self.shards[index].0.lock();
         let found = shard
             .table
-            .find(hash, |entry| entry.policy.id() == id && entry.key == *key)
+            .find(hash, |entry| entry.key == *key)
             .map(|entry| entry.state.clone());
         let mut state = match found {
             Some(state) => state,
@@ -173,7 +163,7 @@ impl<K: Hash + Eq, S: AlgorithmState> Shards<K, S> {
             return None;
         }
         if now >= shard.earliest_idle && now >= shard.next_full_sweep {
-            shard.sweep(now);
+            shard.sweep(now, policy);
             shard.next_full_sweep = now.saturating_add(FULL_SWEEP_GAP_MICROS);
         }
         if shard.table.len() < self.keys_per_shard {

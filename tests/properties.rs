@@ -190,6 +190,36 @@ proptest! {
             prop_assert_eq!(store.decide_now(key, &policy), expected);
         }
     }
+
+    /// The same far from the clock's zero, with leaps ahead and steps back
+    /// large enough that the store must move its shards' window bases
+    /// (about 2³¹ windows from the last one): a moved base changes nothing.
+    #[test]
+    fn memory_store_agrees_with_the_core_across_window_bases(
+        limits in limits(),
+        start in prop_oneof![Just(0u64), Just((1 << 31) - 50), 0u64..1 << 45, Just(1u64 << 62)],
+        traffic in prop::collection::vec(
+            (0u8..4, prop_oneof![
+                4 => 0i64..20_000,
+                1 => (1i64 << 29)..(1 << 34),
+                1 => -(1i64 << 30)..0,
+            ]),
+            1..200,
+        ),
+        algorithm in algorithm(),
+    ) {
+        let policy = Policy::new(algorithm, limits).unwrap();
+        let clock = ManualClock::new();
+        let store = MemoryStore::with_clock(clock.clone());
+        let mut states: HashMap<u8, KeyState> = HashMap::new();
+        let mut now = start;
+        for (key, step) in traffic {
+            now = now.saturating_add_signed(step);
+            clock.set(micros(now));
+            let expected = states.entry(key).or_insert_with(|| KeyState::new(&policy)).decide(micros(now), &policy);
+            prop_assert_eq!(store.decide_now(key, &policy), expected, "at {}", now);
+        }
+    }
 }
 
 #[test]

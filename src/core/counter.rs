@@ -5,6 +5,7 @@ use std::time::Duration;
 
 use super::refusal::{tightest, Verdict};
 use super::slots::Slots;
+use super::window_base::WindowBase;
 use crate::clock::micros;
 use crate::decision::{Decision, Origin, Quota};
 use crate::limit::Limit;
@@ -141,6 +142,89 @@ impl<const N: usize> CompactCounter<N> {
 
     pub(crate) fn idle_from_micros(&self, limits: &[Limit]) -> u64 {
         idle_from(&self.slots, limits)
+    }
+}
+
+/// One limit's counts as [`PackedCounter`] holds them: eight bytes.
+#[derive(Clone, Copy, Debug, Default)]
+struct PackedSlot {
+    offset: u32,
+    previous: u16,
+    current: u16,
+}
+
+/// A sliding counter for exactly `N` limits in eight bytes a limit: each
+/// window as an offset from its shard's [`WindowBase`], and 16-bit counts.
+/// The memory store uses it for policies of one or two limits whose every
+/// `max` is at most [`PackedCounter::LARGEST_MAX`]: a count never exceeds
+/// its limit's `max`, so it always fits.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct PackedCounter<const N: usize> {
+    slots: [PackedSlot; N],
+}
+
+impl<const N: usize> Default for PackedCounter<N> {
+    fn default() -> Self {
+        Self {
+            slots: [PackedSlot::default(); N],
+        }
+    }
+}
+
+impl<const N: usize> PackedCounter<N> {
+    /// The largest `max` a packed count can hold.
+    pub(crate) const LARGEST_MAX: u32 = u16::MAX as u32;
+
+    fn unpack(&self, base: &WindowBase<N>) -> [Slot; N] {
+        std::array::from_fn(|index| {
+            let packed = self.slots[index];
+            Slot {
+                window: base.window(index, packed.offset),
+                previous: packed.previous.into(),
+                current: packed.current.into(),
+            }
+        })
+    }
+
+    /// Only for a policy of exactly `N` limits within
+    /// [`LARGEST_MAX`](Self::LARGEST_MAX), at a time `base` covers.
+    pub(crate) fn decide_micros(
+        &mut self,
+        now: u64,
+        limits: &[Limit],
+        base: &WindowBase<N>,
+    ) -> Decision {
+        debug_assert!(limits.len() == N && base.covers(now));
+        let mut slots = self.unpack(base);
+        let decision = decide::<N>(&mut slots, now, limits);
+        for (index, (packed, slot)) in self.slots.iter_mut().zip(&slots).enumerate() {
+            let offset = base.offset(index, slot.window);
+            let counts = (u16::try_from(slot.previous), u16::try_from(slot.current));
+            debug_assert!(offset.is_some() && counts.0.is_ok() && counts.1.is_ok());
+            *packed = PackedSlot {
+                offset: offset.unwrap_or(u32::MAX),
+                previous: counts.0.unwrap_or(u16::MAX),
+                current: counts.1.unwrap_or(u16::MAX),
+            };
+        }
+        decision
+    }
+
+    /// Moves the offsets from base `from` to base `to`; false if a window
+    /// is out of `to`'s reach (see [`WindowBase::reoffset`]), and the state
+    /// cannot be kept.
+    pub(crate) fn move_base(
+        &mut self,
+        from: &WindowBase<N>,
+        to: &WindowBase<N>,
+        limits: &[Limit],
+    ) -> bool {
+        let offsets = self.slots.iter_mut().map(|packed| &mut packed.offset);
+        from.move_offsets(to, offsets, limits)
+    }
+
+    pub(crate) fn idle_from_micros(&self, limits: &[Limit], base: &WindowBase<N>) -> u64 {
+        idle_from(&self.unpack(base), limits)
     }
 }
 

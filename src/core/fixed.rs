@@ -6,6 +6,7 @@ use std::time::Duration;
 use super::counter::counted_since;
 use super::refusal::{tightest, Verdict};
 use super::slots::Slots;
+use super::window_base::WindowBase;
 use crate::clock::micros;
 use crate::decision::{Decision, Quota};
 use crate::limit::Limit;
@@ -69,30 +70,71 @@ impl FixedWindow {
     }
 }
 
-/// A fixed window for exactly `N` limits, stored inline (see
-/// `CompactCounter`).
-#[derive(Clone, Copy, Debug)]
-pub(crate) struct CompactFixed<const N: usize> {
-    slots: [Slot; N],
+/// One limit's count as [`PackedFixed`] holds it: eight bytes.
+#[derive(Clone, Copy, Debug, Default)]
+struct PackedSlot {
+    offset: u32,
+    count: u32,
 }
 
-impl<const N: usize> Default for CompactFixed<N> {
+/// A fixed window for exactly `N` limits in eight bytes a limit: each
+/// window as an offset from its shard's [`WindowBase`] (see
+/// `PackedCounter`). Counts keep all 32 bits.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct PackedFixed<const N: usize> {
+    slots: [PackedSlot; N],
+}
+
+impl<const N: usize> Default for PackedFixed<N> {
     fn default() -> Self {
         Self {
-            slots: [Slot::default(); N],
+            slots: [PackedSlot::default(); N],
         }
     }
 }
 
-impl<const N: usize> CompactFixed<N> {
-    /// Only for policies of exactly `N` limits.
-    pub(crate) fn decide_micros(&mut self, now: u64, limits: &[Limit]) -> Decision {
-        debug_assert_eq!(limits.len(), N);
-        decide(&mut self.slots, now, limits)
+impl<const N: usize> PackedFixed<N> {
+    fn unpack(&self, base: &WindowBase<N>) -> [Slot; N] {
+        std::array::from_fn(|index| Slot {
+            window: base.window(index, self.slots[index].offset),
+            count: self.slots[index].count,
+        })
     }
 
-    pub(crate) fn idle_from_micros(&self, limits: &[Limit]) -> u64 {
-        idle_from(&self.slots, limits)
+    /// Only for a policy of exactly `N` limits, at a time `base` covers.
+    pub(crate) fn decide_micros(
+        &mut self,
+        now: u64,
+        limits: &[Limit],
+        base: &WindowBase<N>,
+    ) -> Decision {
+        debug_assert!(limits.len() == N && base.covers(now));
+        let mut slots = self.unpack(base);
+        let decision = decide(&mut slots, now, limits);
+        for (index, (packed, slot)) in self.slots.iter_mut().zip(&slots).enumerate() {
+            let offset = base.offset(index, slot.window);
+            debug_assert!(offset.is_some());
+            *packed = PackedSlot {
+                offset: offset.unwrap_or(u32::MAX),
+                count: slot.count,
+            };
+        }
+        decision
+    }
+
+    /// As `PackedCounter::move_base`.
+    pub(crate) fn move_base(
+        &mut self,
+        from: &WindowBase<N>,
+        to: &WindowBase<N>,
+        limits: &[Limit],
+    ) -> bool {
+        let offsets = self.slots.iter_mut().map(|packed| &mut packed.offset);
+        from.move_offsets(to, offsets, limits)
+    }
+
+    pub(crate) fn idle_from_micros(&self, limits: &[Limit], base: &WindowBase<N>) -> u64 {
+        idle_from(&self.unpack(base), limits)
     }
 }
 

@@ -27,14 +27,16 @@ pub(crate) mod fixed;
 pub(crate) mod log;
 pub(crate) mod refusal;
 mod slots;
+mod window_base;
 
 use std::time::Duration;
 
-pub(crate) use self::counter::CompactCounter;
 pub use self::counter::SlidingCounter;
-pub(crate) use self::fixed::CompactFixed;
+pub(crate) use self::counter::{CompactCounter, PackedCounter};
 pub use self::fixed::FixedWindow;
+pub(crate) use self::fixed::PackedFixed;
 pub use self::log::SlidingLog;
+pub(crate) use self::window_base::WindowBase;
 use crate::clock::micros;
 use crate::decision::Decision;
 use crate::policy::{Algorithm, Policy};
@@ -79,58 +81,132 @@ impl KeyState {
 /// One algorithm's state for one key, as a store keeps it: stores hold a
 /// map per algorithm, so no entry pays for another algorithm's layout.
 pub(crate) trait AlgorithmState: Clone + Default + Send + Sync + 'static {
-    /// Judges and records a request at `now` (µs) under `policy`.
-    fn decide(&mut self, now: u64, policy: &Policy) -> Decision;
+    /// What a shard's states are read against: `()` for states that hold
+    /// their windows whole, a [`WindowBase`] for packed ones.
+    type Base: Base;
+
+    /// A base for a shard's states around `now`.
+    fn base_around(_now: u64, _policy: &Policy) -> Self::Base {
+        Self::Base::default()
+    }
+
+    /// Moves the state from base `from` to base `to`; false if it cannot be
+    /// kept (its windows are about 2³¹ windows from `to`'s time: idle, or
+    /// ahead of a clock that stepped back that far).
+    fn rebase(&mut self, _from: &Self::Base, _to: &Self::Base, _policy: &Policy) -> bool {
+        true
+    }
+
+    /// Judges and records a request at `now` (µs) under `policy`, at a time
+    /// `base` covers.
+    fn decide(&mut self, now: u64, policy: &Policy, base: &Self::Base) -> Decision;
+
     /// From when (µs) the state judges as a fresh one would.
-    fn idle_from(&self, policy: &Policy) -> u64;
+    fn idle_from(&self, policy: &Policy, base: &Self::Base) -> u64;
+}
+
+/// The context a shard's states are stored against.
+pub(crate) trait Base: Copy + Default + Send + Sync + 'static {
+    /// Whether states can be judged at `now` without a rebase.
+    fn covers(&self, now: u64) -> bool;
+}
+
+impl Base for () {
+    fn covers(&self, _now: u64) -> bool {
+        true
+    }
+}
+
+impl<const N: usize> Base for WindowBase<N> {
+    fn covers(&self, now: u64) -> bool {
+        WindowBase::covers(self, now)
+    }
 }
 
 impl AlgorithmState for SlidingLog {
-    fn decide(&mut self, now: u64, policy: &Policy) -> Decision {
+    type Base = ();
+
+    fn decide(&mut self, now: u64, policy: &Policy, _: &()) -> Decision {
         self.decide_micros(now, policy.limits(), policy.largest_max())
     }
 
-    fn idle_from(&self, policy: &Policy) -> u64 {
+    fn idle_from(&self, policy: &Policy, _: &()) -> u64 {
         self.idle_from_micros(policy.longest_window_micros())
     }
 }
 
 impl AlgorithmState for SlidingCounter {
-    fn decide(&mut self, now: u64, policy: &Policy) -> Decision {
+    type Base = ();
+
+    fn decide(&mut self, now: u64, policy: &Policy, _: &()) -> Decision {
         self.decide_micros(now, policy.limits())
     }
 
-    fn idle_from(&self, policy: &Policy) -> u64 {
+    fn idle_from(&self, policy: &Policy, _: &()) -> u64 {
         self.idle_from_micros(policy.limits())
     }
 }
 
 impl<const N: usize> AlgorithmState for CompactCounter<N> {
-    fn decide(&mut self, now: u64, policy: &Policy) -> Decision {
+    type Base = ();
+
+    fn decide(&mut self, now: u64, policy: &Policy, _: &()) -> Decision {
         self.decide_micros(now, policy.limits())
     }
 
-    fn idle_from(&self, policy: &Policy) -> u64 {
+    fn idle_from(&self, policy: &Policy, _: &()) -> u64 {
         self.idle_from_micros(policy.limits())
     }
 }
 
-impl<const N: usize> AlgorithmState for CompactFixed<N> {
-    fn decide(&mut self, now: u64, policy: &Policy) -> Decision {
-        self.decide_micros(now, policy.limits())
+impl<const N: usize> AlgorithmState for PackedCounter<N> {
+    type Base = WindowBase<N>;
+
+    fn base_around(now: u64, policy: &Policy) -> WindowBase<N> {
+        WindowBase::around(now, policy.limits())
     }
 
-    fn idle_from(&self, policy: &Policy) -> u64 {
-        self.idle_from_micros(policy.limits())
+    fn rebase(&mut self, from: &WindowBase<N>, to: &WindowBase<N>, policy: &Policy) -> bool {
+        self.move_base(from, to, policy.limits())
+    }
+
+    fn decide(&mut self, now: u64, policy: &Policy, base: &WindowBase<N>) -> Decision {
+        self.decide_micros(now, policy.limits(), base)
+    }
+
+    fn idle_from(&self, policy: &Policy, base: &WindowBase<N>) -> u64 {
+        self.idle_from_micros(policy.limits(), base)
+    }
+}
+
+impl<const N: usize> AlgorithmState for PackedFixed<N> {
+    type Base = WindowBase<N>;
+
+    fn base_around(now: u64, policy: &Policy) -> WindowBase<N> {
+        WindowBase::around(now, policy.limits())
+    }
+
+    fn rebase(&mut self, from: &WindowBase<N>, to: &WindowBase<N>, policy: &Policy) -> bool {
+        self.move_base(from, to, policy.limits())
+    }
+
+    fn decide(&mut self, now: u64, policy: &Policy, base: &WindowBase<N>) -> Decision {
+        self.decide_micros(now, policy.limits(), base)
+    }
+
+    fn idle_from(&self, policy: &Policy, base: &WindowBase<N>) -> u64 {
+        self.idle_from_micros(policy.limits(), base)
     }
 }
 
 impl AlgorithmState for FixedWindow {
-    fn decide(&mut self, now: u64, policy: &Policy) -> Decision {
+    type Base = ();
+
+    fn decide(&mut self, now: u64, policy: &Policy, _: &()) -> Decision {
         self.decide_micros(now, policy.limits())
     }
 
-    fn idle_from(&self, policy: &Policy) -> u64 {
+    fn idle_from(&self, policy: &Policy, _: &()) -> u64 {
         self.idle_from_micros(policy.limits())
     }
 }

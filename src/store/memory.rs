@@ -9,15 +9,16 @@ use super::sharded::Shards;
 use super::{Store, StoreError};
 use crate::clock::{Clock, SystemClock};
 use crate::core::{
-    AlgorithmState, CompactCounter, CompactFixed, FixedWindow, SlidingCounter, SlidingLog,
+    AlgorithmState, CompactCounter, FixedWindow, PackedCounter, PackedFixed, SlidingCounter,
+    SlidingLog,
 };
 use crate::decision::Decision;
 use crate::error::ConfigError;
 use crate::policy::{Algorithm, Policy};
 
-/// Runs `$body` on the map for `policy`'s state layout: one map per layout,
-/// so policies of one or two limits keep their counts inline and an entry
-/// stays small enough for lookups to stay in cache.
+/// Runs `$body` on the map for `policy`'s state layout: policies of one or
+/// two limits keep their counts inline, packed when they fit, so that an
+/// entry stays small enough for lookups to stay in cache.
 macro_rules! by_layout {
     ($store:ident, $key:ty, $policy:expr, |$shards:ident| $body:expr) => {{
         macro_rules! run_in {
@@ -25,14 +26,17 @@ macro_rules! by_layout {
                 $store.with_shards::<$key, $state, _>($policy, |$shards| $body)
             };
         }
-        match ($policy.algorithm(), $policy.limits().len()) {
-            (Algorithm::SlidingCounter, 1) => run_in!(CompactCounter<1>),
-            (Algorithm::SlidingCounter, 2) => run_in!(CompactCounter<2>),
-            (Algorithm::SlidingCounter, _) => run_in!(SlidingCounter),
-            (Algorithm::FixedWindow, 1) => run_in!(CompactFixed<1>),
-            (Algorithm::FixedWindow, 2) => run_in!(CompactFixed<2>),
-            (Algorithm::FixedWindow, _) => run_in!(FixedWindow),
-            (Algorithm::SlidingLog, _) => run_in!(SlidingLog),
+        let small = $policy.largest_max() <= PackedCounter::<1>::LARGEST_MAX;
+        match ($policy.algorithm(), $policy.limits().len(), small) {
+            (Algorithm::SlidingCounter, 1, true) => run_in!(PackedCounter<1>),
+            (Algorithm::SlidingCounter, 2, true) => run_in!(PackedCounter<2>),
+            (Algorithm::SlidingCounter, 1, false) => run_in!(CompactCounter<1>),
+            (Algorithm::SlidingCounter, 2, false) => run_in!(CompactCounter<2>),
+            (Algorithm::SlidingCounter, _, _) => run_in!(SlidingCounter),
+            (Algorithm::FixedWindow, 1, _) => run_in!(PackedFixed<1>),
+            (Algorithm::FixedWindow, 2, _) => run_in!(PackedFixed<2>),
+            (Algorithm::FixedWindow, _, _) => run_in!(FixedWindow),
+            (Algorithm::SlidingLog, _, _) => run_in!(SlidingLog),
         }
     }};
 }
@@ -58,6 +62,14 @@ macro_rules! by_layout {
 ///   [`Origin`](crate::Origin) is `StoreFull` and whose retry-after is the
 ///   time until some key in that shard goes idle. Live keys are never evicted
 ///   early, so a flood of fresh keys cannot reset anyone's window.
+/// * **Compact.** A counter or fixed window of one or two limits keeps each
+///   limit's state in eight bytes (16-bit counts for the counter, so only
+///   when every `max` is at most 65,535), beside the key: the counter's
+///   entry for a `u64` key is 16 bytes. Windows are kept as offsets that
+///   reach 2³¹ windows either side of the time the shard was last
+///   rebased: a key whose windows lie further ahead than that of a clock
+///   thrown back (36 minutes for a 1 µs window, 68 years for a 1 s one)
+///   starts afresh instead of being judged in its latest window.
 ///
 /// Fixed windows (used by the counter) are aligned to the clock's zero.
 #[derive(Clone)]
@@ -166,11 +178,13 @@ impl<C: Clock> MemoryStore<C> {
                 .for_each(|shards: &Shards<K, S>| keys += shards.len());
             keys
         }
-        count::<K, CompactCounter<1>, C>(self)
+        count::<K, PackedCounter<1>, C>(self)
+            + count::<K, PackedCounter<2>, C>(self)
+            + count::<K, CompactCounter<1>, C>(self)
             + count::<K, CompactCounter<2>, C>(self)
             + count::<K, SlidingCounter, C>(self)
-            + count::<K, CompactFixed<1>, C>(self)
-            + count::<K, CompactFixed<2>, C>(self)
+            + count::<K, PackedFixed<1>, C>(self)
+            + count::<K, PackedFixed<2>, C>(self)
             + count::<K, FixedWindow, C>(self)
             + count::<K, SlidingLog, C>(self)
     }

@@ -7,7 +7,7 @@ use std::hash::{BuildHasher, Hash};
 use foldhash::quality::RandomState;
 use hashbrown::HashTable;
 
-use crate::core::AlgorithmState;
+use crate::core::{AlgorithmState, Base};
 use crate::decision::{Decision, Origin};
 use crate::policy::Policy;
 
@@ -27,7 +27,7 @@ struct Entry<K, S> {
     key: K,
 }
 
-struct Shard<K, S> {
+struct Shard<K, S: AlgorithmState> {
     table: HashTable<Entry<K, S>>,
     next_sweep: u64,
     /// No entry goes idle before this time (a lower bound: entries only
@@ -36,6 +36,8 @@ struct Shard<K, S> {
     earliest_idle: u64,
     /// A full shard is not swept again before this time.
     next_full_sweep: u64,
+    /// What the states here are stored relative to.
+    base: S::Base,
 }
 
 impl<K, S: AlgorithmState> Shard<K, S> {
@@ -43,7 +45,7 @@ impl<K, S: AlgorithmState> Shard<K, S> {
     fn sweep(&mut self, now: u64, policy: &Policy) {
         let mut earliest = u64::MAX;
         self.table.retain(|entry| {
-            let idle_from = entry.state.idle_from(policy);
+            let idle_from = entry.state.idle_from(policy, &self.base);
             if idle_from > now {
                 earliest = earliest.min(idle_from);
             }
@@ -51,6 +53,23 @@ impl<K, S: AlgorithmState> Shard<K, S> {
         });
         self.next_sweep = now.saturating_add(SWEEP_EVERY_MICROS);
         self.earliest_idle = earliest;
+    }
+
+    /// Readies the shard to judge at `now`: a base that covers it, and idle
+    /// entries gone if a sweep is due.
+    fn prepare(&mut self, now: u64, policy: &Policy) {
+        if now >= self.next_sweep {
+            self.sweep(now, policy);
+        }
+        if !self.base.covers(now) {
+            // Rare: on first use, and when the clock has moved about 2³¹
+            // windows from the last base.
+            let from = self.base;
+            let to = S::base_around(now, policy);
+            self.table
+                .retain(|entry| entry.state.rebase(&from, &to, policy));
+            self.base = to;
+        }
     }
 }
 
@@ -62,7 +81,7 @@ struct Padded<T>(T);
 type LockedShard<K, S> = Padded<Mutex<Shard<K, S>>>;
 
 /// Every key's state under one policy, whose algorithm's state is `S`.
-pub(super) struct Shards<K, S> {
+pub(super) struct Shards<K, S: AlgorithmState> {
     shards: Box<[LockedShard<K, S>]>,
     hasher: RandomState,
     keys_per_shard: usize,
@@ -79,6 +98,7 @@ impl<K: Hash + Eq, S: AlgorithmState> Shards<K, S> {
                     next_sweep: SWEEP_EVERY_MICROS,
                     earliest_idle: u64::MAX,
                     next_full_sweep: 0,
+                    base: S::Base::default(),
                 }))
             })
             .collect();
@@ -102,18 +122,17 @@ impl<K: Hash + Eq, S: AlgorithmState> Shards<K, S> {
         // while holding it cannot leave a shard half-updated (every update
         // is a plain store).
         let mut shard = self.shards[index].0.lock();
-        if now >= shard.next_sweep {
-            shard.sweep(now, policy);
-        }
+        shard.prepare(now, policy);
+        let base = shard.base;
         if let Some(entry) = shard.table.find_mut(hash, |entry| entry.key == key) {
-            return entry.state.decide(now, policy);
+            return entry.state.decide(now, policy, &base);
         }
         if let Some(refusal) = self.no_room(&mut shard, policy, now) {
             return refusal;
         }
         let mut state = S::default();
-        let decision = state.decide(now, policy);
-        let idle_from = state.idle_from(policy);
+        let decision = state.decide(now, policy, &base);
+        let idle_from = state.idle_from(policy, &base);
         shard.earliest_idle = shard.earliest_idle.min(idle_from);
         let hasher = &self.hasher;
         shard
@@ -136,6 +155,8 @@ impl<K: Hash + Eq, S: AlgorithmState> Shards<K, S> {
         let hash = self.hasher.hash_one(key);
         let index = (hash >> 32) as usize & (self.shards.len() - 1);
         let mut shard = self.shards[index].0.lock();
+        shard.prepare(now, policy);
+        let base = shard.base;
         let found = shard
             .table
             .find(hash, |entry| entry.key == *key)
@@ -150,7 +171,7 @@ impl<K: Hash + Eq, S: AlgorithmState> Shards<K, S> {
             }
         };
         drop(shard);
-        state.decide(now, policy)
+        state.decide(now, policy, &base)
     }
 
     /// The refusal for a new key when the shard is full of live keys.

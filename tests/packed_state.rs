@@ -1,0 +1,86 @@
+//! The memory store packs the counts of small limits into 16 bits and each
+//! window into a 32-bit offset: the largest packed limit still counts to its
+//! last request, the first one too large for packing is held whole, and a
+//! clock thrown far back (further than the packing reaches) starts the keys
+//! ahead of it afresh rather than misreading them.
+
+use std::time::Duration;
+
+use tower_sliding_window::{Algorithm, Limit, ManualClock, MemoryStore, Policy};
+
+fn accepted_in_one_instant(policy: &Policy, tries: u32) -> u32 {
+    let store = MemoryStore::with_clock(ManualClock::new());
+    (0..tries)
+        .filter(|_| store.decide_now(1u64, policy).is_allowed())
+        .count() as u32
+}
+
+#[test]
+fn the_largest_packed_limit_and_the_smallest_unpacked_one_both_count_exactly() {
+    for max in [u32::from(u16::MAX), u32::from(u16::MAX) + 1] {
+        for limits in [
+            vec![Limit::new(max, Duration::from_secs(60)).unwrap()],
+            vec![
+                Limit::new(max, Duration::from_secs(60)).unwrap(),
+                Limit::new(max, Duration::from_secs(3600)).unwrap(),
+            ],
+        ] {
+            let count = limits.len();
+            for algorithm in [Algorithm::SlidingCounter, Algorithm::FixedWindow] {
+                let policy = Policy::new(algorithm, limits.clone()).unwrap();
+                assert_eq!(
+                    accepted_in_one_instant(&policy, max + 10),
+                    max,
+                    "{algorithm:?}, {count} limits of {max}"
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn a_full_window_carries_into_the_next_at_the_largest_packed_limit() {
+    let max = u32::from(u16::MAX);
+    let policy = Policy::new(
+        Algorithm::SlidingCounter,
+        [Limit::new(max, Duration::from_secs(10)).unwrap()],
+    )
+    .unwrap();
+    let clock = ManualClock::new();
+    let store = MemoryStore::with_clock(clock.clone());
+    for _ in 0..max {
+        assert!(store.decide_now(1u64, &policy).is_allowed());
+    }
+    // Halfway through the next window, half the previous count still weighs.
+    clock.set(Duration::from_secs(15));
+    let accepted = (0..max)
+        .filter(|_| store.decide_now(1u64, &policy).is_allowed())
+        .count() as u32;
+    assert_eq!(accepted, max / 2);
+}
+
+#[test]
+fn a_clock_thrown_back_past_the_packing_reach_starts_keys_afresh() {
+    // A window of 1 µs: 2³¹ windows are about 36 minutes.
+    let policy = Policy::new(
+        Algorithm::FixedWindow,
+        [Limit::new(1, Duration::from_micros(1)).unwrap()],
+    )
+    .unwrap();
+    let clock = ManualClock::new();
+    let store = MemoryStore::with_clock(clock.clone());
+    let late = Duration::from_secs(10 * 3600);
+    clock.set(late);
+    assert!(store.decide_now(1u64, &policy).is_allowed());
+    assert!(!store.decide_now(1u64, &policy).is_allowed());
+
+    // A minute back: still in reach, and judged in the latest window
+    // counted, as the core judges it.
+    clock.set(late - Duration::from_secs(60));
+    assert!(!store.decide_now(1u64, &policy).is_allowed());
+
+    // Ten hours back: out of reach, so the key starts afresh.
+    clock.set(Duration::ZERO);
+    assert!(store.decide_now(1u64, &policy).is_allowed());
+    assert_eq!(store.key_count::<u64>(), 1);
+}

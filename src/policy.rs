@@ -114,7 +114,7 @@ impl Policy {
                 signature: inner.signature.clone(),
                 name: Some(name.into()),
                 headers: OnceLock::new(),
-                maps: PolicyMaps::default(),
+                maps: inner.maps.share(),
             }),
         }
     }

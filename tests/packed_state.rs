@@ -6,6 +6,7 @@
 
 use std::time::Duration;
 
+use tower_sliding_window::core::KeyState;
 use tower_sliding_window::{Algorithm, Limit, ManualClock, MemoryStore, Policy};
 
 fn accepted_in_one_instant(policy: &Policy, tries: u32) -> u32 {
@@ -83,4 +84,78 @@ fn a_clock_thrown_back_past_the_packing_reach_starts_keys_afresh() {
     clock.set(Duration::ZERO);
     assert!(store.decide_now(1u64, &policy).is_allowed());
     assert_eq!(store.key_count::<u64>(), 1);
+}
+
+#[test]
+fn moving_a_base_keeps_a_long_limit_whose_short_one_has_expired() {
+    // 2³¹ windows of 1 ms are about 25 days: at 50 days the shard moves its
+    // base, and the 1 ms window is far behind while the 60-day one still
+    // counts both requests.
+    for algorithm in [Algorithm::SlidingCounter, Algorithm::FixedWindow] {
+        let limits = [
+            Limit::new(1000, Duration::from_millis(1)).unwrap(),
+            Limit::new(2, Duration::from_secs(60 * 86_400)).unwrap(),
+        ];
+        let policy = Policy::new(algorithm, limits).unwrap();
+        let clock = ManualClock::new();
+        let store = MemoryStore::with_clock(clock.clone());
+        let mut core = KeyState::new(&policy);
+        for at in [0, 0, 0, 50 * 86_400, 50 * 86_400, 59 * 86_400] {
+            let at = Duration::from_secs(at);
+            clock.set(at);
+            let expected = core.decide(at, &policy);
+            assert_eq!(
+                store.decide_now(1u64, &policy),
+                expected,
+                "{algorithm:?} at {at:?}"
+            );
+        }
+    }
+}
+
+#[test]
+fn the_end_of_time_is_judged_as_any_other_time() {
+    for algorithm in [
+        Algorithm::SlidingCounter,
+        Algorithm::FixedWindow,
+        Algorithm::SlidingLog,
+    ] {
+        let policy =
+            Policy::new(algorithm, [Limit::new(2, Duration::from_secs(1)).unwrap()]).unwrap();
+        let clock = ManualClock::new();
+        let store = MemoryStore::with_clock(clock.clone());
+        clock.set(Duration::MAX);
+        let accepted = (0..5)
+            .filter(|_| store.decide_now(1u64, &policy).is_allowed())
+            .count();
+        assert_eq!(accepted, 2, "{algorithm:?}");
+    }
+}
+
+#[test]
+fn the_shortest_window_sets_how_far_back_a_clock_may_be_thrown() {
+    // 2³¹ windows of 1 µs are about 36 minutes: a clock thrown an hour back
+    // is out of reach of the short limit, though not of the hourly one, and
+    // the key starts afresh, as documented, rather than being misread.
+    let policy = Policy::new(
+        Algorithm::FixedWindow,
+        [
+            Limit::new(2, Duration::from_micros(1)).unwrap(),
+            Limit::new(2, Duration::from_secs(3600)).unwrap(),
+        ],
+    )
+    .unwrap();
+    let clock = ManualClock::new();
+    let store = MemoryStore::with_clock(clock.clone());
+    let late = Duration::from_secs(10 * 3600);
+    clock.set(late);
+    let accepted = (0..3)
+        .filter(|_| store.decide_now(1u64, &policy).is_allowed())
+        .count();
+    assert_eq!(accepted, 2);
+    clock.set(late - Duration::from_secs(3600));
+    let again = (0..3)
+        .filter(|_| store.decide_now(1u64, &policy).is_allowed())
+        .count();
+    assert_eq!(again, 2);
 }

@@ -94,3 +94,12 @@ fn a_named_copy_made_after_the_original_was_used_finds_its_window_in_a_busy_stor
         );
     }
 }
+
+#[test]
+fn naming_the_only_handle_keeps_its_windows() {
+    let store = MemoryStore::with_clock(ManualClock::new());
+    let policy = two_per_minute();
+    assert_eq!(accepted(&store, &policy, 3, 2), 2);
+    let policy = policy.named("renamed");
+    assert_eq!(accepted(&store, &policy, 3, 1), 0);
+}

@@ -210,17 +210,15 @@ impl<const N: usize> PackedCounter<N> {
         decision
     }
 
-    /// Moves the offsets from base `from` to base `to`; false if a window
-    /// is out of `to`'s reach (see [`WindowBase::reoffset`]), and the state
-    /// cannot be kept.
+    /// Moves the state from base `from` to base `to`; false if it cannot be
+    /// kept (see [`WindowBase::move_slots`]).
     pub(crate) fn move_base(
         &mut self,
         from: &WindowBase<N>,
         to: &WindowBase<N>,
         limits: &[Limit],
     ) -> bool {
-        let offsets = self.slots.iter_mut().map(|packed| &mut packed.offset);
-        from.move_offsets(to, offsets, limits)
+        from.move_slots(to, &mut self.slots, |packed| &mut packed.offset, limits)
     }
 
     pub(crate) fn idle_from_micros(&self, limits: &[Limit], base: &WindowBase<N>) -> u64 {

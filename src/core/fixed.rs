@@ -129,8 +129,7 @@ impl<const N: usize> PackedFixed<N> {
         to: &WindowBase<N>,
         limits: &[Limit],
     ) -> bool {
-        let offsets = self.slots.iter_mut().map(|packed| &mut packed.offset);
-        from.move_offsets(to, offsets, limits)
+        from.move_slots(to, &mut self.slots, |packed| &mut packed.offset, limits)
     }
 
     pub(crate) fn idle_from_micros(&self, limits: &[Limit], base: &WindowBase<N>) -> u64 {

@@ -91,8 +91,8 @@ pub(crate) trait AlgorithmState: Clone + Default + Send + Sync + 'static {
     }
 
     /// Moves the state from base `from` to base `to`; false if it cannot be
-    /// kept (its windows are about 2³¹ windows from `to`'s time: idle, or
-    /// ahead of a clock that stepped back that far).
+    /// kept: a window about 2³¹ windows ahead of `to`'s time, after a clock
+    /// thrown back that far.
     fn rebase(&mut self, _from: &Self::Base, _to: &Self::Base, _policy: &Policy) -> bool {
         true
     }

@@ -12,25 +12,37 @@ use crate::limit::Limit;
 const HALF_SPAN: u64 = 1 << 31;
 
 /// The window index per limit that a shard's offsets count from, and the
-/// times for which every limit's current window has an offset.
+/// times at which a decision keeps every offset in reach.
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct WindowBase<const N: usize> {
     windows: [u64; N],
-    /// Times in `[from, until)` have every window index in reach.
+    /// Decisions are covered from `from` to `last`, both included.
     from: u64,
-    until: u64,
+    last: u64,
 }
 
-/// Reaches no time at all: a shard rebases before its first decision,
-/// when it holds nothing to move.
+/// Covers no time at all: a shard rebases before its first decision, when
+/// it holds nothing to move.
 impl<const N: usize> Default for WindowBase<N> {
     fn default() -> Self {
         Self {
             windows: [0; N],
             from: u64::MAX,
-            until: 0,
+            last: 0,
         }
     }
+}
+
+/// What becomes of one limit's window when a shard moves its base.
+enum Moved {
+    /// Its offset under the new base.
+    To(u32),
+    /// Too far behind to reach, and too old to count at any covered time:
+    /// the slot starts afresh.
+    Expired,
+    /// Too far ahead to reach: the clock was thrown back about 2³¹ windows.
+    /// The key's state cannot be kept.
+    Lost,
 }
 
 impl<const N: usize> WindowBase<N> {
@@ -41,24 +53,35 @@ impl<const N: usize> WindowBase<N> {
         let mut base = Self {
             windows: [0; N],
             from: 0,
-            until: u64::MAX,
+            last: u64::MAX,
         };
         for (window, limit) in base.windows.iter_mut().zip(limits) {
             let w = limit.window_micros();
             *window = (now / w).saturating_sub(HALF_SPAN);
-            // The last index in reach is `window + 2 * HALF_SPAN - 1`.
-            let end = window.saturating_add(2 * HALF_SPAN).saturating_mul(w);
-            base.from = base.from.max(*window * w);
-            base.until = base.until.min(end);
+            // Covered times start two windows above the base, so that any
+            // window below it is at least two windows old at a covered time,
+            // and counts for nothing (see `Moved::Expired`). With the base at
+            // zero, nothing is below it.
+            if *window > 0 {
+                base.from = base.from.max((*window + 2) * w);
+            }
+            // The first window out of reach is `window + 2 * HALF_SPAN`.
+            if let Some(end) = (*window + 2 * HALF_SPAN).checked_mul(w) {
+                base.last = base.last.min(end - 1);
+            }
         }
         base
     }
 
-    /// Whether a decision at `now` can store every window it may move to.
-    /// A slot only moves to `now`'s window or stays on a later one it already
-    /// has, so a time in reach keeps every offset in reach.
+    /// Whether a decision at `now` keeps every window in reach.
+    ///
+    /// A decision judges at `now`, or at the latest window start a slot has
+    /// counted in if that is later. No stored window starts after `last` (a
+    /// fresh slot's is the base, a moved one's is checked by `moved`, and a
+    /// decision's is at most the time judged at), so the time judged at is
+    /// covered too, and every limit's window at that time is in reach.
     pub(crate) fn covers(&self, now: u64) -> bool {
-        now >= self.from && now < self.until
+        now >= self.from && now <= self.last
     }
 
     /// The full index of limit `index`'s window at `offset`.
@@ -74,29 +97,39 @@ impl<const N: usize> WindowBase<N> {
             .and_then(|offset| u32::try_from(offset).ok())
     }
 
-    /// The offset under this base of a window a slot holds, if a decision
-    /// at any covered time would keep it in reach: a slot's window start
-    /// becomes the time it is judged at when the clock is behind it.
-    pub(crate) fn reoffset(&self, index: usize, window: u64, limit: &Limit) -> Option<u32> {
-        let start = window.saturating_mul(limit.window_micros());
-        (start < self.until).then(|| self.offset(index, window))?
-    }
-
-    /// Moves offsets counted from this base to count from `to`; false if a
-    /// window is out of `to`'s reach, and the state cannot be kept. Offsets
-    /// are left half moved then: the caller drops the state.
-    pub(crate) fn move_offsets<'a>(
+    /// Moves one key's slots, each holding an offset from this base, to
+    /// base `to`: a slot whose window expired starts afresh; false if one
+    /// is lost, and the state cannot be kept.
+    pub(crate) fn move_slots<T: Default>(
         &self,
         to: &Self,
-        offsets: impl Iterator<Item = &'a mut u32>,
+        slots: &mut [T],
+        offset_of: impl Fn(&mut T) -> &mut u32,
         limits: &[Limit],
     ) -> bool {
-        for (index, (offset, limit)) in offsets.zip(limits).enumerate() {
-            match to.reoffset(index, self.window(index, *offset), limit) {
-                Some(moved) => *offset = moved,
-                None => return false,
+        for (index, (slot, limit)) in slots.iter_mut().zip(limits).enumerate() {
+            match self.moved(to, index, *offset_of(slot), limit) {
+                Moved::To(offset) => *offset_of(slot) = offset,
+                Moved::Expired => *slot = T::default(),
+                Moved::Lost => return false,
             }
         }
         true
+    }
+
+    /// Where the window at `offset` from this base goes under base `to`.
+    fn moved(&self, to: &Self, index: usize, offset: u32, limit: &Limit) -> Moved {
+        let window = self.window(index, offset);
+        if window < to.windows[index] {
+            return Moved::Expired;
+        }
+        // A window in reach also starts by `to.last`, as long as a key's
+        // windows all move to one time together, which decisions do. Checked
+        // anyway: it is what `covers` relies on, and moves are rare.
+        let start = window.saturating_mul(limit.window_micros());
+        match to.offset(index, window) {
+            Some(offset) if start <= to.last => Moved::To(offset),
+            _ => Moved::Lost,
+        }
     }
 }

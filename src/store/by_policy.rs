@@ -4,10 +4,15 @@
 //! Keeping each policy's keys apart means an entry need not say which
 //! policy it belongs to: no pointer and no id in each key's entry, which is
 //! what lets an entry shrink to a key and a few packed counts.
+//!
+//! The policy holds its maps and the store only knows of them, so a map
+//! lives exactly as long as some copy of its policy: when the last one goes
+//! (a configuration reload, say), its keys go with it, though no request
+//! for them ever comes again to sweep them.
 
 use std::any::Any;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, OnceLock, PoisonError, Weak};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError, Weak};
 
 use crate::policy::Policy;
 
@@ -15,33 +20,61 @@ type AnyMap = Arc<dyn Any + Send + Sync>;
 
 /// How many (store, key type) pairs a policy finds its map for without a
 /// lock. A policy serves one store and one key type in practice; a test
-/// suite reusing one policy over many stores takes the locked path after
+/// suite reusing one policy over many stores takes a locked path after
 /// the first two.
 const CACHED: usize = 2;
 
-/// The maps a policy holds for the stores it has been used with.
-///
-/// Holding them here ties a map's life to its policy's: when the last clone
-/// of a policy goes (a configuration reload, say), its keys go with it,
-/// though no request for them ever comes again to sweep them.
+/// The maps a policy holds, one per (store, key type) it has been used with.
 #[derive(Default)]
 pub(crate) struct PolicyMaps {
-    /// Filled in order, each once, under a store's registry lock; read
-    /// without locking.
+    /// Filled in order, each once; read without locking.
     cached: [OnceLock<(u64, AnyMap)>; CACHED],
+    /// The rest, behind a lock; those of dropped stores are pruned.
+    more: Mutex<Vec<Held>>,
+}
+
+struct Held {
+    store: u64,
+    store_alive: Weak<()>,
+    map: AnyMap,
 }
 
 impl std::fmt::Debug for PolicyMaps {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let held = self.cached.iter().filter(|slot| slot.get().is_some());
+        let cached = self.cached.iter().filter(|slot| slot.get().is_some());
         f.debug_struct("PolicyMaps")
-            .field("held", &held.count())
+            .field("held", &(cached.count() + self.more().len()))
             .finish()
     }
 }
 
 impl PolicyMaps {
-    fn find<T: Any>(&self, store: u64) -> Option<&T> {
+    /// The same maps, for a copy of the policy made with a new name: it
+    /// keeps the windows even if the original goes.
+    pub(crate) fn share(&self) -> Self {
+        let copy = Self::default();
+        for (from, to) in self.cached.iter().zip(&copy.cached) {
+            if let Some(held) = from.get() {
+                let _ = to.set(held.clone());
+            }
+        }
+        *copy.more() = self
+            .more()
+            .iter()
+            .map(|held| Held {
+                store: held.store,
+                store_alive: held.store_alive.clone(),
+                map: held.map.clone(),
+            })
+            .collect();
+        copy
+    }
+
+    fn more(&self) -> MutexGuard<'_, Vec<Held>> {
+        self.more.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn find_cached<T: Any>(&self, store: u64) -> Option<&T> {
         for slot in &self.cached {
             let (owner, map) = slot.get()?;
             if *owner == store {
@@ -52,28 +85,55 @@ impl PolicyMaps {
         }
         None
     }
+
+    /// The held map of type `T` for `store`, wherever it is held.
+    fn find<T: Any + Send + Sync>(&self, store: u64) -> Option<Arc<T>> {
+        let cached = self.cached.iter().filter_map(OnceLock::get);
+        let more = self.more();
+        let more = more.iter().map(|held| (held.store, held.map.clone()));
+        cached
+            .map(|(owner, map)| (*owner, map.clone()))
+            .chain(more)
+            .filter(|(owner, _)| *owner == store)
+            .find_map(|(_, map)| map.downcast::<T>().ok())
+    }
+
+    /// Holds `map` for `store`: in a free cached slot if one is left.
+    fn hold(&self, store: &Registry, map: AnyMap) {
+        let mut held = Some((store.id, map));
+        for slot in &self.cached {
+            // Another store may fill this slot first; then try the next.
+            if let Some(value) = held.take() {
+                held = slot.set(value).err();
+            }
+        }
+        if let Some((id, map)) = held {
+            let mut more = self.more();
+            more.retain(|held| held.store_alive.strong_count() > 0);
+            more.push(Held {
+                store: id,
+                store_alive: Arc::downgrade(&store.alive),
+                map,
+            });
+        }
+    }
 }
 
-/// A store's side: every map it made, by policy id, so that a policy's
-/// clones built separately (see [`Policy::named`]) find the same windows.
+/// A store's side: every map made for it, by policy id, so that a policy's
+/// copies made separately (see [`Policy::named`]) find the same windows.
 pub(super) struct Registry {
-    store: u64,
-    maps: Mutex<Maps>,
-}
-
-#[derive(Default)]
-struct Maps {
-    /// Maps their policies hold; dead ones are pruned as new ones come.
-    held: Vec<(u64, Weak<dyn Any + Send + Sync>)>,
-    /// Maps no policy had room to hold: they live as long as the store.
-    kept: Vec<(u64, AnyMap)>,
+    id: u64,
+    /// Lets policies drop the maps they hold for this store once it is gone.
+    alive: Arc<()>,
+    maps: Mutex<Vec<(u64, Weak<dyn Any + Send + Sync>)>>,
 }
 
 impl Default for Registry {
     fn default() -> Self {
         static NEXT_STORE: AtomicU64 = AtomicU64::new(1);
         Self {
-            store: NEXT_STORE.fetch_add(1, Ordering::Relaxed),
+            id: NEXT_STORE.fetch_add(1, Ordering::Relaxed),
+            alive: Arc::new(()),
             maps: Mutex::default(),
         }
     }
@@ -90,7 +150,7 @@ impl Registry {
     where
         T: Any + Send + Sync,
     {
-        match policy.maps().find::<T>(self.store) {
+        match policy.maps().find_cached::<T>(self.id) {
             Some(map) => f(map),
             None => f(&self.find_or_make(policy, make)),
         }
@@ -102,54 +162,35 @@ impl Registry {
         make: impl FnOnce() -> T,
     ) -> Arc<T> {
         let mut maps = self.maps.lock().unwrap_or_else(PoisonError::into_inner);
-        let id = policy.id();
-        maps.held.retain(|(_, map)| map.strong_count() > 0);
-        let held = maps.held.iter().filter_map(|(owner, map)| {
-            let map = map.upgrade()?;
-            (*owner == id).then_some(map)
-        });
-        let kept = maps.kept.iter().filter(|(owner, _)| *owner == id);
-        let found = held
-            .chain(kept.map(|(_, map)| map.clone()))
-            .find_map(|map| map.downcast::<T>().ok());
-        let registered = found.is_some();
-        let map = found.unwrap_or_else(|| Arc::new(make()));
-        let erased: AnyMap = map.clone();
-        let free = policy
-            .maps()
-            .cached
-            .iter()
-            .find(|slot| slot.get().is_none());
-        let cached = free.is_some_and(|slot| slot.set((self.store, erased.clone())).is_ok());
-        let this = address(&erased);
-        let in_kept = maps.kept.iter().any(|(_, map)| address(map) == this);
-        if !cached && !in_kept {
-            // Nothing else keeps it alive for this policy: the store must.
-            maps.kept.push((id, erased));
-        } else if cached && !registered {
-            maps.held.push((id, Arc::downgrade(&erased)));
+        // Held already, or made by another thread since the lock-free look.
+        if let Some(map) = policy.maps().find::<T>(self.id) {
+            return map;
         }
+        maps.retain(|(_, map)| map.strong_count() > 0);
+        let id = policy.id();
+        // Made for a copy of the policy with another name.
+        let made = maps
+            .iter()
+            .filter(|(owner, _)| *owner == id)
+            .filter_map(|(_, map)| map.upgrade()?.downcast::<T>().ok())
+            .next();
+        let map = made.unwrap_or_else(|| {
+            let map = Arc::new(make());
+            let erased: AnyMap = map.clone();
+            maps.push((id, Arc::downgrade(&erased)));
+            map
+        });
+        policy.maps().hold(self, map.clone());
         map
     }
 
     /// Runs `f` on every live `T` in this store.
     pub(super) fn for_each<T: Any>(&self, mut f: impl FnMut(&T)) {
         let maps = self.maps.lock().unwrap_or_else(PoisonError::into_inner);
-        let held = maps.held.iter().filter_map(|(_, map)| map.upgrade());
-        let mut seen = Vec::new();
-        for map in held.chain(maps.kept.iter().map(|(_, map)| map.clone())) {
-            // A map both held by a policy and kept is one map.
-            if seen.contains(&address(&map)) {
-                continue;
-            }
-            seen.push(address(&map));
+        for map in maps.iter().filter_map(|(_, map)| map.upgrade()) {
             if let Some(map) = map.downcast_ref::<T>() {
                 f(map);
             }
         }
     }
-}
-
-fn address(map: &AnyMap) -> *const () {
-    Arc::as_ptr(map).cast()
 }

@@ -46,10 +46,13 @@ impl<K, S: AlgorithmState> Shard<K, S> {
         let mut earliest = u64::MAX;
         self.table.retain(|entry| {
             let idle_from = entry.state.idle_from(policy, &self.base);
-            if idle_from > now {
+            // A time past the clock's range saturates to its end: a state
+            // idle only then is live at the end itself.
+            let live = idle_from > now || idle_from == u64::MAX;
+            if live {
                 earliest = earliest.min(idle_from);
             }
-            idle_from > now
+            live
         });
         self.next_sweep = now.saturating_add(SWEEP_EVERY_MICROS);
         self.earliest_idle = earliest;

@@ -137,7 +137,7 @@ impl<const N: usize> CompactCounter<N> {
     /// the number of limits.
     pub(crate) fn decide_micros(&mut self, now: u64, limits: &[Limit]) -> Decision {
         debug_assert_eq!(limits.len(), N);
-        decide::<N>(&mut self.slots, now, limits)
+        decide_inline(&mut self.slots, now, limits)
     }
 
     pub(crate) fn idle_from_micros(&self, limits: &[Limit]) -> u64 {
@@ -196,15 +196,15 @@ impl<const N: usize> PackedCounter<N> {
     ) -> Decision {
         debug_assert!(limits.len() == N && base.covers(now));
         let mut slots = self.unpack(base);
-        let decision = decide::<N>(&mut slots, now, limits);
+        let decision = decide_inline(&mut slots, now, limits);
         for (index, (packed, slot)) in self.slots.iter_mut().zip(&slots).enumerate() {
-            let offset = base.offset(index, slot.window);
-            let counts = (u16::try_from(slot.previous), u16::try_from(slot.current));
-            debug_assert!(offset.is_some() && counts.0.is_ok() && counts.1.is_ok());
+            // A count never exceeds its limit's max (see the type's docs):
+            // truncating spares a check on every decision.
+            debug_assert!(slot.previous.max(slot.current) <= Self::LARGEST_MAX);
             *packed = PackedSlot {
-                offset: offset.unwrap_or(u32::MAX),
-                previous: counts.0.unwrap_or(u16::MAX),
-                current: counts.1.unwrap_or(u16::MAX),
+                offset: base.offset_of(index, slot.window),
+                previous: slot.previous as u16,
+                current: slot.current as u16,
             };
         }
         decision
@@ -223,6 +223,15 @@ impl<const N: usize> PackedCounter<N> {
 
     pub(crate) fn idle_from_micros(&self, limits: &[Limit], base: &WindowBase<N>) -> u64 {
         idle_from(&self.unpack(base), limits)
+    }
+}
+
+/// [`decide`] for exactly `N` limits held inline: a single limit goes
+/// straight to [`decide_one`], settled when the type is chosen.
+fn decide_inline<const N: usize>(slots: &mut [Slot; N], now: u64, limits: &[Limit]) -> Decision {
+    match (N, slots.first_mut(), limits.first()) {
+        (1, Some(slot), Some(limit)) => decide_one(slot, now, limit),
+        _ => decide::<N>(slots, now, limits),
     }
 }
 

@@ -112,10 +112,8 @@ impl<const N: usize> PackedFixed<N> {
         let mut slots = self.unpack(base);
         let decision = decide(&mut slots, now, limits);
         for (index, (packed, slot)) in self.slots.iter_mut().zip(&slots).enumerate() {
-            let offset = base.offset(index, slot.window);
-            debug_assert!(offset.is_some());
             *packed = PackedSlot {
-                offset: offset.unwrap_or(u32::MAX),
+                offset: base.offset_of(index, slot.window),
                 count: slot.count,
             };
         }

@@ -89,9 +89,16 @@ impl<const N: usize> WindowBase<N> {
         self.windows[index] + u64::from(offset)
     }
 
-    /// The offset of full window index `window` for limit `index`, if in
-    /// reach: after a decision at a time covered, always.
-    pub(crate) fn offset(&self, index: usize, window: u64) -> Option<u32> {
+    /// The offset of full window index `window` for limit `index`, for a
+    /// window a decision at a covered time moved to: always in reach (see
+    /// [`covers`](Self::covers)), so it is not checked on every decision.
+    pub(crate) fn offset_of(&self, index: usize, window: u64) -> u32 {
+        debug_assert!(self.offset(index, window).is_some());
+        window.wrapping_sub(self.windows[index]) as u32
+    }
+
+    /// The offset of full window index `window` for limit `index`, if in reach.
+    fn offset(&self, index: usize, window: u64) -> Option<u32> {
         window
             .checked_sub(self.windows[index])
             .and_then(|offset| u32::try_from(offset).ok())

@@ -74,6 +74,7 @@ impl PolicyMaps {
         self.more.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
+    #[inline]
     fn find_cached<T: Any>(&self, store: u64) -> Option<&T> {
         for slot in &self.cached {
             let (owner, map) = slot.get()?;
@@ -141,6 +142,7 @@ impl Default for Registry {
 
 impl Registry {
     /// Runs `f` on `policy`'s `T` in this store, made by `make` if missing.
+    #[inline]
     pub(super) fn with<T, R>(
         &self,
         policy: &Policy,

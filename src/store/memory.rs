@@ -190,6 +190,7 @@ impl<C: Clock> MemoryStore<C> {
     }
 
     /// Runs `f` on `policy`'s map of `S` states for keys of type `K`.
+    #[inline]
     fn with_shards<K, S, R>(&self, policy: &Policy, f: impl FnOnce(&Shards<K, S>) -> R) -> R
     where
         K: Hash + Eq + Send + Sync + 'static,

@@ -124,18 +124,18 @@ impl<K: Hash + Eq, S: AlgorithmState> Shards<K, S> {
         // most decisions. It does not poison, which is sound here: a panic
         // while holding it cannot leave a shard half-updated (every update
         // is a plain store).
-        let mut shard = self.shards[index].0.lock();
+        let mut guard = self.shards[index].0.lock();
+        let shard = &mut *guard;
         shard.prepare(now, policy);
-        let base = shard.base;
         if let Some(entry) = shard.table.find_mut(hash, |entry| entry.key == key) {
-            return entry.state.decide(now, policy, &base);
+            return entry.state.decide(now, policy, &shard.base);
         }
-        if let Some(refusal) = self.no_room(&mut shard, policy, now) {
+        if let Some(refusal) = self.no_room(shard, policy, now) {
             return refusal;
         }
         let mut state = S::default();
-        let decision = state.decide(now, policy, &base);
-        let idle_from = state.idle_from(policy, &base);
+        let decision = state.decide(now, policy, &shard.base);
+        let idle_from = state.idle_from(policy, &shard.base);
         shard.earliest_idle = shard.earliest_idle.min(idle_from);
         let hasher = &self.hasher;
         shard

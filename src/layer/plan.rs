@@ -31,7 +31,7 @@ use crate::policy::Policy;
 /// Build the policies **once**, outside the closure, and hand out clones: a
 /// policy built inside it is a new policy on every request, with a fresh
 /// window each time — no limit at all in a [`MemoryStore`](crate::MemoryStore),
-/// and a store filling with dead entries.
+/// which also makes (and drops) a map of keys for it on every request.
 ///
 /// Each policy keeps its own windows: a key moved to another plan starts
 /// afresh under it (in a [`MemoryStore`](crate::MemoryStore); a

@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use super::refusal::{tightest, Verdict};
+use super::refusal::{accepted, tightest, Verdict};
 use super::slots::Slots;
 use super::window_base::WindowBase;
 use crate::clock::micros;
@@ -270,12 +270,42 @@ fn decide<const N: usize>(slots: &mut [Slot], now: u64, limits: &[Limit]) -> Dec
         current: slots[index].current,
         elapsed: elapsed[index],
     };
+    if let Some(index) = clearly_tightest(slots, limits) {
+        return accepted(limits, now, index, sliding(index));
+    }
     tightest(
         limits,
         now,
         |index| remaining(&slots[index], &limits[index], elapsed[index]),
         sliding,
     )
+}
+
+/// The limit with the least remaining quota when bounds alone settle it,
+/// without the divisions that make each quota exact.
+///
+/// A limit's remaining quota lies between `max - current - previous` and
+/// `max - current`, since the previous window weighs a fraction of its
+/// count. When one limit's upper bound is below every other's lower bound
+/// it is strictly the tightest, with no tie to break. A per-second limit
+/// beside a per-minute one is usually that far apart.
+fn clearly_tightest(slots: &[Slot], limits: &[Limit]) -> Option<usize> {
+    let bounds = |slot: &Slot, limit: &Limit| {
+        let most = limit.max().saturating_sub(slot.current);
+        (most.saturating_sub(slot.previous), most)
+    };
+    let (mut best, (mut best_least, mut best_most)) = (0, bounds(&slots[0], &limits[0]));
+    let mut others_least = u32::MAX;
+    for (index, (slot, limit)) in slots.iter().zip(limits).enumerate().skip(1) {
+        let (least, most) = bounds(slot, limit);
+        if most < best_most {
+            others_least = others_least.min(best_least);
+            (best, best_least, best_most) = (index, least, most);
+        } else {
+            others_least = others_least.min(least);
+        }
+    }
+    (best_most < others_least).then_some(best)
 }
 
 /// [`decide`] for the commonest policy, a single limit: no choosing

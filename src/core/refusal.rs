@@ -73,11 +73,16 @@ pub(crate) fn tightest(
             }
         }
     }
+    accepted(limits, now, index, chosen)
+}
+
+/// An acceptance that limit `index` speaks for, with its `quota`.
+pub(crate) fn accepted(limits: &[Limit], now: u64, index: usize, quota: Quota) -> Decision {
     Decision {
         allowed: true,
         limit_index: u16::try_from(index).unwrap_or(u16::MAX),
         limit: limits[index],
-        quota: chosen,
+        quota,
         retry_after_micros: 0,
         at_micros: now,
         origin: Origin::Limits,

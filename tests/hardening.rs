@@ -83,6 +83,41 @@ fn log_never_over_admits_under_real_time_and_two_threads() {
     );
 }
 
+/// A memory store keeps an idle key five seconds before dropping it, so a
+/// request judged a little behind the clock that swept still finds the
+/// key's full window instead of a fresh one.
+#[test]
+fn a_late_request_finds_a_just_idle_key_still_counted() {
+    // Two requests at 4 s, under 2 per 10 s. The key goes idle at 10 s (the
+    // fixed window's end), just after 14 s (the log's stamps leave) or at
+    // 20 s (the counter's window no longer weighs); the shard is then swept
+    // two seconds later, inside the five seconds' grace.
+    for (algorithm, swept_at) in [
+        (Algorithm::FixedWindow, 12.0),
+        (Algorithm::SlidingLog, 16.0),
+        (Algorithm::SlidingCounter, 22.0),
+    ] {
+        let policy =
+            Policy::new(algorithm, [Limit::new(2, Duration::from_secs(10)).unwrap()]).unwrap();
+        let clock = ManualClock::new();
+        // Sixteen keys make one shard, so another key's decision sweeps it.
+        let store = MemoryStore::with_clock(clock.clone())
+            .with_max_keys(16)
+            .unwrap();
+        let at = |seconds: f64| clock.set(Duration::from_secs_f64(seconds));
+        at(4.0);
+        assert!(store.decide_now("late", &policy).is_allowed());
+        assert!(store.decide_now("late", &policy).is_allowed());
+        at(swept_at);
+        store.decide_now("other", &policy);
+        at(9.5);
+        assert!(
+            !store.decide_now("late", &policy).is_allowed(),
+            "{algorithm:?}: a request at 9.5 s got a fresh window"
+        );
+    }
+}
+
 #[test]
 fn clocks_stepping_back_or_leaping_ahead_never_panic_or_over_admit() {
     let limits = [

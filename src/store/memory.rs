@@ -50,17 +50,19 @@ macro_rules! by_layout {
 /// * **Shared by clones.** Clones share all state, so one store can serve many
 ///   layers. Windows belong to a [`Policy`] and its clones: two layers built
 ///   separately never share a window, even for equal keys.
-/// * **Self-cleaning.** A key whose windows have all gone by is dropped the
-///   next time its shard is used after a five-second sweep interval (or when
-///   its shard is full); no clean-up call is needed. When the last clone of a
-///   policy is dropped, its keys are dropped with it.
+/// * **Self-cleaning.** A key whose windows have all gone by for five seconds
+///   is dropped at its shard's next sweep, run every five seconds of use (and
+///   when the shard is full); no clean-up call is needed. The five seconds
+///   spare a request read a little behind the clock (on another thread, or
+///   after a step back) a fresh window it should not get. When the last
+///   clone of a policy is dropped, its keys are dropped with it.
 /// * **Capped.** At most [`max_keys`](MemoryStore::with_max_keys) live keys
 ///   (one million by default) per policy and key type, split evenly over the
 ///   shards (rounded down): stacked layers with two policies may hold twice
 ///   as many.
 ///   A *new* key arriving at a full shard is refused — a 429 whose
 ///   [`Origin`](crate::Origin) is `StoreFull` and whose retry-after is the
-///   time until some key in that shard goes idle. Live keys are never evicted
+///   time until some key in that shard may be dropped. Live keys are never evicted
 ///   early, so a flood of fresh keys cannot reset anyone's window.
 /// * **Compact.** A counter or fixed window of one or two limits keeps each
 ///   limit's state in eight bytes (16-bit counts for the counter, so only

@@ -14,6 +14,18 @@ use crate::policy::Policy;
 /// How often (in microseconds of store time) a shard in use looks for idle keys.
 const SWEEP_EVERY_MICROS: u64 = 5_000_000;
 
+/// How long a key is kept once it has gone idle. A clock read a little
+/// behind another (two threads racing for a shard, or a clock stepping
+/// back) may still judge a request inside the key's last window; dropping
+/// the key at once would give that request a fresh window.
+const IDLE_GRACE_MICROS: u64 = 5_000_000;
+
+/// When a state idle from `idle_from` may be dropped: never for one idle only
+/// at the end of the clock's range (a time past it saturates to the end).
+fn droppable_from(idle_from: u64) -> u64 {
+    idle_from.checked_add(IDLE_GRACE_MICROS).unwrap_or(u64::MAX)
+}
+
 /// The least time between two sweeps of a full shard: entries that go idle
 /// one by one (the log's) must not make every new key scan the shard.
 const FULL_SWEEP_GAP_MICROS: u64 = 100_000;
@@ -30,10 +42,10 @@ struct Entry<K, S> {
 struct Shard<K, S: AlgorithmState> {
     table: HashTable<Entry<K, S>>,
     next_sweep: u64,
-    /// No entry goes idle before this time (a lower bound: entries only
-    /// ever push their own `idle_from` later), so a full shard need not be
-    /// swept again until then.
-    earliest_idle: u64,
+    /// No entry may be dropped before this time (a lower bound: entries
+    /// only ever push their own idle time later), so a full shard need not
+    /// be swept again until then.
+    earliest_drop: u64,
     /// A full shard is not swept again before this time.
     next_full_sweep: u64,
     /// What the states here are stored relative to.
@@ -41,21 +53,20 @@ struct Shard<K, S: AlgorithmState> {
 }
 
 impl<K, S: AlgorithmState> Shard<K, S> {
-    /// Drops idle entries and notes when the earliest remaining one goes idle.
+    /// Drops entries idle for the grace period and notes when the earliest
+    /// remaining one may be dropped.
     fn sweep(&mut self, now: u64, policy: &Policy) {
         let mut earliest = u64::MAX;
         self.table.retain(|entry| {
-            let idle_from = entry.state.idle_from(policy, &self.base);
-            // A time past the clock's range saturates to its end: a state
-            // idle only then is live at the end itself.
-            let live = idle_from > now || idle_from == u64::MAX;
-            if live {
-                earliest = earliest.min(idle_from);
+            let drop_from = droppable_from(entry.state.idle_from(policy, &self.base));
+            let kept = drop_from > now || drop_from == u64::MAX;
+            if kept {
+                earliest = earliest.min(drop_from);
             }
-            live
+            kept
         });
         self.next_sweep = now.saturating_add(SWEEP_EVERY_MICROS);
-        self.earliest_idle = earliest;
+        self.earliest_drop = earliest;
     }
 
     /// Readies the shard to judge at `now`: a base that covers it, and idle
@@ -99,7 +110,7 @@ impl<K: Hash + Eq, S: AlgorithmState> Shards<K, S> {
                 Padded(Mutex::new(Shard {
                     table: HashTable::new(),
                     next_sweep: SWEEP_EVERY_MICROS,
-                    earliest_idle: u64::MAX,
+                    earliest_drop: u64::MAX,
                     next_full_sweep: 0,
                     base: S::Base::default(),
                 }))
@@ -135,8 +146,8 @@ impl<K: Hash + Eq, S: AlgorithmState> Shards<K, S> {
         }
         let mut state = S::default();
         let decision = state.decide(now, policy, &shard.base);
-        let idle_from = state.idle_from(policy, &shard.base);
-        shard.earliest_idle = shard.earliest_idle.min(idle_from);
+        let drop_from = droppable_from(state.idle_from(policy, &shard.base));
+        shard.earliest_drop = shard.earliest_drop.min(drop_from);
         let hasher = &self.hasher;
         shard
             .table
@@ -180,20 +191,20 @@ impl<K: Hash + Eq, S: AlgorithmState> Shards<K, S> {
     /// The refusal for a new key when the shard is full of live keys.
     ///
     /// Live keys are never dropped to make room: that would hand their owners
-    /// a fresh window. A new key waits until one goes idle; a sweep runs only
-    /// once one may have, and at most every 100 ms, so a flood costs O(1) a key.
+    /// a fresh window. A new key waits until one may be dropped; a sweep runs
+    /// only once one may, and at most every 100 ms, so a flood costs O(1) a key.
     fn no_room(&self, shard: &mut Shard<K, S>, policy: &Policy, now: u64) -> Option<Decision> {
         if shard.table.len() < self.keys_per_shard {
             return None;
         }
-        if now >= shard.earliest_idle && now >= shard.next_full_sweep {
+        if now >= shard.earliest_drop && now >= shard.next_full_sweep {
             shard.sweep(now, policy);
             shard.next_full_sweep = now.saturating_add(FULL_SWEEP_GAP_MICROS);
         }
         if shard.table.len() < self.keys_per_shard {
             return None;
         }
-        let room_at = shard.earliest_idle.max(shard.next_full_sweep);
+        let room_at = shard.earliest_drop.max(shard.next_full_sweep);
         let wait = room_at.saturating_sub(now).max(1);
         Some(Decision::substitute(
             false,

@@ -23,7 +23,7 @@ const IDLE_GRACE_MICROS: u64 = 5_000_000;
 /// When a state idle from `idle_from` may be dropped: never for one idle only
 /// at the end of the clock's range (a time past it saturates to the end).
 fn droppable_from(idle_from: u64) -> u64 {
-    idle_from.checked_add(IDLE_GRACE_MICROS).unwrap_or(u64::MAX)
+    idle_from.saturating_add(IDLE_GRACE_MICROS)
 }
 
 /// The least time between two sweeps of a full shard: entries that go idle

@@ -236,6 +236,10 @@ fn decide_inline<const N: usize>(slots: &mut [Slot; N], now: u64, limits: &[Limi
 }
 
 /// `N` is the most limits judged on the stack; more spill to the heap.
+///
+/// Never inlined: inlined into [`decide_inline`], its body made the
+/// one-limit path save and restore six registers it does not use.
+#[inline(never)]
 fn decide<const N: usize>(slots: &mut [Slot], now: u64, limits: &[Limit]) -> Decision {
     if let ([slot], [limit]) = (&mut *slots, limits) {
         return decide_one(slot, now, limit);

@@ -33,6 +33,7 @@ pub(crate) struct PolicyMaps {
     more: Mutex<Vec<Held>>,
 }
 
+#[derive(Clone)]
 struct Held {
     store: u64,
     store_alive: Weak<()>,
@@ -58,15 +59,7 @@ impl PolicyMaps {
                 let _ = to.set(held.clone());
             }
         }
-        *copy.more() = self
-            .more()
-            .iter()
-            .map(|held| Held {
-                store: held.store,
-                store_alive: held.store_alive.clone(),
-                map: held.map.clone(),
-            })
-            .collect();
+        *copy.more() = self.more().clone();
         copy
     }
 

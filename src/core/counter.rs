@@ -6,9 +6,11 @@ use std::time::Duration;
 use super::refusal::{accepted, tightest, Verdict};
 use super::slots::Slots;
 use super::window_base::WindowBase;
+use super::AlgorithmState;
 use crate::clock::micros;
 use crate::decision::{Decision, Origin, Quota};
 use crate::limit::Limit;
+use crate::policy::Policy;
 
 /// Counts for one limit: accepted requests in the fixed window `window` and
 /// in the one before it.
@@ -185,15 +187,29 @@ impl<const N: usize> PackedCounter<N> {
             }
         })
     }
+}
 
-    /// Only for a policy of exactly `N` limits within
-    /// [`LARGEST_MAX`](Self::LARGEST_MAX), at a time `base` covers.
-    pub(crate) fn decide_micros(
-        &mut self,
-        now: u64,
-        limits: &[Limit],
-        base: &WindowBase<N>,
-    ) -> Decision {
+/// For policies of exactly `N` limits within
+/// [`LARGEST_MAX`](PackedCounter::LARGEST_MAX), judged at times the base
+/// covers.
+impl<const N: usize> AlgorithmState for PackedCounter<N> {
+    type Base = WindowBase<N>;
+
+    fn base_around(now: u64, policy: &Policy) -> WindowBase<N> {
+        WindowBase::around(now, policy.limits())
+    }
+
+    fn rebase(&mut self, from: &WindowBase<N>, to: &WindowBase<N>, policy: &Policy) -> bool {
+        from.move_slots(
+            to,
+            &mut self.slots,
+            |packed| &mut packed.offset,
+            policy.limits(),
+        )
+    }
+
+    fn decide(&mut self, now: u64, policy: &Policy, base: &WindowBase<N>) -> Decision {
+        let limits = policy.limits();
         debug_assert!(limits.len() == N && base.covers(now));
         let mut slots = self.unpack(base);
         let decision = decide_inline(&mut slots, now, limits);
@@ -210,19 +226,8 @@ impl<const N: usize> PackedCounter<N> {
         decision
     }
 
-    /// Moves the state from base `from` to base `to`; false if it cannot be
-    /// kept (see [`WindowBase::move_slots`]).
-    pub(crate) fn move_base(
-        &mut self,
-        from: &WindowBase<N>,
-        to: &WindowBase<N>,
-        limits: &[Limit],
-    ) -> bool {
-        from.move_slots(to, &mut self.slots, |packed| &mut packed.offset, limits)
-    }
-
-    pub(crate) fn idle_from_micros(&self, limits: &[Limit], base: &WindowBase<N>) -> u64 {
-        idle_from(&self.unpack(base), limits)
+    fn idle_from(&self, policy: &Policy, base: &WindowBase<N>) -> u64 {
+        idle_from(&self.unpack(base), policy.limits())
     }
 }
 

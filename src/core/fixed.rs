@@ -7,9 +7,11 @@ use super::counter::counted_since;
 use super::refusal::{tightest, Verdict};
 use super::slots::Slots;
 use super::window_base::WindowBase;
+use super::AlgorithmState;
 use crate::clock::micros;
 use crate::decision::{Decision, Quota};
 use crate::limit::Limit;
+use crate::policy::Policy;
 
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 struct Slot {
@@ -100,14 +102,27 @@ impl<const N: usize> PackedFixed<N> {
             count: self.slots[index].count,
         })
     }
+}
 
-    /// Only for a policy of exactly `N` limits, at a time `base` covers.
-    pub(crate) fn decide_micros(
-        &mut self,
-        now: u64,
-        limits: &[Limit],
-        base: &WindowBase<N>,
-    ) -> Decision {
+/// For policies of exactly `N` limits, judged at times the base covers.
+impl<const N: usize> AlgorithmState for PackedFixed<N> {
+    type Base = WindowBase<N>;
+
+    fn base_around(now: u64, policy: &Policy) -> WindowBase<N> {
+        WindowBase::around(now, policy.limits())
+    }
+
+    fn rebase(&mut self, from: &WindowBase<N>, to: &WindowBase<N>, policy: &Policy) -> bool {
+        from.move_slots(
+            to,
+            &mut self.slots,
+            |packed| &mut packed.offset,
+            policy.limits(),
+        )
+    }
+
+    fn decide(&mut self, now: u64, policy: &Policy, base: &WindowBase<N>) -> Decision {
+        let limits = policy.limits();
         debug_assert!(limits.len() == N && base.covers(now));
         let mut slots = self.unpack(base);
         let decision = decide(&mut slots, now, limits);
@@ -120,18 +135,8 @@ impl<const N: usize> PackedFixed<N> {
         decision
     }
 
-    /// As `PackedCounter::move_base`.
-    pub(crate) fn move_base(
-        &mut self,
-        from: &WindowBase<N>,
-        to: &WindowBase<N>,
-        limits: &[Limit],
-    ) -> bool {
-        from.move_slots(to, &mut self.slots, |packed| &mut packed.offset, limits)
-    }
-
-    pub(crate) fn idle_from_micros(&self, limits: &[Limit], base: &WindowBase<N>) -> u64 {
-        idle_from(&self.unpack(base), limits)
+    fn idle_from(&self, policy: &Policy, base: &WindowBase<N>) -> u64 {
+        idle_from(&self.unpack(base), policy.limits())
     }
 }
 

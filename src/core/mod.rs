@@ -159,46 +159,6 @@ impl<const N: usize> AlgorithmState for CompactCounter<N> {
     }
 }
 
-impl<const N: usize> AlgorithmState for PackedCounter<N> {
-    type Base = WindowBase<N>;
-
-    fn base_around(now: u64, policy: &Policy) -> WindowBase<N> {
-        WindowBase::around(now, policy.limits())
-    }
-
-    fn rebase(&mut self, from: &WindowBase<N>, to: &WindowBase<N>, policy: &Policy) -> bool {
-        self.move_base(from, to, policy.limits())
-    }
-
-    fn decide(&mut self, now: u64, policy: &Policy, base: &WindowBase<N>) -> Decision {
-        self.decide_micros(now, policy.limits(), base)
-    }
-
-    fn idle_from(&self, policy: &Policy, base: &WindowBase<N>) -> u64 {
-        self.idle_from_micros(policy.limits(), base)
-    }
-}
-
-impl<const N: usize> AlgorithmState for PackedFixed<N> {
-    type Base = WindowBase<N>;
-
-    fn base_around(now: u64, policy: &Policy) -> WindowBase<N> {
-        WindowBase::around(now, policy.limits())
-    }
-
-    fn rebase(&mut self, from: &WindowBase<N>, to: &WindowBase<N>, policy: &Policy) -> bool {
-        self.move_base(from, to, policy.limits())
-    }
-
-    fn decide(&mut self, now: u64, policy: &Policy, base: &WindowBase<N>) -> Decision {
-        self.decide_micros(now, policy.limits(), base)
-    }
-
-    fn idle_from(&self, policy: &Policy, base: &WindowBase<N>) -> u64 {
-        self.idle_from_micros(policy.limits(), base)
-    }
-}
-
 impl AlgorithmState for FixedWindow {
     type Base = ();
 

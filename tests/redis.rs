@@ -62,8 +62,21 @@ async fn random_traffic_gets_identical_decisions_from_redis_and_memory() {
     // The window script has its own paths for one, two and more limits.
     let one: &[(u32, u64)] = &[(6, 2_000)];
     let three: &[(u32, u64)] = &[(3, 500), (8, 2_000), (25, 10_000)];
+    // The window script is written for each policy, up to the most limits
+    // a policy may hold.
+    let eight: &[(u32, u64)] = &[
+        (2, 300),
+        (3, 700),
+        (5, 1_500),
+        (8, 4_000),
+        (12, 9_000),
+        (20, 20_000),
+        (30, 50_000),
+        (45, 120_000),
+    ];
+    assert_eq!(eight.len(), Policy::MAX_LIMITS);
     type Run<'a> = (u64, Algorithm, &'a [(u32, u64)]);
-    let runs: [Run; 9] = [
+    let runs: [Run; 11] = [
         (7, ALGORITHMS[0], small),
         (11, ALGORITHMS[1], small),
         (13, ALGORITHMS[2], small),
@@ -73,6 +86,8 @@ async fn random_traffic_gets_identical_decisions_from_redis_and_memory() {
         (29, ALGORITHMS[2], one),
         (31, ALGORITHMS[1], three),
         (37, ALGORITHMS[2], three),
+        (41, ALGORITHMS[1], eight),
+        (43, ALGORITHMS[2], eight),
     ];
     for (seed, algorithm, limits) in runs {
         // Fresh stores per run: Redis shares windows between equal policies.
@@ -120,28 +135,32 @@ async fn the_counter_stays_exact_beyond_double_precision() {
     const W: u64 = 3_000_000_000_000_742;
     const BOUNDARY: u64 = 999_666_777_741;
     assert_eq!(3001 * (W - BOUNDARY), 3000 * W + 1);
-    let limit = Limit::new(3001, Duration::from_micros(W)).unwrap();
-    let policy = Policy::new(Algorithm::SlidingCounter, [limit]).unwrap();
-    let clock = ManualClock::new();
-    let redis = store_at(&shared_url(), &clock).await;
-    let memory = MemoryStore::with_clock(clock.clone());
-    let both = |at: u64| {
-        clock.set(Duration::from_micros(at));
-        let (redis, memory, policy) = (&redis, &memory, &policy);
-        async move {
-            let from_memory = memory.decide("k", policy).await.unwrap();
-            let from_redis = redis.decide("k", policy).await.unwrap();
-            assert_eq!(from_redis, from_memory, "at {at} µs");
-            from_redis.is_allowed()
+    let long = Limit::new(3001, Duration::from_micros(W)).unwrap();
+    // Beside a limit whose products stay exact in doubles, and never binds.
+    let short = Limit::new(10_000, Duration::from_millis(1)).unwrap();
+    for limits in [vec![long], vec![short, long]] {
+        let policy = Policy::new(Algorithm::SlidingCounter, limits).unwrap();
+        let clock = ManualClock::new();
+        let redis = store_at(&shared_url(), &clock).await;
+        let memory = MemoryStore::with_clock(clock.clone());
+        let both = |at: u64| {
+            clock.set(Duration::from_micros(at));
+            let (redis, memory, policy) = (&redis, &memory, &policy);
+            async move {
+                let from_memory = memory.decide("k", policy).await.unwrap();
+                let from_redis = redis.decide("k", policy).await.unwrap();
+                assert_eq!(from_redis, from_memory, "at {at} µs");
+                from_redis.is_allowed()
+            }
+        };
+        for _ in 0..3001 {
+            assert!(both(0).await);
         }
-    };
-    for _ in 0..3001 {
-        assert!(both(0).await);
+        // previous * (w - e) <= (max - current - 1) * w decides; the two
+        // sides are 9e18, and one over at the boundary.
+        assert!(!both(W + BOUNDARY).await, "one past the quota is refused");
+        assert!(both(W + BOUNDARY + 1).await, "a microsecond later it fits");
     }
-    // previous * (w - e) <= (max - current - 1) * w decides; the two sides
-    // are 9e18, and one over at the boundary.
-    assert!(!both(W + BOUNDARY).await, "one past the quota is refused");
-    assert!(both(W + BOUNDARY + 1).await, "a microsecond later it fits");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

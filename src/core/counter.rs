@@ -22,6 +22,18 @@ struct Slot {
 }
 
 impl Slot {
+    /// The window this slot last counted a request in, or 0 if it holds no
+    /// count: what bounds the time a clock stepping back is judged at. A
+    /// slot without counts can be at a later window than any request: a
+    /// store resets a slot that has expired to its shard's base window.
+    fn counted_in(&self) -> u64 {
+        if self.current == 0 && self.previous == 0 {
+            0
+        } else {
+            self.window
+        }
+    }
+
     /// Moves the slot to fixed window `k` (never backwards).
     fn roll_to(&mut self, k: u64) {
         if k == self.window {
@@ -213,6 +225,9 @@ impl<const N: usize> AlgorithmState for PackedCounter<N> {
         debug_assert!(limits.len() == N && base.covers(now));
         let mut slots = self.unpack(base);
         let decision = decide_inline(&mut slots, now, limits);
+        if !decision.is_allowed() {
+            return decision;
+        }
         for (index, (packed, slot)) in self.slots.iter_mut().zip(&slots).enumerate() {
             // A count never exceeds its limit's max (see the type's docs):
             // truncating spares a check on every decision.
@@ -249,35 +264,41 @@ fn decide<const N: usize>(slots: &mut [Slot], now: u64, limits: &[Limit]) -> Dec
     if let ([slot], [limit]) = (&mut *slots, limits) {
         return decide_one(slot, now, limit);
     }
-    let now = now.max(counted_since(slots.iter().map(|s| s.window), limits));
-    // Per limit: the time into its window, kept for the decision.
-    let mut inline = [0; N];
+    let now = now.max(counted_since(slots.iter().map(Slot::counted_in), limits));
+    // Per limit: its window at `now` and the time into it, kept for the
+    // decision.
+    let mut inline = [(0, 0); N];
     let mut spilled = Vec::new();
-    let elapsed: &mut [u64] = if limits.len() <= inline.len() {
+    let at: &mut [(u64, u64)] = if limits.len() <= inline.len() {
         &mut inline[..limits.len()]
     } else {
-        spilled.resize(limits.len(), 0);
+        spilled.resize(limits.len(), (0, 0));
         &mut spilled
     };
+    // A refusal leaves the state as it was: rolling the windows forward
+    // would move the time a clock stepping back is judged at, which the
+    // Redis script (writing nothing on a refusal) could not follow.
     let mut verdict = Verdict::default();
-    for (index, (slot, limit)) in slots.iter_mut().zip(limits).enumerate() {
+    for (index, (slot, limit)) in slots.iter().zip(limits).enumerate() {
         let (k, e) = split(slot, now, limit.window_micros());
-        slot.roll_to(k);
-        if !fits(slot, limit, e) {
-            verdict.refuse(index, wait_for(slot, limit, e, 1));
+        let mut rolled = *slot;
+        rolled.roll_to(k);
+        if !fits(&rolled, limit, e) {
+            verdict.refuse(index, wait_for(&rolled, limit, e, 1));
         }
-        elapsed[index] = e;
+        at[index] = (k, e);
     }
     if let Some(refusal) = verdict.refusal(limits, now) {
         return refusal;
     }
-    for slot in slots.iter_mut() {
+    for (slot, &(k, _)) in slots.iter_mut().zip(&*at) {
+        slot.roll_to(k);
         slot.current = slot.current.saturating_add(1);
     }
     let sliding = |index: usize| Quota::Sliding {
         previous: slots[index].previous,
         current: slots[index].current,
-        elapsed: elapsed[index],
+        elapsed: at[index].1,
     };
     if let Some(index) = clearly_tightest(slots, limits) {
         return accepted(limits, now, index, sliding(index));
@@ -285,7 +306,7 @@ fn decide<const N: usize>(slots: &mut [Slot], now: u64, limits: &[Limit]) -> Dec
     tightest(
         limits,
         now,
-        |index| remaining(&slots[index], &limits[index], elapsed[index]),
+        |index| remaining(&slots[index], &limits[index], at[index].1),
         sliding,
     )
 }
@@ -321,16 +342,19 @@ fn clearly_tightest(slots: &[Slot], limits: &[Limit]) -> Option<usize> {
 /// between limits, and the quota left to be worked out if it is read.
 fn decide_one(slot: &mut Slot, now: u64, limit: &Limit) -> Decision {
     let w = limit.window_micros();
-    let now = now.max(slot.window.saturating_mul(w));
+    let now = now.max(slot.counted_in().saturating_mul(w));
     let (k, elapsed) = split(slot, now, w);
-    slot.roll_to(k);
-    if !fits(slot, limit, elapsed) {
+    // A refusal leaves the state as it was (see `decide`).
+    let mut rolled = *slot;
+    rolled.roll_to(k);
+    if !fits(&rolled, limit, elapsed) {
         let mut verdict = Verdict::default();
-        verdict.refuse(0, wait_for(slot, limit, elapsed, 1));
+        verdict.refuse(0, wait_for(&rolled, limit, elapsed, 1));
         return verdict
             .refusal(std::slice::from_ref(limit), now)
             .expect("refused above");
     }
+    *slot = rolled;
     slot.current = slot.current.saturating_add(1);
     Decision {
         allowed: true,
@@ -416,8 +440,9 @@ fn idle_from(slots: &[Slot], limits: &[Limit]) -> u64 {
         .unwrap_or(0)
 }
 
-/// The start of the latest fixed window any limit has counted in: the
-/// earliest time a decision may be made at.
+/// The start of the latest fixed window any limit has counted in (given
+/// each limit's window, 0 for none): the earliest time a decision may be
+/// made at.
 pub(crate) fn counted_since(windows: impl Iterator<Item = u64>, limits: &[Limit]) -> u64 {
     windows
         .zip(limits)

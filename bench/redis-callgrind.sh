@@ -17,6 +17,7 @@ port=6411
 for tool in valgrind callgrind_control python3 redis-server redis-cli; do
   command -v "$tool" >/dev/null || { echo "$tool is needed" >&2; exit 1; }
 done
+cargo build --release -q --features redis --example redis_script
 out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
 

@@ -61,6 +61,10 @@ struct PolicyInner {
     headers: OnceLock<PolicyHeaders>,
     /// This policy's key states in the memory stores it is used with.
     maps: PolicyMaps,
+    /// The Redis store's scripts written for this policy (peeking, then
+    /// recording), built the first time each is needed.
+    #[cfg(feature = "redis")]
+    redis_window_scripts: [OnceLock<redis::Script>; 2],
 }
 
 impl Policy {
@@ -96,6 +100,8 @@ impl Policy {
                 name: None,
                 headers: OnceLock::new(),
                 maps: PolicyMaps::default(),
+                #[cfg(feature = "redis")]
+                redis_window_scripts: Default::default(),
             }),
         })
     }
@@ -115,6 +121,8 @@ impl Policy {
                 name: Some(name.into()),
                 headers: OnceLock::new(),
                 maps: inner.maps.share(),
+                #[cfg(feature = "redis")]
+                redis_window_scripts: inner.redis_window_scripts.clone(),
             }),
         }
     }
@@ -168,6 +176,17 @@ impl Policy {
 
     pub(crate) fn headers(&self) -> &PolicyHeaders {
         self.inner.headers.get_or_init(|| PolicyHeaders::new(self))
+    }
+
+    /// The Redis store's window script for this policy, made by `make` the
+    /// first time it is needed.
+    #[cfg(feature = "redis")]
+    pub(crate) fn redis_window_script(
+        &self,
+        record: bool,
+        make: impl FnOnce() -> redis::Script,
+    ) -> &redis::Script {
+        self.inner.redis_window_scripts[usize::from(record)].get_or_init(make)
     }
 }
 

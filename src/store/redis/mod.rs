@@ -4,6 +4,7 @@
 mod failure;
 mod keys;
 mod scripts;
+mod window_script;
 
 use std::fmt::Display;
 use std::future::Future;
@@ -26,7 +27,12 @@ use crate::policy::{Algorithm, Policy};
 ///
 /// * **One round trip per decision.** All limits of a policy are judged and
 ///   recorded all-or-nothing by one script, called by its SHA (reloaded
-///   transparently after a restart, failover or `SCRIPT FLUSH`).
+///   transparently after a restart, failover or `SCRIPT FLUSH`). The
+///   counter's and fixed window's script is written for each policy, with
+///   its limits as constants, which spares Redis a fifth of its work per
+///   call; each policy shape therefore adds one script (two if peeked) to
+///   Redis's script cache. [`script_source`](RedisStore::script_source)
+///   shows the text.
 /// * **Server time.** By default the script reads Redis `TIME`, so
 ///   application servers with skewed clocks agree, and fixed windows are
 ///   aligned to the Unix epoch. Each key remembers the latest time it was
@@ -208,6 +214,23 @@ impl RedisStore {
         keys::key_name(&self.prefix, key, policy.name(), policy.signature())
     }
 
+    /// The Lua script this store runs in Redis to judge and record a request
+    /// under `policy`, to read what runs on the server (or to measure it).
+    ///
+    /// The sliding counter and fixed window have a script written for each
+    /// policy: no arguments but an optional `ARGV[1]`, now in microseconds
+    /// (else the script reads `TIME`), and `KEYS[1]`, the state. The log's
+    /// script is shared by all policies and takes the policy packed in
+    /// `ARGV[1]` (its header says how), then the optional time.
+    pub fn script_source(policy: &Policy) -> String {
+        match policy.algorithm() {
+            Algorithm::SlidingLog => scripts::LOG_SOURCE.to_owned(),
+            Algorithm::SlidingCounter | Algorithm::FixedWindow => {
+                window_script::source(policy, true)
+            }
+        }
+    }
+
     /// Judges `key` under `policy` in Redis (recording it if `record`), with
     /// no timeout or failure policy.
     async fn judge(
@@ -216,12 +239,18 @@ impl RedisStore {
         policy: &Policy,
         record: bool,
     ) -> Result<Decision, StoreError> {
-        let script = match policy.algorithm() {
-            Algorithm::SlidingLog => &*scripts::LOG,
-            Algorithm::SlidingCounter | Algorithm::FixedWindow => &*scripts::WINDOW,
+        let mut invocation = match policy.algorithm() {
+            Algorithm::SlidingLog => {
+                let mut invocation = scripts::LOG.key(name);
+                invocation.arg(scripts::log_spec(policy, record));
+                invocation
+            }
+            Algorithm::SlidingCounter | Algorithm::FixedWindow => policy
+                .redis_window_script(record, || {
+                    redis::Script::new(&window_script::source(policy, record))
+                })
+                .key(name),
         };
-        let mut invocation = script.key(name);
-        invocation.arg(scripts::spec(policy, record));
         // Without a client clock the script reads the server's TIME.
         if let Some(clock) = &self.clock {
             invocation.arg(clock());

@@ -12,20 +12,10 @@ use crate::decision::{Decision, Quota};
 use crate::policy::{Algorithm, Policy};
 use crate::store::StoreError;
 
-/// Sliding counter and fixed window.
-pub(super) static WINDOW: LazyLock<Script> = LazyLock::new(|| {
-    Script::new(concat!(
-        include_str!("arguments.lua"),
-        include_str!("window.lua")
-    ))
-});
-/// Sliding log.
-pub(super) static LOG: LazyLock<Script> = LazyLock::new(|| {
-    Script::new(concat!(
-        include_str!("arguments.lua"),
-        include_str!("log.lua")
-    ))
-});
+/// Sliding log. The counter and fixed window have a script per policy
+/// (`window_script`).
+pub(super) static LOG: LazyLock<Script> = LazyLock::new(|| Script::new(LOG_SOURCE));
+pub(super) const LOG_SOURCE: &str = concat!(include_str!("arguments.lua"), include_str!("log.lua"));
 
 /// How long a key's state is kept, in milliseconds, rounded up: the TTL
 /// that lets idle clients vanish. The scripts renew it only now and then
@@ -42,22 +32,13 @@ pub(super) fn ttl_millis(policy: &Policy) -> u64 {
     span.div_ceil(1_000).saturating_add(1)
 }
 
-/// A script's second argument: the mode, the TTL and every limit, packed
-/// as the scripts unpack them (one string costs Redis less to take in than
-/// a string per number).
-pub(super) fn spec(policy: &Policy, record: bool) -> Vec<u8> {
-    let mode = match policy.algorithm() {
-        Algorithm::SlidingCounter => b's',
-        Algorithm::FixedWindow => b'f',
-        Algorithm::SlidingLog => b'l',
-    };
+/// The log script's first argument: the mode, the TTL and every limit,
+/// packed as the script unpacks them (one string costs Redis less to take
+/// in than a string per number).
+pub(super) fn log_spec(policy: &Policy, record: bool) -> Vec<u8> {
     let mut spec = Vec::with_capacity(9 + 12 * policy.limits().len());
     // Capitals judge without recording.
-    spec.push(if record {
-        mode
-    } else {
-        mode.to_ascii_uppercase()
-    });
+    spec.push(if record { b'l' } else { b'L' });
     spec.extend_from_slice(&ttl_millis(policy).to_le_bytes());
     for limit in policy.limits() {
         spec.extend_from_slice(&limit.max().to_le_bytes());

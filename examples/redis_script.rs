@@ -1,0 +1,45 @@
+//! Prints the Lua script the Redis store runs for one of the policies that
+//! `bench/redis-callgrind.sh` measures, for `bench/redis_load.py` to load.
+//!
+//! `cargo run --example redis_script --features redis -- counter`
+
+use std::time::Duration;
+
+use tower_sliding_window::{Algorithm, Limit, Policy, RedisStore};
+
+fn main() {
+    let which = std::env::args().nth(1).unwrap_or_default();
+    let limit = |max, window_micros| Limit::new(max, Duration::from_micros(window_micros));
+    let (algorithm, limits) = match which.as_str() {
+        "counter" => (
+            Algorithm::SlidingCounter,
+            vec![limit(1_000_000, 1_000_000), limit(10_000_000, 60_000_000)],
+        ),
+        "counter1" => (Algorithm::SlidingCounter, vec![limit(1_000_000, 1_000_000)]),
+        // Windows of a minute and an hour, which valgrind's slowness does
+        // not roll on every call when the time is the server's.
+        "counter-time" => (
+            Algorithm::SlidingCounter,
+            vec![
+                limit(1_000_000, 60_000_000),
+                limit(10_000_000, 3_600_000_000),
+            ],
+        ),
+        "log" => (
+            Algorithm::SlidingLog,
+            vec![limit(100, 1_000), limit(1_000, 10_000)],
+        ),
+        _ => {
+            eprintln!("usage: redis_script counter|counter1|counter-time|log");
+            std::process::exit(2);
+        }
+    };
+    let limits: Result<Vec<Limit>, _> = limits.into_iter().collect();
+    match limits.and_then(|limits| Policy::new(algorithm, limits)) {
+        Ok(policy) => print!("{}", RedisStore::script_source(&policy)),
+        Err(err) => {
+            eprintln!("bad policy: {err}");
+            std::process::exit(1);
+        }
+    }
+}

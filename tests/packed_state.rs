@@ -159,3 +159,70 @@ fn the_shortest_window_sets_how_far_back_a_clock_may_be_thrown() {
         .count();
     assert_eq!(again, 2);
 }
+
+/// A slot that expires while its key lives on (another limit still counts)
+/// restarts at its shard's base window, later than any request it counted.
+/// When the clock then steps back behind that base, the decision is still
+/// made at the time the core would make it: a slot without counts does not
+/// hold the clock up.
+#[test]
+fn an_expired_slot_does_not_hold_a_clock_stepping_back() {
+    const REACH: u64 = 1 << 31;
+    let limits = [
+        Limit::new(1, Duration::from_secs(24 * 3600)).unwrap(),
+        Limit::new(1, Duration::from_micros(1)).unwrap(),
+    ];
+    for algorithm in [Algorithm::SlidingCounter, Algorithm::FixedWindow] {
+        let policy = Policy::new(algorithm, limits).unwrap();
+        let clock = ManualClock::new();
+        let store = MemoryStore::with_clock(clock.clone());
+        let mut core = KeyState::new(&policy);
+        let start = 4 * REACH;
+        // Accepted; then refused by the daily limit once the 1 µs limit's
+        // window is out of the shard's reach (its slot expires), then
+        // judged with the clock stepped back behind the new base.
+        for (at, allowed) in [
+            (start, true),
+            (start + REACH + REACH / 4, false),
+            (start + REACH / 8, false),
+        ] {
+            clock.set(Duration::from_micros(at));
+            let expected = core.decide(Duration::from_micros(at), &policy);
+            assert_eq!(expected.is_allowed(), allowed, "{algorithm:?} at {at}");
+            assert_eq!(
+                store.decide_now(1u64, &policy),
+                expected,
+                "{algorithm:?} at {at}"
+            );
+        }
+    }
+}
+
+/// A key too large to pack, of one limit, also keeps its state through a
+/// refusal: after a refusal in the next window, a clock stepping back is
+/// judged in the window the requests were counted in, as by the core.
+#[test]
+fn a_refusal_leaves_an_unpacked_key_as_it_was() {
+    let max = u32::from(u16::MAX) + 1;
+    let policy = Policy::new(
+        Algorithm::SlidingCounter,
+        [Limit::new(max, Duration::from_secs(1)).unwrap()],
+    )
+    .unwrap();
+    let clock = ManualClock::new();
+    let store = MemoryStore::with_clock(clock.clone());
+    let mut core = KeyState::new(&policy);
+    let mut both = |at: u64| {
+        clock.set(Duration::from_micros(at));
+        let expected = core.decide(Duration::from_micros(at), &policy);
+        assert_eq!(store.decide_now(1u64, &policy), expected, "at {at} µs");
+        expected
+    };
+    for _ in 0..max {
+        assert!(both(500_000).is_allowed());
+    }
+    // At the next window's start the full one still weighs whole: refused,
+    // and a clock stepping back is judged back in the first window.
+    assert!(!both(1_000_000).is_allowed());
+    assert_eq!(both(900_000).decided_at(), Duration::from_micros(900_000));
+}

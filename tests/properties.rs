@@ -202,6 +202,45 @@ proptest! {
         }
     }
 
+    /// A refused request changes nothing: a store that never saw the
+    /// requests another refused decides every other request as it did,
+    /// whatever the clock does (it steps back here). Optionally beside a
+    /// limit too large to pack, so that every state layout is covered.
+    #[test]
+    fn a_refusal_changes_nothing(
+        limits in limits_with(1u64..40_000).prop_map(|mut l| { l.truncate(2); l }),
+        wide in any::<bool>(),
+        traffic in prop::collection::vec(
+            (0u8..3, prop_oneof![3 => 0i64..20_000, 1 => -30_000i64..0]),
+            1..300,
+        ),
+        algorithm in algorithm(),
+    ) {
+        let mut limits = limits;
+        if wide {
+            limits.push(Limit::new(70_000, Duration::from_secs(3600)).unwrap());
+        }
+        let policy = Policy::new(algorithm, limits).unwrap();
+        let clock = ManualClock::new();
+        let (all, accepted_only) = (MemoryStore::with_clock(clock.clone()), MemoryStore::with_clock(clock.clone()));
+        let mut core: HashMap<u8, KeyState> = HashMap::new();
+        let mut now = 50_000u64;
+        for (key, step) in traffic {
+            now = now.saturating_add_signed(step);
+            clock.set(micros(now));
+            let decision = all.decide_now(key, &policy);
+            let state = core.entry(key).or_insert_with(|| KeyState::new(&policy));
+            let before = format!("{state:?}");
+            prop_assert_eq!(state.decide(micros(now), &policy), decision, "the core at {}", now);
+            if decision.is_allowed() {
+                prop_assert_eq!(accepted_only.decide_now(key, &policy), decision, "at {}", now);
+            } else {
+                prop_assert_eq!(accepted_only.peek_now(&key, &policy), decision, "peek at {}", now);
+                prop_assert_eq!(format!("{state:?}"), before, "the core's state at {}", now);
+            }
+        }
+    }
+
     /// The same far from the clock's zero, with leaps ahead and steps back
     /// large enough that the store must move its shards' window bases
     /// (about 2³¹ windows from the last one): a moved base changes nothing.

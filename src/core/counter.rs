@@ -22,18 +22,6 @@ struct Slot {
 }
 
 impl Slot {
-    /// The window this slot last counted a request in, or 0 if it holds no
-    /// count: what bounds the time a clock stepping back is judged at. A
-    /// slot without counts can be at a later window than any request: a
-    /// store resets a slot that has expired to its shard's base window.
-    fn counted_in(&self) -> u64 {
-        if self.current == 0 && self.previous == 0 {
-            0
-        } else {
-            self.window
-        }
-    }
-
     /// Moves the slot to fixed window `k` (never backwards).
     fn roll_to(&mut self, k: u64) {
         if k == self.window {
@@ -122,7 +110,9 @@ impl SlidingCounter {
         if self.slots.len() != limits.len() {
             self.slots = Slots::new(limits.len());
         }
-        decide::<{ crate::policy::Policy::MAX_LIMITS }>(&mut self.slots, now, limits)
+        self.slots.unless_refused(|slots| {
+            decide::<{ crate::policy::Policy::MAX_LIMITS }>(slots, now, limits)
+        })
     }
 
     pub(crate) fn idle_from_micros(&self, limits: &[Limit]) -> u64 {
@@ -151,7 +141,18 @@ impl<const N: usize> CompactCounter<N> {
     /// the number of limits.
     pub(crate) fn decide_micros(&mut self, now: u64, limits: &[Limit]) -> Decision {
         debug_assert_eq!(limits.len(), N);
-        decide_inline(&mut self.slots, now, limits)
+        // A refusal leaves the state as it was (see `Slots::unless_refused`):
+        // a single limit's path writes nothing then; others are judged on
+        // a copy.
+        if N == 1 {
+            return decide_inline(&mut self.slots, now, limits);
+        }
+        let mut slots = self.slots;
+        let decision = decide_inline(&mut slots, now, limits);
+        if decision.is_allowed() {
+            self.slots = slots;
+        }
+        decision
     }
 
     pub(crate) fn idle_from_micros(&self, limits: &[Limit]) -> u64 {
@@ -216,6 +217,7 @@ impl<const N: usize> AlgorithmState for PackedCounter<N> {
             to,
             &mut self.slots,
             |packed| &mut packed.offset,
+            |packed| packed.previous == 0 && packed.current == 0,
             policy.limits(),
         )
     }
@@ -225,6 +227,7 @@ impl<const N: usize> AlgorithmState for PackedCounter<N> {
         debug_assert!(limits.len() == N && base.covers(now));
         let mut slots = self.unpack(base);
         let decision = decide_inline(&mut slots, now, limits);
+        // A refusal leaves the state as it was (see `Slots::unless_refused`).
         if !decision.is_allowed() {
             return decision;
         }
@@ -264,41 +267,35 @@ fn decide<const N: usize>(slots: &mut [Slot], now: u64, limits: &[Limit]) -> Dec
     if let ([slot], [limit]) = (&mut *slots, limits) {
         return decide_one(slot, now, limit);
     }
-    let now = now.max(counted_since(slots.iter().map(Slot::counted_in), limits));
-    // Per limit: its window at `now` and the time into it, kept for the
-    // decision.
-    let mut inline = [(0, 0); N];
+    let now = now.max(counted_since(slots.iter().map(|s| s.window), limits));
+    // Per limit: the time into its window, kept for the decision.
+    let mut inline = [0; N];
     let mut spilled = Vec::new();
-    let at: &mut [(u64, u64)] = if limits.len() <= inline.len() {
+    let elapsed: &mut [u64] = if limits.len() <= inline.len() {
         &mut inline[..limits.len()]
     } else {
-        spilled.resize(limits.len(), (0, 0));
+        spilled.resize(limits.len(), 0);
         &mut spilled
     };
-    // A refusal leaves the state as it was: rolling the windows forward
-    // would move the time a clock stepping back is judged at, which the
-    // Redis script (writing nothing on a refusal) could not follow.
     let mut verdict = Verdict::default();
-    for (index, (slot, limit)) in slots.iter().zip(limits).enumerate() {
+    for (index, (slot, limit)) in slots.iter_mut().zip(limits).enumerate() {
         let (k, e) = split(slot, now, limit.window_micros());
-        let mut rolled = *slot;
-        rolled.roll_to(k);
-        if !fits(&rolled, limit, e) {
-            verdict.refuse(index, wait_for(&rolled, limit, e, 1));
+        slot.roll_to(k);
+        if !fits(slot, limit, e) {
+            verdict.refuse(index, wait_for(slot, limit, e, 1));
         }
-        at[index] = (k, e);
+        elapsed[index] = e;
     }
     if let Some(refusal) = verdict.refusal(limits, now) {
         return refusal;
     }
-    for (slot, &(k, _)) in slots.iter_mut().zip(&*at) {
-        slot.roll_to(k);
+    for slot in slots.iter_mut() {
         slot.current = slot.current.saturating_add(1);
     }
     let sliding = |index: usize| Quota::Sliding {
         previous: slots[index].previous,
         current: slots[index].current,
-        elapsed: at[index].1,
+        elapsed: elapsed[index],
     };
     if let Some(index) = clearly_tightest(slots, limits) {
         return accepted(limits, now, index, sliding(index));
@@ -306,7 +303,7 @@ fn decide<const N: usize>(slots: &mut [Slot], now: u64, limits: &[Limit]) -> Dec
     tightest(
         limits,
         now,
-        |index| remaining(&slots[index], &limits[index], at[index].1),
+        |index| remaining(&slots[index], &limits[index], elapsed[index]),
         sliding,
     )
 }
@@ -342,9 +339,10 @@ fn clearly_tightest(slots: &[Slot], limits: &[Limit]) -> Option<usize> {
 /// between limits, and the quota left to be worked out if it is read.
 fn decide_one(slot: &mut Slot, now: u64, limit: &Limit) -> Decision {
     let w = limit.window_micros();
-    let now = now.max(slot.counted_in().saturating_mul(w));
+    let now = now.max(slot.window.saturating_mul(w));
     let (k, elapsed) = split(slot, now, w);
-    // A refusal leaves the state as it was (see `decide`).
+    // Judged on a copy: a refusal leaves the state as it was (see
+    // `Slots::unless_refused`).
     let mut rolled = *slot;
     rolled.roll_to(k);
     if !fits(&rolled, limit, elapsed) {
@@ -354,8 +352,8 @@ fn decide_one(slot: &mut Slot, now: u64, limit: &Limit) -> Decision {
             .refusal(std::slice::from_ref(limit), now)
             .expect("refused above");
     }
+    rolled.current = rolled.current.saturating_add(1);
     *slot = rolled;
-    slot.current = slot.current.saturating_add(1);
     Decision {
         allowed: true,
         limit_index: 0,
@@ -440,9 +438,8 @@ fn idle_from(slots: &[Slot], limits: &[Limit]) -> u64 {
         .unwrap_or(0)
 }
 
-/// The start of the latest fixed window any limit has counted in (given
-/// each limit's window, 0 for none): the earliest time a decision may be
-/// made at.
+/// The start of the latest fixed window any limit has counted in: the
+/// earliest time a decision may be made at.
 pub(crate) fn counted_since(windows: impl Iterator<Item = u64>, limits: &[Limit]) -> u64 {
     windows
         .zip(limits)

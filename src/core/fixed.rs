@@ -64,7 +64,8 @@ impl FixedWindow {
         if self.slots.len() != limits.len() {
             self.slots = Slots::new(limits.len());
         }
-        decide(&mut self.slots, now, limits)
+        self.slots
+            .unless_refused(|slots| decide(slots, now, limits))
     }
 
     pub(crate) fn idle_from_micros(&self, limits: &[Limit]) -> u64 {
@@ -117,6 +118,7 @@ impl<const N: usize> AlgorithmState for PackedFixed<N> {
             to,
             &mut self.slots,
             |packed| &mut packed.offset,
+            |packed| packed.count == 0,
             policy.limits(),
         )
     }
@@ -126,6 +128,7 @@ impl<const N: usize> AlgorithmState for PackedFixed<N> {
         debug_assert!(limits.len() == N && base.covers(now));
         let mut slots = self.unpack(base);
         let decision = decide(&mut slots, now, limits);
+        // A refusal leaves the state as it was (see `Slots::unless_refused`).
         if !decision.is_allowed() {
             return decision;
         }
@@ -145,21 +148,9 @@ impl<const N: usize> AlgorithmState for PackedFixed<N> {
 
 fn decide(slots: &mut [Slot], now: u64, limits: &[Limit]) -> Decision {
     // A clock that stepped back is judged in the latest block counted in.
-    // A slot without a count (an expired one reset by a store) bounds nothing.
-    let counted_in = |slot: &Slot| if slot.count == 0 { 0 } else { slot.window };
-    let now = now.max(counted_since(slots.iter().map(counted_in), limits));
-    // A refusal leaves the state as it was (as in the sliding counter): the
-    // windows move only with a request that counts in them.
-    let mut inline = [0; crate::policy::Policy::MAX_LIMITS];
-    let mut spilled = Vec::new();
-    let windows: &mut [u64] = if limits.len() <= inline.len() {
-        &mut inline[..limits.len()]
-    } else {
-        spilled.resize(limits.len(), 0);
-        &mut spilled
-    };
+    let now = now.max(counted_since(slots.iter().map(|s| s.window), limits));
     let mut verdict = Verdict::default();
-    for (index, (slot, limit)) in slots.iter().zip(limits).enumerate() {
+    for (index, (slot, limit)) in slots.iter_mut().zip(limits).enumerate() {
         let w = limit.window_micros();
         // Still in the slot's window, mostly: settled without a division.
         let same = slot
@@ -167,22 +158,20 @@ fn decide(slots: &mut [Slot], now: u64, limits: &[Limit]) -> Decision {
             .checked_mul(w)
             .is_some_and(|start| now >= start && now - start < w);
         let k = if same { slot.window } else { now / w };
-        let count = if k == slot.window { slot.count } else { 0 };
-        if count >= limit.max() {
-            verdict.refuse(index, until_next_window(now, limit));
-        }
-        windows[index] = k;
-    }
-    if let Some(refusal) = verdict.refusal(limits, now) {
-        return refusal;
-    }
-    for (slot, &k) in slots.iter_mut().zip(&*windows) {
         if slot.window != k {
             *slot = Slot {
                 window: k,
                 count: 0,
             };
         }
+        if slot.count >= limit.max() {
+            verdict.refuse(index, until_next_window(now, limit));
+        }
+    }
+    if let Some(refusal) = verdict.refusal(limits, now) {
+        return refusal;
+    }
+    for slot in slots.iter_mut() {
         slot.count += 1;
     }
     tightest(

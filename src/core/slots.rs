@@ -3,6 +3,9 @@
 
 use std::ops::{Deref, DerefMut};
 
+use crate::decision::Decision;
+use crate::policy::Policy;
+
 /// A fixed-length list of `T`, stored inline up to two items.
 #[derive(Clone, Debug)]
 pub(crate) enum Slots<T> {
@@ -21,6 +24,34 @@ impl<T: Copy + Default> Slots<T> {
         } else {
             Self::Heap(vec![T::default(); len].into_boxed_slice())
         }
+    }
+}
+
+/// A refused request leaves a key's state as it was. Rolling windows
+/// forward on a refusal would move the time that a clock stepping back is
+/// judged at, which the Redis scripts, writing nothing on a refusal, could
+/// not follow; and a refusal that writes nothing is cheaper.
+impl<T: Copy + Default> Slots<T> {
+    /// Runs `decide` on the slots, then puts them back as they were unless
+    /// the request was accepted.
+    pub(crate) fn unless_refused(&mut self, decide: impl FnOnce(&mut [T]) -> Decision) -> Decision {
+        // A policy's limits are saved on the stack; the public core API
+        // takes longer lists.
+        let mut inline = [T::default(); Policy::MAX_LIMITS];
+        let len = self.len();
+        let saved: Vec<T>;
+        let saved: &[T] = if len <= inline.len() {
+            inline[..len].copy_from_slice(self);
+            &inline[..len]
+        } else {
+            saved = self.to_vec();
+            &saved
+        };
+        let decision = decide(self);
+        if !decision.is_allowed() {
+            self.copy_from_slice(saved);
+        }
+        decision
     }
 }
 

@@ -107,14 +107,24 @@ impl<const N: usize> WindowBase<N> {
     /// Moves one key's slots, each holding an offset from this base, to
     /// base `to`: a slot whose window expired starts afresh; false if one
     /// is lost, and the state cannot be kept.
+    ///
+    /// A slot without counts starts afresh too, at the new base: its window
+    /// says nothing, except as the time a clock stepping back is judged at,
+    /// and a slot reset by an earlier move sits at that move's base, later
+    /// than any request it counted; kept, it would hold such a clock up.
     pub(crate) fn move_slots<T: Default>(
         &self,
         to: &Self,
         slots: &mut [T],
         offset_of: impl Fn(&mut T) -> &mut u32,
+        counts_nothing: impl Fn(&T) -> bool,
         limits: &[Limit],
     ) -> bool {
         for (index, (slot, limit)) in slots.iter_mut().zip(limits).enumerate() {
+            if counts_nothing(slot) {
+                *slot = T::default();
+                continue;
+            }
             match self.moved(to, index, *offset_of(slot), limit) {
                 Moved::To(offset) => *offset_of(slot) = offset,
                 Moved::Expired => *slot = T::default(),

@@ -17,7 +17,6 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-REDIS = ROOT / "src" / "store" / "redis"
 
 
 def script(which):

@@ -1,5 +1,6 @@
 //! A policy: the algorithm and the limits that judge one request together.
 
+use std::fmt;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
 
@@ -43,12 +44,11 @@ pub enum Algorithm {
 /// assert_eq!(free.signature(), "c10/1s,100/60s");
 /// # Ok::<(), tower_sliding_window::ConfigError>(())
 /// ```
-#[derive(Clone, Debug)]
+#[derive(Clone)]
 pub struct Policy {
     inner: Arc<PolicyInner>,
 }
 
-#[derive(Debug)]
 struct PolicyInner {
     id: u64,
     algorithm: Algorithm,
@@ -65,6 +65,20 @@ struct PolicyInner {
     /// recording), built the first time each is needed.
     #[cfg(feature = "redis")]
     redis_window_scripts: [OnceLock<redis::Script>; 2],
+}
+
+/// What a policy is, without the caches derived from it (a Redis script's
+/// text would fill a log line).
+impl fmt::Debug for Policy {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let inner = &self.inner;
+        f.debug_struct("Policy")
+            .field("id", &inner.id)
+            .field("algorithm", &inner.algorithm)
+            .field("limits", &inner.limits)
+            .field("name", &inner.name)
+            .finish_non_exhaustive()
+    }
 }
 
 impl Policy {

@@ -205,7 +205,9 @@ proptest! {
     /// A refused request changes nothing: a store that never saw the
     /// requests another refused decides every other request as it did,
     /// whatever the clock does (it steps back here). Optionally beside a
-    /// limit too large to pack, so that every state layout is covered.
+    /// limit too large to pack: the packed, the two-limit unpacked and the
+    /// general layouts are covered here, the one-limit unpacked one by
+    /// `tests/packed_state.rs`.
     #[test]
     fn a_refusal_changes_nothing(
         limits in limits_with(1u64..40_000).prop_map(|mut l| { l.truncate(2); l }),

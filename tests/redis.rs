@@ -59,7 +59,8 @@ async fn random_traffic_gets_identical_decisions_from_redis_and_memory() {
     // The last run's log ring (300 stamps) is past the size the script
     // rewrites whole, so it exercises the other write path too.
     let small: &[(u32, u64)] = &[(4, 1_000), (20, 10_000)];
-    // The window script has its own paths for one, two and more limits.
+    // The window script is written for each policy: one, two and three
+    // limits here, eight below.
     let one: &[(u32, u64)] = &[(6, 2_000)];
     let three: &[(u32, u64)] = &[(3, 500), (8, 2_000), (25, 10_000)];
     // The window script is written for each policy, up to the most limits

@@ -260,6 +260,9 @@ fn decide_inline<const N: usize>(slots: &mut [Slot; N], now: u64, limits: &[Limi
 
 /// `N` is the most limits judged on the stack; more spill to the heap.
 ///
+/// Rolls the slots in place even when it refuses: callers that keep state
+/// judge on a copy, or restore it (see [`Slots::unless_refused`]).
+///
 /// Never inlined: inlined into [`decide_inline`], its body made the
 /// one-limit path save and restore six registers it does not use.
 #[inline(never)]

@@ -146,6 +146,9 @@ impl<const N: usize> AlgorithmState for PackedFixed<N> {
     }
 }
 
+/// Moves the slots to `now`'s windows in place even when it refuses:
+/// callers that keep state judge on a copy, or restore it (see
+/// [`Slots::unless_refused`]).
 fn decide(slots: &mut [Slot], now: u64, limits: &[Limit]) -> Decision {
     // A clock that stepped back is judged in the latest block counted in.
     let now = now.max(counted_since(slots.iter().map(|s| s.window), limits));

@@ -1,4 +1,4 @@
--- Prepended to both scripts: the arguments every script call carries.
+-- Prepended to the log script: the arguments each of its calls carries.
 --
 -- ARGV[1]  the policy, packed little-endian: the mode (one byte), the TTL
 --          in milliseconds (8 bytes), then for each limit its max (4 bytes)

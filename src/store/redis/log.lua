@@ -13,8 +13,7 @@
 -- -1); when accepted, the stamps inside its window counting this request,
 -- then the oldest of them.
 --
--- Written for Redis's CPU, as the window script is: one string in and one
--- out, and the TTL renewed only when the newest stamp enters a new span of
+-- Written for Redis's CPU: one string in and one out, and the TTL renewed only when the newest stamp enters a new span of
 -- the longest window. A stamp is then at most one window younger than the
 -- renewal, so the ring outlives it by at least one window, as it must.
 

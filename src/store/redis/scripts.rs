@@ -1,5 +1,6 @@
-//! The two server-side scripts and the decoding of their replies into
-//! decisions, through the same core code the memory store runs.
+//! The log's server-side script, what every script shares (the TTL), and
+//! the decoding of the scripts' replies into decisions, through the same
+//! core code the memory store runs.
 
 use std::sync::LazyLock;
 

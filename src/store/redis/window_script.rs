@@ -24,7 +24,10 @@
 //!   older window, as usual; more is either a clock that stepped back (the
 //!   stored window is ahead of now) or, for a short window beside a very
 //!   long one, a window older than 2^31 that the key outlived, and only the
-//!   latter fits in the key's lifetime (1 ms beside 25 days).
+//!   latter fits in the key's lifetime. That is exact unless one limit's
+//!   window is over 2^31 times shorter than another's (1 ms beside 25
+//!   days), where a long idle time or a clock stepping back by more than
+//!   2^31 short windows can be misread.
 //! * **Clock steps back.** A request is judged no earlier than the start of
 //!   the latest window already counted in: `now` moves up to each limit's
 //!   before any limit is judged.

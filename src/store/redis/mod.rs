@@ -2,6 +2,7 @@
 //! every instance of a service, on a single node or a Redis Cluster.
 
 mod failure;
+mod integer_state;
 mod keys;
 mod scripts;
 mod window_script;
@@ -51,7 +52,11 @@ use crate::policy::{Algorithm, Policy};
 ///   starts.
 /// * **Compact.** The log keeps a ring of 8-byte timestamps (as many as the
 ///   largest limit) in one string, behind a header of 16 bytes and 12 per
-///   limit (a cursor each); the counter one string of 12 bytes per limit.
+///   limit (a cursor each). The counter and fixed window keep one integer
+///   below 2^53 where the counts are small enough to share it with the
+///   window index (ten a second and a hundred a minute take 22 bits of
+///   counts; an IPv4 key then takes 88 bytes of Redis memory), else a
+///   string of 12 bytes per limit (120 bytes for the same key).
 ///   Every key expires once it has been idle long enough to no longer
 ///   matter.
 /// * **Keys** are `prefix:{user key}:name/signature`: the user's key is a hash

@@ -16,10 +16,13 @@
 //!
 //! * **Time.** `ARGV[1]`, now in microseconds from the client's clock, or,
 //!   without it, the server's `TIME`.
-//! * **State.** `KEYS[1]` holds, per limit, the fixed window index modulo
+//! * **State.** Where the policy's counts are small, `KEYS[1]` holds one
+//!   integer (`integer_state`); a value in the binary layout below, left by
+//!   an earlier version, is read and then stored packed. Otherwise it holds,
+//!   per limit, the fixed window index modulo
 //!   2^32 and the previous and current counts, 4 bytes each, little-endian:
 //!   twelve bytes keep a one-limit key within Redis's smallest string
-//!   allocation. A value of any other length is read as a fresh key. The
+//!   allocation. A value of neither form is read as a fresh key. The
 //!   index is rebuilt from now: fewer than 2^31 windows behind now's is an
 //!   older window, as usual; more is either a clock that stepped back (the
 //!   stored window is ahead of now) or, for a short window beside a very
@@ -53,6 +56,7 @@ use std::fmt::Write;
 
 use crate::policy::{Algorithm, Policy};
 
+use super::integer_state::IntegerState;
 use super::scripts::ttl_millis;
 
 /// Lua's numbers are exact integers below this.
@@ -78,6 +82,11 @@ pub(super) fn source(policy: &Policy, record: bool) -> String {
     };
     let state = each("k#, p#, c#");
     let words = "I4".repeat(3 * n);
+    let integer = IntegerState::for_policy(policy, lifetime);
+    let stored = match &integer {
+        Some(integer) => integer.encode(),
+        None => "string.sub(reply, 10)".to_owned(),
+    };
 
     let mut lua = String::new();
     let mut line = |text: &str| {
@@ -109,18 +118,52 @@ pub(super) fn source(policy: &Policy, record: bool) -> String {
         line(EXACT_FITS);
     }
     line("local raw = redis.call('GET', KEYS[1])");
-    line(&format!("local fresh = not raw or #raw ~= {}", 12 * n));
     line(&format!("local {state} = {}", vec!["0"; 3 * n].join(", ")));
-    line("if not fresh then");
-    line(&format!("  {state} = struct.unpack('<{words}', raw)"));
-    line("  local k, behind");
-    for (i, &(_, w)) in limits.iter().enumerate() {
-        let i = i + 1;
-        line(&format!("  k = (now - now % {w}) / {w}"));
-        line(&format!("  behind = (k % 4294967296 - k{i}) % 4294967296"));
-        line(&format!(
-            "  if behind < 2147483648 or behind * {w} <= {lifetime} then k{i} = k - behind else k{i} = k + (4294967296 - behind) end"
-        ));
+    // The binary layout: a state of any other length reads as a fresh key.
+    let binary = |line: &mut dyn FnMut(&str), indent: &str| {
+        let mut line = |text: &str| line(&format!("{indent}{text}"));
+        line(&format!("{state} = struct.unpack('<{words}', raw)"));
+        line("local k, behind");
+        for (i, &(_, w)) in limits.iter().enumerate() {
+            let i = i + 1;
+            line(&format!("k = (now - now % {w}) / {w}"));
+            line(&format!("behind = (k % 4294967296 - k{i}) % 4294967296"));
+            line(&format!(
+                "if behind < 2147483648 or behind * {w} <= {lifetime} then k{i} = k - behind else k{i} = k + (4294967296 - behind) end"
+            ));
+        }
+    };
+    match &integer {
+        None => {
+            line(&format!("local fresh = not raw or #raw ~= {}", 12 * n));
+            line("if not fresh then");
+            binary(&mut line, "  ");
+        }
+        Some(integer) => {
+            line("local fresh = true");
+            line("if raw then");
+            // A state stored before the integer packing, read once. An
+            // integer's text has at most 16 digits, and only one limit's
+            // binary state is no longer: its last byte tells them apart.
+            if n == 1 {
+                line("  if #raw == 12 and string.byte(raw, 12) < 48 then");
+            } else {
+                line(&format!("  if #raw == {} then", 12 * n));
+            }
+            line("    fresh = false");
+            binary(&mut line, "    ");
+            line("  else");
+            line("    local v = tonumber(raw)");
+            line("    if v and v >= 0 and v < 9007199254740992 and v % 1 == 0 then");
+            line("      fresh = false");
+            for statement in integer.decode() {
+                line(&format!("      {statement}"));
+            }
+            line("    end");
+            line("  end");
+            line("end");
+            line("if not fresh then");
+        }
     }
     for (i, &(_, w)) in limits.iter().enumerate() {
         let i = i + 1;
@@ -175,10 +218,12 @@ pub(super) fn source(policy: &Policy, record: bool) -> String {
         line("if allowed then");
         line("  if rolled or fresh then");
         line(&format!(
-            "    redis.call('SET', KEYS[1], string.sub(reply, 10), 'PX', {ttl})"
+            "    redis.call('SET', KEYS[1], {stored}, 'PX', {ttl})"
         ));
         line("  else");
-        line("    redis.call('SET', KEYS[1], string.sub(reply, 10), 'KEEPTTL')");
+        line(&format!(
+            "    redis.call('SET', KEYS[1], {stored}, 'KEEPTTL')"
+        ));
         line("  end");
         line("end");
     }

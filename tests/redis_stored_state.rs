@@ -1,0 +1,233 @@
+//! What the Redis store keeps for a counter or fixed window, and how it
+//! reads what it finds: the state packed into one integer for policies with
+//! small counts, the binary layout stored before that packing, an index
+//! wrapping around its modulus, and values that are no state at all. Each
+//! run is checked against the memory store on the same clock.
+#![cfg(feature = "redis")]
+
+#[path = "support/redis_server.rs"]
+mod redis_server;
+
+use std::time::Duration;
+
+use redis::AsyncCommands;
+use redis_server::{shared_url, unique_prefix};
+use tower_sliding_window::{
+    Algorithm, FailurePolicy, Limit, ManualClock, MemoryStore, Policy, RedisStore, Store,
+};
+
+const SECOND: u64 = 1_000_000;
+
+async fn store_at(clock: &ManualClock) -> RedisStore {
+    let url = shared_url();
+    RedisStore::connect(&url)
+        .await
+        .unwrap_or_else(|e| panic!("the Redis tests need a Redis at {url} (set REDIS_URL): {e}"))
+        .with_prefix(&unique_prefix("stored-state"))
+        .with_clock(clock.clone())
+        .with_failure_policy(FailurePolicy::FailClosed)
+        .with_timeout(Duration::from_secs(5))
+}
+
+async fn connection() -> redis::aio::MultiplexedConnection {
+    redis::Client::open(shared_url())
+        .unwrap()
+        .get_multiplexed_async_connection()
+        .await
+        .expect("a Redis connection")
+}
+
+/// Ten a second and a hundred a minute: counts of 4 and 7 bits, so the
+/// state packs into an integer with 31 bits of seconds.
+fn per_second_and_minute(algorithm: Algorithm) -> Policy {
+    Policy::new(algorithm, [Limit::per_second(10), Limit::per_minute(100)]).unwrap()
+}
+
+async fn encoding(connection: &mut redis::aio::MultiplexedConnection, name: &str) -> String {
+    redis::cmd("OBJECT")
+        .arg("ENCODING")
+        .arg(name)
+        .query_async(connection)
+        .await
+        .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn small_counts_are_stored_as_one_integer() {
+    let clock = ManualClock::new();
+    clock.set(Duration::from_secs(1_800_000_000));
+    let redis = store_at(&clock).await;
+    let mut connection = connection().await;
+    for algorithm in [Algorithm::SlidingCounter, Algorithm::FixedWindow] {
+        let policy = per_second_and_minute(algorithm);
+        assert!(redis.decide("packed", &policy).await.unwrap().is_allowed());
+        let name = redis.key_name(&"packed", &policy);
+        assert_eq!(
+            encoding(&mut connection, &name).await,
+            "int",
+            "{algorithm:?}"
+        );
+    }
+    // One limit a minute stores minutes times 2^14 plus the counts: twelve
+    // digits, as long as a one-limit binary state, and read as an integer.
+    let memory = MemoryStore::with_clock(clock.clone());
+    let minute = Policy::new(Algorithm::SlidingCounter, [Limit::per_minute(100)]).unwrap();
+    for _ in 0..101 {
+        let from_memory = memory.decide("twelve", &minute).await.unwrap();
+        let from_redis = redis.decide("twelve", &minute).await.unwrap();
+        assert_eq!(from_redis, from_memory);
+    }
+    let stored: String = connection
+        .get(redis.key_name(&"twelve", &minute))
+        .await
+        .unwrap();
+    assert_eq!(stored.len(), 12, "{stored}");
+    // Counts of 17 and 20 bits leave too few for the index: binary.
+    let wide = Policy::new(
+        Algorithm::SlidingCounter,
+        [Limit::per_second(100_000), Limit::per_minute(1_000_000)],
+    )
+    .unwrap();
+    assert!(redis.decide("packed", &wide).await.unwrap().is_allowed());
+    let stored: Vec<u8> = connection
+        .get(redis.key_name(&"packed", &wide))
+        .await
+        .unwrap();
+    assert_eq!(stored.len(), 24);
+}
+
+/// A key written before the packing holds 12 bytes a limit: the window
+/// index modulo 2^32 and the previous and current counts, little-endian.
+/// The new script reads it as it is, then stores it packed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_state_in_the_binary_layout_is_read_then_stored_packed() {
+    let clock = ManualClock::new();
+    let redis = store_at(&clock).await;
+    let memory = MemoryStore::with_clock(clock.clone());
+    let policy = per_second_and_minute(Algorithm::SlidingCounter);
+    // Three requests late in one second, four early in the next, all in
+    // one minute: the memory store counts them for real.
+    let minute = 30_000_000;
+    let first = minute * 60 + 29;
+    clock.set(Duration::from_micros(first * SECOND + 900_000));
+    for _ in 0..3 {
+        assert!(memory.decide("old", &policy).await.unwrap().is_allowed());
+    }
+    clock.set(Duration::from_micros((first + 1) * SECOND + 300_000));
+    for _ in 0..4 {
+        assert!(memory.decide("old", &policy).await.unwrap().is_allowed());
+    }
+    // Redis gets the same state written as the binary layout.
+    let mut binary = Vec::new();
+    for word in [first + 1, 3, 4, minute, 0, 7] {
+        binary.extend_from_slice(&(word as u32).to_le_bytes());
+    }
+    let name = redis.key_name(&"old", &policy);
+    let mut connection = connection().await;
+    let () = connection.set_ex(&name, binary, 120).await.unwrap();
+    // 60 % of the previous second still weighs 1.8 requests: four more fit,
+    // where a fresh key would take ten.
+    clock.advance(Duration::from_millis(100));
+    let mut allowed = 0;
+    for _ in 0..10 {
+        let from_memory = memory.decide("old", &policy).await.unwrap();
+        let from_redis = redis.decide("old", &policy).await.unwrap();
+        assert_eq!(from_redis, from_memory);
+        allowed += u32::from(from_redis.is_allowed());
+    }
+    assert_eq!(allowed, 4);
+    assert_eq!(encoding(&mut connection, &name).await, "int");
+    let ttl: i64 = connection.ttl(&name).await.unwrap();
+    assert!(ttl > 0 && ttl <= 120, "the key keeps its TTL: {ttl}");
+}
+
+/// The packed index is seconds modulo 2^31 for this policy, which wraps in
+/// January 2038: traffic across that instant, with the clock stepping back
+/// over it, is judged as the memory store judges it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_packed_index_wraps_around_without_losing_counts() {
+    let clock = ManualClock::new();
+    let redis = store_at(&clock).await;
+    let memory = MemoryStore::with_clock(clock.clone());
+    let policy = per_second_and_minute(Algorithm::SlidingCounter);
+    let wrap = (1u64 << 31) * SECOND;
+    let mut now = wrap - 60 * SECOND;
+    let mut seed = 0x2545_f491_4f6c_dd1du64;
+    let (mut allowed, mut refused, mut crossings) = (0, 0, 0);
+    for _ in 0..3_000 {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        let before = now;
+        now = match seed % 10 {
+            0..=6 => now + seed % 20_000,
+            7 => now.saturating_sub(seed % (2 * SECOND)),
+            _ => now + seed % (3 * SECOND / 2),
+        };
+        crossings += u32::from((before < wrap) != (now < wrap));
+        clock.set(Duration::from_micros(now));
+        let key = format!("client-{}", (seed >> 40) % 2);
+        let from_memory = memory.decide(key.clone(), &policy).await.unwrap();
+        let from_redis = redis.decide(key, &policy).await.unwrap();
+        assert_eq!(from_redis, from_memory, "at {now} µs");
+        if from_redis.is_allowed() {
+            allowed += 1;
+        } else {
+            refused += 1;
+        }
+    }
+    assert!(
+        now > wrap + 60 * SECOND,
+        "the run must pass the wrap: {now}"
+    );
+    assert!(crossings > 1, "the clock must step back over the wrap");
+    assert!(
+        allowed > 100 && refused > 100,
+        "{allowed} allowed, {refused} refused"
+    );
+}
+
+/// Anything else under the key (left by hand, or by another program) is no
+/// state: the key starts afresh, as a new one would.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_value_that_is_no_state_reads_as_a_fresh_key() {
+    let clock = ManualClock::new();
+    clock.set(Duration::from_secs(1_800_000_000));
+    let redis = store_at(&clock).await;
+    let memory = MemoryStore::with_clock(clock.clone());
+    let mut connection = connection().await;
+    let values: [&[u8]; 8] = [
+        b"not a state",
+        b"-1",
+        b"0.5",
+        b"1e300",
+        b"nan",
+        // 2^53: past the doubles' exact integers.
+        b"9007199254740992",
+        // As long as one limit's binary state, but ending in a digit as an
+        // integer's text does (the binary state ends in a zero byte).
+        b"abcdefghijk1",
+        b"",
+    ];
+    let one_limit = Policy::new(Algorithm::SlidingCounter, [Limit::per_second(10)]).unwrap();
+    for policy in [
+        per_second_and_minute(Algorithm::SlidingCounter),
+        per_second_and_minute(Algorithm::FixedWindow),
+        one_limit,
+    ] {
+        let algorithm = policy.algorithm();
+        for (i, value) in values.iter().enumerate() {
+            let key = format!("garbage-{i}");
+            let name = redis.key_name(&key, &policy);
+            let () = connection.set(&name, *value).await.unwrap();
+            for _ in 0..11 {
+                let from_memory = memory.decide(key.clone(), &policy).await.unwrap();
+                let from_redis = redis.decide(key.clone(), &policy).await.unwrap();
+                assert_eq!(from_redis, from_memory, "{algorithm:?} over {value:?}");
+            }
+            // Rewritten as a state, with a TTL again.
+            let ttl: i64 = connection.ttl(&name).await.unwrap();
+            assert!(ttl > 0, "{algorithm:?} over {value:?}: TTL {ttl}");
+        }
+    }
+}

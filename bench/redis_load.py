@@ -5,7 +5,8 @@ time would crawl under valgrind and roll every window on every call), except
 for counter-time.
 
 Usage: python3 bench/redis_load.py PORT WHICH N
-WHICH is baseline, counter (two limits), counter1 (one limit), log, or
+WHICH is baseline, counter (two limits), counter1 (one limit), counter-packed
+(two small limits, stored as one integer), log, or
 counter-time (two limits, the time read from the server's TIME).
 """
 import re

@@ -644,29 +644,33 @@ async fn log_never_over_admits_on_server_time_from_two_connections() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_short_window_beside_a_very_long_one_survives_index_wraparound() {
-    // Redis keeps each window index modulo 2^32; a 1 ms window idle for 30
-    // days (2.6 * 10^9 windows) inside a key kept alive by a 10-year limit
-    // must still read as old, not as a window in the future.
-    let clock = ManualClock::new();
-    let redis = store_at(&shared_url(), &clock).await;
-    let memory = MemoryStore::with_clock(clock.clone());
-    let policy = Policy::new(
-        Algorithm::SlidingCounter,
-        [
-            Limit::new(1, Duration::from_millis(1)).unwrap(),
-            Limit::new(5, Duration::from_secs(3_650 * 86_400)).unwrap(),
-        ],
-    )
-    .unwrap();
-    for step in [
-        Duration::ZERO,
-        Duration::from_secs(30 * 86_400),
-        Duration::from_secs(86_400),
-    ] {
-        clock.advance(step);
-        let from_redis = redis.decide("wrap", &policy).await.unwrap();
-        let from_memory = memory.decide("wrap", &policy).await.unwrap();
-        assert!(from_redis.is_allowed(), "after {step:?}: {from_redis:?}");
-        assert_eq!(from_redis, from_memory, "after {step:?}");
+    // Redis keeps each window index modulo 2^32 in the binary layout (and
+    // one index of 45 bits where the counts are small enough to pack); a
+    // 1 ms window idle for 30 days (2.6 * 10^9 windows) inside a key kept
+    // alive by a 10-year limit must still read as old, not as a window in
+    // the future. A `max` of 255 makes the counts too wide to pack.
+    for long_max in [5, 255] {
+        let clock = ManualClock::new();
+        let redis = store_at(&shared_url(), &clock).await;
+        let memory = MemoryStore::with_clock(clock.clone());
+        let policy = Policy::new(
+            Algorithm::SlidingCounter,
+            [
+                Limit::new(1, Duration::from_millis(1)).unwrap(),
+                Limit::new(long_max, Duration::from_secs(3_650 * 86_400)).unwrap(),
+            ],
+        )
+        .unwrap();
+        for step in [
+            Duration::ZERO,
+            Duration::from_secs(30 * 86_400),
+            Duration::from_secs(86_400),
+        ] {
+            clock.advance(step);
+            let from_redis = redis.decide("wrap", &policy).await.unwrap();
+            let from_memory = memory.decide("wrap", &policy).await.unwrap();
+            assert!(from_redis.is_allowed(), "after {step:?}: {from_redis:?}");
+            assert_eq!(from_redis, from_memory, "after {step:?}");
+        }
     }
 }

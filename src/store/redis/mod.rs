@@ -69,7 +69,8 @@ use crate::policy::{Algorithm, Policy};
 /// * **Failures** are bounded by a timeout (50 ms by default) and answered
 ///   by a [`FailurePolicy`] (fail open by default).
 ///
-/// Supports Redis 6 and later (tested on 7.0), standalone or cluster.
+/// Supports 64-bit Redis 6 and later (tested on 7.0), standalone or cluster:
+/// the packed integer state is printed through a C `long`.
 #[derive(Clone)]
 pub struct RedisStore {
     connection: Connection,

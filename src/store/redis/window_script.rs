@@ -17,12 +17,12 @@
 //! * **Time.** `ARGV[1]`, now in microseconds from the client's clock, or,
 //!   without it, the server's `TIME`.
 //! * **State.** Where the policy's counts are small, `KEYS[1]` holds one
-//!   integer (`integer_state`); a value in the binary layout below, left by
-//!   an earlier version, is read and then stored packed. Otherwise it holds,
-//!   per limit, the fixed window index modulo
+//!   integer (`integer_state`), and anything but a whole number below 2^53
+//!   is read as a fresh key. Otherwise it holds, per limit, the fixed
+//!   window index modulo
 //!   2^32 and the previous and current counts, 4 bytes each, little-endian:
 //!   twelve bytes keep a one-limit key within Redis's smallest string
-//!   allocation. A value of neither form is read as a fresh key. The
+//!   allocation, and a value of any other length is read as a fresh key. The
 //!   index is rebuilt from now: fewer than 2^31 windows behind now's is an
 //!   older window, as usual; more is either a clock that stepped back (the
 //!   stored window is ahead of now) or, for a short window beside a very
@@ -47,10 +47,11 @@
 //!   and a state matters for at most two windows from that opening.
 //! * **Reply.** One string (an array reply costs Redis more than all the
 //!   arithmetic): a byte for the verdict (1 accepted), now (8 bytes), then
-//!   the state in the stored layout with windows rolled to now, counting the
-//!   request if it was accepted and recorded (the reply's tail is then what
-//!   is stored), before it otherwise. The client derives remaining quota
-//!   and retry-after from it, through the same core as the memory store.
+//!   the state in the binary layout with windows rolled to now, counting
+//!   the request if it was accepted and recorded, before it otherwise (in
+//!   the binary layout, the reply's tail is what is stored). The client
+//!   derives remaining quota and retry-after from it, through the same core
+//!   as the memory store.
 
 use std::fmt::Write;
 
@@ -119,50 +120,30 @@ pub(super) fn source(policy: &Policy, record: bool) -> String {
     }
     line("local raw = redis.call('GET', KEYS[1])");
     line(&format!("local {state} = {}", vec!["0"; 3 * n].join(", ")));
-    // The binary layout: a state of any other length reads as a fresh key.
-    let binary = |line: &mut dyn FnMut(&str), indent: &str| {
-        let mut line = |text: &str| line(&format!("{indent}{text}"));
-        line(&format!("{state} = struct.unpack('<{words}', raw)"));
-        line("local k, behind");
-        for (i, &(_, w)) in limits.iter().enumerate() {
-            let i = i + 1;
-            line(&format!("k = (now - now % {w}) / {w}"));
-            line(&format!("behind = (k % 4294967296 - k{i}) % 4294967296"));
-            line(&format!(
-                "if behind < 2147483648 or behind * {w} <= {lifetime} then k{i} = k - behind else k{i} = k + (4294967296 - behind) end"
-            ));
-        }
-    };
     match &integer {
+        // A state of any other length reads as a fresh key.
         None => {
             line(&format!("local fresh = not raw or #raw ~= {}", 12 * n));
             line("if not fresh then");
-            binary(&mut line, "  ");
+            line(&format!("  {state} = struct.unpack('<{words}', raw)"));
+            line("  local k, behind");
+            for (i, &(_, w)) in limits.iter().enumerate() {
+                let i = i + 1;
+                line(&format!("  k = (now - now % {w}) / {w}"));
+                line(&format!("  behind = (k % 4294967296 - k{i}) % 4294967296"));
+                line(&format!(
+                    "  if behind < 2147483648 or behind * {w} <= {lifetime} then k{i} = k - behind else k{i} = k + (4294967296 - behind) end"
+                ));
+            }
         }
+        // Anything but a whole number in range reads as a fresh key.
         Some(integer) => {
-            line("local fresh = true");
-            line("if raw then");
-            // A state stored before the integer packing, read once. An
-            // integer's text has at most 16 digits, and only one limit's
-            // binary state is no longer: its last byte tells them apart.
-            if n == 1 {
-                line("  if #raw == 12 and string.byte(raw, 12) < 48 then");
-            } else {
-                line(&format!("  if #raw == {} then", 12 * n));
-            }
-            line("    fresh = false");
-            binary(&mut line, "    ");
-            line("  else");
-            line("    local v = tonumber(raw)");
-            line("    if v and v >= 0 and v < 9007199254740992 and v % 1 == 0 then");
-            line("      fresh = false");
-            for statement in integer.decode() {
-                line(&format!("      {statement}"));
-            }
-            line("    end");
-            line("  end");
-            line("end");
+            line("local v = raw and tonumber(raw)");
+            line("local fresh = not (v and v >= 0 and v < 9007199254740992 and v % 1 == 0)");
             line("if not fresh then");
+            for statement in integer.decode() {
+                line(&format!("  {statement}"));
+            }
         }
     }
     for (i, &(_, w)) in limits.iter().enumerate() {

@@ -63,6 +63,7 @@ printf '  %-22s %6s\n' "governor check_key" "$(misses governor)"
 printf '  %-22s %6s\n' "ours counter" "$(misses counter)"
 printf '  %-22s %6s\n' "ours counter, wide" "$(misses counter-wide)"
 printf '  %-22s %6s\n' "ours fixed" "$(misses fixed)"
+printf '  %-22s %6s\n' "ours log limit 100" "$(misses log)"
 
 bare=$(per_call bare)
 governor=$(per_call governor-layer)

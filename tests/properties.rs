@@ -29,6 +29,27 @@ fn limits_with(window: impl Strategy<Value = u64>) -> impl Strategy<Value = Vec<
     })
 }
 
+/// Up to three sets of limits for one log: some the same windows as the
+/// first with other maxima (the ring's capacity changes alone), some
+/// anything (windows and cursors change too).
+fn changing_limits() -> impl Strategy<Value = Vec<Vec<Limit>>> {
+    limits().prop_flat_map(|first| {
+        let windows: Vec<Duration> = first.iter().map(Limit::window).collect();
+        let same_windows = prop::collection::vec(1u32..6, windows.len()).prop_map(move |maxes| {
+            maxes
+                .iter()
+                .zip(&windows)
+                .map(|(&max, &window)| Limit::new(max, window).unwrap())
+                .collect::<Vec<_>>()
+        });
+        let others = prop::collection::vec(prop_oneof![same_windows, limits()], 0..3);
+        (Just(first), others).prop_map(|(first, mut others)| {
+            others.insert(0, first);
+            others
+        })
+    })
+}
+
 /// Any of the three algorithms.
 fn algorithm() -> impl Strategy<Value = Algorithm> {
     prop_oneof![
@@ -97,6 +118,46 @@ proptest! {
                 let inside = accepted.iter().filter(|&&t| t >= start && t <= start + w).count();
                 prop_assert!(inside <= l.max() as usize);
             }
+        }
+    }
+
+    /// The public core may judge one log under different limits from one
+    /// call to the next. It then keeps the newest stamps its largest limit
+    /// allows, in order, and judges them exactly: a ring that wrapped and
+    /// then grows, shrinks or gains a cursor loses nothing else.
+    #[test]
+    fn a_log_judged_under_changing_limits_keeps_its_newest_stamps(
+        shapes in changing_limits(),
+        steps in prop::collection::vec((0usize..4, prop_oneof![Just(0u64), 0u64..2_000, 0u64..60_000]), 1..300),
+    ) {
+        let mut log = SlidingLog::new();
+        let mut kept: Vec<u64> = Vec::new();
+        let mut now = 0u64;
+        for (shape, gap) in steps {
+            let limits = &shapes[shape % shapes.len()];
+            now += gap;
+            let capacity = limits.iter().map(|l| l.max() as usize).max().unwrap();
+            kept.drain(..kept.len().saturating_sub(capacity));
+            let fits = limits.iter().all(|l| {
+                let w = l.window().as_micros() as u64;
+                kept.iter().filter(|&&t| t + w >= now).count() < l.max() as usize
+            });
+            let decision = log.decide(micros(now), limits);
+            prop_assert_eq!(decision.is_allowed(), fits, "at {} µs under {:?}", now, limits);
+            if fits {
+                kept.push(now);
+                let remaining = limits
+                    .iter()
+                    .map(|l| {
+                        let w = l.window().as_micros() as u64;
+                        l.max() as usize - kept.iter().filter(|&&t| t + w >= now).count()
+                    })
+                    .min()
+                    .unwrap();
+                prop_assert_eq!(decision.remaining() as usize, remaining, "at {} µs", now);
+            }
+            kept.drain(..kept.len().saturating_sub(capacity));
+            prop_assert_eq!(log.len(), kept.len());
         }
     }
 

@@ -23,17 +23,34 @@ use crate::limit::Limit;
 /// forward too, and counting stays O(1) amortised.
 #[derive(Clone, Debug, Default)]
 pub struct SlidingLog {
-    /// Everything in one allocation, so a key's entry in a store stays small:
-    /// `[total, head << 32 | cursors, cursor..., stamp...]`, where `total`
-    /// counts records ever made, `head` is the ring index of the oldest stamp
-    /// once the ring is full, each cursor is the record number of the first
-    /// record still inside one limit's window, and stamps are microseconds.
-    /// Empty until the first record.
-    buf: Vec<u64>,
+    /// `[total, limit count, window..., cursor..., slot...]`: `total` counts
+    /// records ever made; each limit's window (µs) is the one its cursor,
+    /// the record number of the first record still inside that window, was
+    /// moved for; the slots hold the ring of stamps in microseconds, grown
+    /// by doubling up to the largest limit. Empty until the first decision.
+    buf: Box<[u64]>,
+    /// The ring index of the oldest stamp once the ring is full; zero until
+    /// then, the stamps filling the slots in order.
+    head: u32,
+    /// The number of stamps held.
+    len: u32,
 }
 
-/// Words before the cursors.
+// Where a decision finds its stamps is known from the entry alone (the
+// ring's position, `head` and `len`), not from the heap header: over many
+// keys the header's and the stamp's cache misses then overlap instead of
+// following one another. The entry stays 24 bytes, as a `Vec` would be.
+
+/// Words before the windows.
 const HEADER: usize = 2;
+
+/// Where the slots start in a buffer laid out for `limits` limits.
+const fn first_slot(limits: usize) -> usize {
+    HEADER + 2 * limits
+}
+
+/// Slots a ring starts with.
+const FIRST_SLOTS: usize = 4;
 
 impl SlidingLog {
     /// An empty log.
@@ -55,66 +72,52 @@ impl SlidingLog {
 
     /// The number of timestamps held.
     pub fn len(&self) -> usize {
-        self.buf.len().saturating_sub(HEADER + self.cursors())
+        self.len as usize
     }
 
     /// Whether no request has been recorded.
     pub fn is_empty(&self) -> bool {
-        self.len() == 0
+        self.len == 0
     }
 
     fn total(&self) -> u64 {
         self.buf.first().copied().unwrap_or(0)
     }
 
-    fn cursors(&self) -> usize {
-        self.buf
-            .get(1)
-            .map_or(0, |&word| (word & u64::from(u32::MAX)) as usize)
+    /// The number of limits the buffer is laid out for.
+    fn limits(&self) -> usize {
+        self.buf.get(1).map_or(0, |&count| count as usize)
     }
 
-    fn head(&self) -> usize {
-        self.buf.get(1).map_or(0, |&word| (word >> 32) as usize)
+    /// The `i`-th oldest timestamp held, in a buffer laid out for `limits`
+    /// limits.
+    fn stamp(&self, limits: usize, i: usize) -> u64 {
+        // Only a full ring wraps, and then it holds `len` stamps.
+        let at = self.head as usize + i;
+        let len = self.len();
+        self.buf[first_slot(limits) + if at >= len { at - len } else { at }]
     }
 
-    fn set_head(&mut self, head: usize) {
-        self.buf[1] = (head as u64) << 32 | self.cursors() as u64;
-    }
-
-    fn ring(&self) -> &[u64] {
-        &self.buf[(HEADER + self.cursors()).min(self.buf.len())..]
-    }
-
-    /// The `i`-th oldest timestamp held.
-    fn stamp(&self, i: usize) -> u64 {
-        let ring = self.ring();
-        let at = self.head() + i;
-        ring[if at >= ring.len() {
-            at - ring.len()
-        } else {
-            at
-        }]
-    }
-
-    fn newest(&self) -> Option<u64> {
-        (!self.is_empty()).then(|| self.stamp(self.len() - 1))
+    fn newest(&self, limits: usize) -> Option<u64> {
+        (!self.is_empty()).then(|| self.stamp(limits, self.len() - 1))
     }
 
     /// The record number of the oldest stamp still held.
     fn oldest_record(&self) -> u64 {
-        self.total() - self.len() as u64
+        self.total() - u64::from(self.len)
     }
 
     pub(crate) fn decide_micros(&mut self, now: u64, limits: &[Limit], capacity: u32) -> Decision {
-        self.fit(limits.len(), capacity as usize);
+        let count = limits.len();
+        self.fit(limits, capacity as usize);
         // A clock that stepped back must not make recorded requests look newer
         // than they are: judge at the newest time seen instead.
-        let now = self.newest().map_or(now, |newest| newest.max(now));
+        let now = self.newest(count).map_or(now, |newest| newest.max(now));
         let mut verdict = Verdict::default();
         for (index, limit) in limits.iter().enumerate() {
             let max = limit.max() as usize;
             if self.len() >= max {
-                if let Some(wait) = blocked_for(self.stamp(self.len() - max), now, limit) {
+                if let Some(wait) = blocked_for(self.stamp(count, self.len() - max), now, limit) {
                     verdict.refuse(index, wait);
                 }
             }
@@ -122,7 +125,7 @@ impl SlidingLog {
         if let Some(refusal) = verdict.refusal(limits, now) {
             return refusal;
         }
-        self.record(now, capacity as usize);
+        self.record(count, now, capacity as usize);
         // Each cursor moves once here; the decision then reads the results
         // (on the stack for any policy; the public API takes longer lists).
         let mut inline = [(0, 0); crate::policy::Policy::MAX_LIMITS];
@@ -134,7 +137,7 @@ impl SlidingLog {
             &mut spilled
         };
         for (index, limit) in limits.iter().enumerate() {
-            quotas[index] = self.quota(index, now, limit);
+            quotas[index] = self.quota(count, index, now, limit);
         }
         tightest(
             limits,
@@ -147,53 +150,89 @@ impl SlidingLog {
         )
     }
 
-    /// Lays the buffer out for `limits` cursors and at most `capacity`
-    /// stamps, keeping the newest stamps if the policy changed shape.
-    fn fit(&mut self, limits: usize, capacity: usize) {
-        if !self.buf.is_empty() && self.cursors() == limits && self.len() <= capacity {
+    /// Lays the buffer out for `limits` and at most `capacity` stamps,
+    /// keeping the newest stamps if the limits changed. A ring that wrapped
+    /// and may now grow is laid out in order again, and cursors start over
+    /// from the oldest stamp when their windows changed: a cursor moved for
+    /// a shorter window may have passed stamps a longer one still counts.
+    fn fit(&mut self, limits: &[Limit], capacity: usize) {
+        if !self.buf.is_empty()
+            && self.limits() == limits.len()
+            && self.len() <= capacity
+            && (self.head == 0 || self.len() == capacity)
+            && limits
+                .iter()
+                .zip(&self.buf[HEADER..])
+                .all(|(limit, &window)| limit.window_micros() == window)
+        {
             return;
         }
-        let mut stamps: Vec<u64> = (0..self.len()).map(|i| self.stamp(i)).collect();
+        let held = self.limits();
+        let mut stamps: Vec<u64> = (0..self.len()).map(|i| self.stamp(held, i)).collect();
         stamps.drain(..stamps.len().saturating_sub(capacity));
         let total = self.total().max(stamps.len() as u64);
         let oldest = total - stamps.len() as u64;
-        let header = [total, limits as u64];
-        self.buf = header
+        self.len = stamps.len() as u32;
+        self.head = 0;
+        self.buf = [total, limits.len() as u64]
             .into_iter()
-            .chain(std::iter::repeat_n(oldest, limits))
+            .chain(limits.iter().map(Limit::window_micros))
+            .chain(std::iter::repeat_n(oldest, limits.len()))
             .chain(stamps)
             .collect();
     }
 
-    fn record(&mut self, now: u64, capacity: usize) {
-        if self.len() < capacity {
-            self.buf.push(now);
+    fn record(&mut self, limits: usize, now: u64, capacity: usize) {
+        let len = self.len();
+        if len < capacity {
+            if first_slot(limits) + len == self.buf.len() {
+                self.grow(capacity);
+            }
+            self.buf[first_slot(limits) + len] = now;
+            self.len += 1;
         } else if capacity > 0 {
-            let head = self.head();
-            let at = HEADER + self.cursors() + head;
-            self.buf[at] = now;
-            self.set_head(if head + 1 == capacity { 0 } else { head + 1 });
+            let head = self.head as usize;
+            self.buf[first_slot(limits) + head] = now;
+            self.head = if head + 1 == capacity {
+                0
+            } else {
+                head as u32 + 1
+            };
         }
         self.buf[0] += 1;
     }
 
+    /// Doubles the ring's slots (to at most `capacity`), which are all
+    /// taken, so its stamps are still in order from the first slot.
+    fn grow(&mut self, capacity: usize) {
+        let slots = (2 * self.len()).max(FIRST_SLOTS).min(capacity);
+        let size = self.buf.len() - self.len() + slots;
+        let mut buf = Vec::with_capacity(size);
+        buf.extend_from_slice(&self.buf);
+        buf.resize(size, 0);
+        self.buf = buf.into_boxed_slice();
+    }
+
     /// Remaining quota under limit `index` at `now`, and when it next grows:
     /// when the oldest timestamp inside the window leaves it.
-    fn quota(&mut self, index: usize, now: u64, limit: &Limit) -> (u32, u64) {
+    fn quota(&mut self, limits: usize, index: usize, now: u64, limit: &Limit) -> (u32, u64) {
         let oldest_counted = now.saturating_sub(limit.window_micros());
         let (oldest_record, total) = (self.oldest_record(), self.total());
-        let mut cursor = self.buf[HEADER + index].max(oldest_record);
-        while cursor < total && self.stamp((cursor - oldest_record) as usize) < oldest_counted {
+        let at = HEADER + limits + index;
+        let mut cursor = self.buf[at].max(oldest_record);
+        while cursor < total
+            && self.stamp(limits, (cursor - oldest_record) as usize) < oldest_counted
+        {
             cursor += 1;
         }
-        self.buf[HEADER + index] = cursor;
+        self.buf[at] = cursor;
         let in_window = (total - cursor) as u32;
-        let oldest = (in_window > 0).then(|| self.stamp((cursor - oldest_record) as usize));
+        let oldest = (in_window > 0).then(|| self.stamp(limits, (cursor - oldest_record) as usize));
         quota(in_window, oldest, now, limit)
     }
 
     pub(crate) fn idle_from_micros(&self, longest_window: u64) -> u64 {
-        self.newest().map_or(0, |newest| {
+        self.newest(self.limits()).map_or(0, |newest| {
             newest.saturating_add(longest_window).saturating_add(1)
         })
     }

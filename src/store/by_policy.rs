@@ -14,9 +14,8 @@ use std::any::Any;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError, Weak};
 
+use super::typed_any::TypedAny;
 use crate::policy::Policy;
-
-type AnyMap = Arc<dyn Any + Send + Sync>;
 
 /// How many (store, key type) pairs a policy finds its map for without a
 /// lock. A policy serves one store and one key type in practice; a test
@@ -28,7 +27,7 @@ const CACHED: usize = 2;
 #[derive(Default)]
 pub(crate) struct PolicyMaps {
     /// Filled in order, each once; read without locking.
-    cached: [OnceLock<(u64, AnyMap)>; CACHED],
+    cached: [OnceLock<(u64, TypedAny)>; CACHED],
     /// The rest, behind a lock; those of dropped stores are pruned.
     more: Mutex<Vec<Held>>,
 }
@@ -37,7 +36,7 @@ pub(crate) struct PolicyMaps {
 struct Held {
     store: u64,
     store_alive: Weak<()>,
-    map: AnyMap,
+    map: TypedAny,
 }
 
 impl std::fmt::Debug for PolicyMaps {
@@ -72,7 +71,7 @@ impl PolicyMaps {
         for slot in &self.cached {
             let (owner, map) = slot.get()?;
             if *owner == store {
-                if let Some(map) = map.downcast_ref::<T>() {
+                if let Some(map) = map.get::<T>() {
                     return Some(map);
                 }
             }
@@ -89,11 +88,11 @@ impl PolicyMaps {
             .map(|(owner, map)| (*owner, map.clone()))
             .chain(more)
             .filter(|(owner, _)| *owner == store)
-            .find_map(|(_, map)| map.downcast::<T>().ok())
+            .find_map(|(_, map)| map.to_arc::<T>())
     }
 
     /// Holds `map` for `store`: in a free cached slot if one is left.
-    fn hold(&self, store: &Registry, map: AnyMap) {
+    fn hold(&self, store: &Registry, map: TypedAny) {
         let mut held = Some((store.id, map));
         for slot in &self.cached {
             // Another store may fill this slot first; then try the next.
@@ -171,11 +170,11 @@ impl Registry {
             .next();
         let map = made.unwrap_or_else(|| {
             let map = Arc::new(make());
-            let erased: AnyMap = map.clone();
+            let erased: Arc<dyn Any + Send + Sync> = map.clone();
             maps.push((id, Arc::downgrade(&erased)));
             map
         });
-        policy.maps().hold(self, map.clone());
+        policy.maps().hold(self, TypedAny::new(map.clone()));
         map
     }
 

@@ -11,6 +11,7 @@ mod memory;
 #[cfg(feature = "redis")]
 mod redis;
 mod sharded;
+mod typed_any;
 
 use std::future::Future;
 

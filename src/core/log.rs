@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use super::refusal::{tightest, Verdict};
+use super::refusal::{accepted, refused, tightest, Verdict};
 use crate::clock::micros;
 use crate::decision::{Decision, Quota};
 use crate::limit::Limit;
@@ -108,6 +108,9 @@ impl SlidingLog {
     }
 
     pub(crate) fn decide_micros(&mut self, now: u64, limits: &[Limit], capacity: u32) -> Decision {
+        if let [limit] = limits {
+            return self.decide_one(now, limit, capacity as usize);
+        }
         let count = limits.len();
         self.fit(limits, capacity as usize);
         // A clock that stepped back must not make recorded requests look newer
@@ -146,6 +149,31 @@ impl SlidingLog {
             |index| Quota::Known {
                 remaining: quotas[index].0,
                 replenish_micros: quotas[index].1,
+            },
+        )
+    }
+
+    /// [`decide_micros`](Self::decide_micros) for one limit, the common
+    /// case, without the bookkeeping that picks one limit among several.
+    fn decide_one(&mut self, now: u64, limit: &Limit, capacity: usize) -> Decision {
+        let limits = std::slice::from_ref(limit);
+        self.fit(limits, capacity);
+        let now = self.newest(1).map_or(now, |newest| newest.max(now));
+        let max = limit.max() as usize;
+        if self.len() >= max {
+            if let Some(wait) = blocked_for(self.stamp(1, self.len() - max), now, limit) {
+                return refused(limits, now, 0, wait);
+            }
+        }
+        self.record(1, now, capacity);
+        let (remaining, replenish_micros) = self.quota(1, 0, now, limit);
+        accepted(
+            limits,
+            now,
+            0,
+            Quota::Known {
+                remaining,
+                replenish_micros,
             },
         )
     }

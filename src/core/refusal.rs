@@ -23,18 +23,24 @@ impl Verdict {
 
     /// The refusal with the longest wait, if any limit refused.
     pub(crate) fn refusal(&self, limits: &[Limit], now: u64) -> Option<Decision> {
-        self.refusal.map(|(index, retry_after)| Decision {
-            allowed: false,
-            limit_index: u16::try_from(index).unwrap_or(u16::MAX),
-            limit: limits[index],
-            quota: Quota::Known {
-                remaining: 0,
-                replenish_micros: retry_after,
-            },
-            retry_after_micros: retry_after,
-            at_micros: now,
-            origin: Origin::Limits,
-        })
+        self.refusal
+            .map(|(index, retry_after)| refused(limits, now, index, retry_after))
+    }
+}
+
+/// A refusal that limit `index` speaks for, until `retry_after` has passed.
+pub(crate) fn refused(limits: &[Limit], now: u64, index: usize, retry_after: u64) -> Decision {
+    Decision {
+        allowed: false,
+        limit_index: u16::try_from(index).unwrap_or(u16::MAX),
+        limit: limits[index],
+        quota: Quota::Known {
+            remaining: 0,
+            replenish_micros: retry_after,
+        },
+        retry_after_micros: retry_after,
+        at_micros: now,
+        origin: Origin::Limits,
     }
 }
 

@@ -35,7 +35,9 @@ fn limits_with(window: impl Strategy<Value = u64>) -> impl Strategy<Value = Vec<
 fn changing_limits() -> impl Strategy<Value = Vec<Vec<Limit>>> {
     limits().prop_flat_map(|first| {
         let windows: Vec<Duration> = first.iter().map(Limit::window).collect();
-        let same_windows = prop::collection::vec(1u32..6, windows.len()).prop_map(move |maxes| {
+        // Maxima up to 40, so that rings grow by doubling past their first
+        // slots and shrink back.
+        let same_windows = prop::collection::vec(1u32..40, windows.len()).prop_map(move |maxes| {
             maxes
                 .iter()
                 .zip(&windows)
@@ -124,40 +126,72 @@ proptest! {
     /// The public core may judge one log under different limits from one
     /// call to the next. It then keeps the newest stamps its largest limit
     /// allows, in order, and judges them exactly: a ring that wrapped and
-    /// then grows, shrinks or gains a cursor loses nothing else.
+    /// then grows, shrinks or gains a cursor loses nothing else. The clock
+    /// also steps back, where the log judges at its newest stamp.
     #[test]
     fn a_log_judged_under_changing_limits_keeps_its_newest_stamps(
         shapes in changing_limits(),
-        steps in prop::collection::vec((0usize..4, prop_oneof![Just(0u64), 0u64..2_000, 0u64..60_000]), 1..300),
+        steps in prop::collection::vec(
+            (0usize..4, prop_oneof![Just(0i64), 0i64..2_000, 0i64..60_000, -30_000i64..0]),
+            1..300,
+        ),
     ) {
         let mut log = SlidingLog::new();
         let mut kept: Vec<u64> = Vec::new();
-        let mut now = 0u64;
-        for (shape, gap) in steps {
+        let mut clock = 100_000u64;
+        for (shape, step) in steps {
             let limits = &shapes[shape % shapes.len()];
-            now += gap;
+            clock = clock.saturating_add_signed(step);
+            let now = kept.last().map_or(clock, |&newest| newest.max(clock));
             let capacity = limits.iter().map(|l| l.max() as usize).max().unwrap();
             kept.drain(..kept.len().saturating_sub(capacity));
-            let fits = limits.iter().all(|l| {
+            let in_window = |kept: &[u64], l: &Limit| {
                 let w = l.window().as_micros() as u64;
-                kept.iter().filter(|&&t| t + w >= now).count() < l.max() as usize
-            });
-            let decision = log.decide(micros(now), limits);
+                kept.iter().filter(|&&t| t + w >= now).count()
+            };
+            let fits = limits.iter().all(|l| in_window(&kept, l) < l.max() as usize);
+            let decision = log.decide(micros(clock), limits);
             prop_assert_eq!(decision.is_allowed(), fits, "at {} µs under {:?}", now, limits);
             if fits {
                 kept.push(now);
                 let remaining = limits
                     .iter()
-                    .map(|l| {
-                        let w = l.window().as_micros() as u64;
-                        l.max() as usize - kept.iter().filter(|&&t| t + w >= now).count()
-                    })
+                    .map(|l| l.max() as usize - in_window(&kept, l))
                     .min()
                     .unwrap();
                 prop_assert_eq!(decision.remaining() as usize, remaining, "at {} µs", now);
+            } else {
+                // The longest wait of the refusing limits: until the
+                // max-th newest stamp leaves the window.
+                let wait = limits
+                    .iter()
+                    .filter(|l| in_window(&kept, l) >= l.max() as usize)
+                    .map(|l| kept[kept.len() - l.max() as usize] + l.window().as_micros() as u64 + 1 - now)
+                    .max()
+                    .unwrap();
+                prop_assert_eq!(decision.retry_after(), micros(wait), "at {} µs", now);
             }
             kept.drain(..kept.len().saturating_sub(capacity));
             prop_assert_eq!(log.len(), kept.len());
+        }
+    }
+
+    /// A log of one limit takes a path of its own: it decides exactly as
+    /// the general path does for that limit twice over (ties pick the
+    /// first), with the clock stepping back too.
+    #[test]
+    fn the_one_limit_log_decides_as_the_general_path(
+        max in 1u32..40,
+        window in prop_oneof![1u64..16, 1u64..40_000],
+        traffic in prop::collection::vec(prop_oneof![3 => 0i64..5_000, 1 => -30_000i64..0], 1..300),
+    ) {
+        let limit = Limit::new(max, Duration::from_micros(window)).unwrap();
+        let (mut one, mut general) = (SlidingLog::new(), SlidingLog::new());
+        let mut now = 100_000u64;
+        for step in traffic {
+            now = now.saturating_add_signed(step);
+            let decision = one.decide(micros(now), &[limit]);
+            prop_assert_eq!(decision, general.decide(micros(now), &[limit, limit]), "at {} µs", now);
         }
     }
 

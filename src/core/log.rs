@@ -14,8 +14,12 @@ use crate::limit::Limit;
 /// requests were ever accepted, or the `max`-th most recent one is more than
 /// `W` old: the window `[now - W, now]` is closed, so a timestamp exactly `W`
 /// old still counts. That test reads one slot, so a decision costs O(1) per
-/// limit and memory never exceeds the largest limit per key. Rejected
-/// requests are not recorded.
+/// limit, and a store's key holds at most the largest limit's stamps (in
+/// slots that grow by doubling, behind two words a limit and two more).
+/// Rejected requests are not recorded.
+///
+/// Judged under other limits than the last call's, the log keeps its
+/// newest stamps and lays its buffer out again, in time linear in them.
 ///
 /// The remaining quota comes from one cursor per limit, the first record
 /// still inside that limit's window; time only moves forward (a clock that
@@ -63,9 +67,10 @@ impl SlidingLog {
     ///
     /// # Panics
     ///
-    /// If `limits` is empty: a decision needs a limit to report. A
-    /// [`Policy`](crate::Policy) always has one.
+    /// If `limits` is empty (before touching the log): a decision needs a
+    /// limit to report. A [`Policy`](crate::Policy) always has one.
     pub fn decide(&mut self, now: Duration, limits: &[Limit]) -> Decision {
+        assert!(!limits.is_empty(), "a decision needs at least one limit");
         let capacity = limits.iter().map(Limit::max).max().unwrap_or(0);
         self.decide_micros(micros(now), limits, capacity)
     }
@@ -202,11 +207,14 @@ impl SlidingLog {
         let oldest = total - stamps.len() as u64;
         self.len = stamps.len() as u32;
         self.head = 0;
+        // A new key gets its first slots now rather than at its first record.
+        let spare = FIRST_SLOTS.min(capacity).saturating_sub(stamps.len());
         self.buf = [total, limits.len() as u64]
             .into_iter()
             .chain(limits.iter().map(Limit::window_micros))
             .chain(std::iter::repeat_n(oldest, limits.len()))
             .chain(stamps)
+            .chain(std::iter::repeat_n(0, spare))
             .collect();
     }
 
@@ -219,6 +227,7 @@ impl SlidingLog {
             self.buf[first_slot(limits) + len] = now;
             self.len += 1;
         } else if capacity > 0 {
+            debug_assert!(self.head == 0 || len == capacity, "only a full ring wraps");
             let head = self.head as usize;
             self.buf[first_slot(limits) + head] = now;
             self.head = if head + 1 == capacity {
@@ -233,6 +242,7 @@ impl SlidingLog {
     /// Doubles the ring's slots (to at most `capacity`), which are all
     /// taken, so its stamps are still in order from the first slot.
     fn grow(&mut self, capacity: usize) {
+        debug_assert!(self.head == 0, "a ring grows before it wraps");
         let slots = (2 * self.len()).max(FIRST_SLOTS).min(capacity);
         let size = self.buf.len() - self.len() + slots;
         let mut buf = Vec::with_capacity(size);

@@ -33,17 +33,19 @@ impl TypedAny {
 
     /// The value as a `T`, if it is one.
     #[inline]
-    #[allow(unsafe_code)]
     pub(super) fn get<T: Any>(&self) -> Option<&T> {
         if self.type_id != TypeId::of::<T>() {
             return None;
         }
+        debug_assert!(self.value.is::<T>());
         let value: *const (dyn Any + Send + Sync) = Arc::as_ptr(&self.value);
         // SAFETY: `type_id` is `TypeId::of` the type `value` was created
         // from (both fields are private and set only by `new`), so the
         // pointee is a `T`; the reference borrows `self`, which keeps the
         // `Arc`, and so the value, alive.
-        Some(unsafe { &*value.cast::<T>() })
+        #[allow(unsafe_code)]
+        let value = unsafe { &*value.cast::<T>() };
+        Some(value)
     }
 
     /// The value as a `T`, shared, if it is one.
@@ -55,6 +57,23 @@ impl TypedAny {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_clone_reads_back_the_same_value() {
+        let typed = TypedAny::new(Arc::new(String::from("map")));
+        let copy = typed.clone();
+        drop(typed);
+        assert_eq!(copy.get::<String>().map(String::as_str), Some("map"));
+        // Zero-sized and over-aligned values too.
+        assert_eq!(TypedAny::new(Arc::new(())).get::<()>(), Some(&()));
+        #[repr(align(64))]
+        #[derive(Debug, PartialEq)]
+        struct Aligned(u8);
+        let aligned = TypedAny::new(Arc::new(Aligned(3)));
+        let read = aligned.get::<Aligned>().unwrap();
+        assert_eq!(read, &Aligned(3));
+        assert_eq!(std::ptr::from_ref(read) as usize % 64, 0);
+    }
 
     #[test]
     fn a_value_reads_back_only_as_its_own_type() {

@@ -195,6 +195,23 @@ proptest! {
         }
     }
 
+    /// So does a fixed window of one limit.
+    #[test]
+    fn the_one_limit_fixed_window_decides_as_the_general_path(
+        max in 1u32..40,
+        window in prop_oneof![1u64..16, 1u64..40_000],
+        traffic in prop::collection::vec(prop_oneof![3 => 0i64..5_000, 1 => -30_000i64..0], 1..300),
+    ) {
+        let limit = Limit::new(max, Duration::from_micros(window)).unwrap();
+        let (mut one, mut general) = (FixedWindow::new(), FixedWindow::new());
+        let mut now = 100_000u64;
+        for step in traffic {
+            now = now.saturating_add_signed(step);
+            let decision = one.decide(micros(now), &[limit]);
+            prop_assert_eq!(decision, general.decide(micros(now), &[limit, limit]), "at {} µs", now);
+        }
+    }
+
     /// The counter accepts exactly when `(1 - x) * previous + current + 1 <= max`
     /// for every limit (computed here from a per-window tally), and after an
     /// acceptance the weighted estimate never exceeds the limit.

@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use super::refusal::{accepted, tightest, Verdict};
+use super::refusal::{accepted, refused, tightest, Verdict};
 use super::slots::Slots;
 use super::window_base::WindowBase;
 use super::AlgorithmState;
@@ -349,11 +349,8 @@ fn decide_one(slot: &mut Slot, now: u64, limit: &Limit) -> Decision {
     let mut rolled = *slot;
     rolled.roll_to(k);
     if !fits(&rolled, limit, elapsed) {
-        let mut verdict = Verdict::default();
-        verdict.refuse(0, wait_for(&rolled, limit, elapsed, 1));
-        return verdict
-            .refusal(std::slice::from_ref(limit), now)
-            .expect("refused above");
+        let wait = wait_for(&rolled, limit, elapsed, 1);
+        return refused(std::slice::from_ref(limit), now, 0, wait);
     }
     rolled.current = rolled.current.saturating_add(1);
     *slot = rolled;

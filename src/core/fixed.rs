@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use super::counter::counted_since;
-use super::refusal::{tightest, Verdict};
+use super::refusal::{accepted, refused, tightest, Verdict};
 use super::slots::Slots;
 use super::window_base::WindowBase;
 use super::AlgorithmState;
@@ -150,6 +150,9 @@ impl<const N: usize> AlgorithmState for PackedFixed<N> {
 /// callers that keep state judge on a copy, or restore it (see
 /// [`Slots::unless_refused`]).
 fn decide(slots: &mut [Slot], now: u64, limits: &[Limit]) -> Decision {
+    if let ([slot], [limit]) = (&mut *slots, limits) {
+        return decide_one(slot, now, limit);
+    }
     // A clock that stepped back is judged in the latest block counted in.
     let now = now.max(counted_since(slots.iter().map(|s| s.window), limits));
     let mut verdict = Verdict::default();
@@ -185,6 +188,32 @@ fn decide(slots: &mut [Slot], now: u64, limits: &[Limit]) -> Decision {
             count: slots[index].count,
         },
     )
+}
+
+/// [`decide`] for one limit, the common case, without the bookkeeping that
+/// picks one limit among several. It moves the slot only when it accepts.
+fn decide_one(slot: &mut Slot, now: u64, limit: &Limit) -> Decision {
+    let limits = std::slice::from_ref(limit);
+    let w = limit.window_micros();
+    // A clock that stepped back is judged in the latest block counted in.
+    let now = now.max(slot.window.saturating_mul(w));
+    let same = slot
+        .window
+        .checked_mul(w)
+        .is_some_and(|start| now - start < w);
+    let (window, count) = if same {
+        (slot.window, slot.count)
+    } else {
+        (now / w, 0)
+    };
+    if count >= limit.max() {
+        return refused(limits, now, 0, until_next_window(now, limit));
+    }
+    *slot = Slot {
+        window,
+        count: count + 1,
+    };
+    accepted(limits, now, 0, Quota::Fixed { count: count + 1 })
 }
 
 /// Remaining quota and time until it grows, for `count` requests (this one

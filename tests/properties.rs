@@ -88,6 +88,30 @@ fn each_decision(
     Ok(())
 }
 
+/// Replays `traffic` (µs steps, some back) through two fresh states, one
+/// judged under `limit` alone and one under it twice over, decision by
+/// decision.
+fn one_limit_agrees_with_the_general_path<S>(
+    new: fn() -> S,
+    decide: fn(&mut S, Duration, &[Limit]) -> Decision,
+    limit: Limit,
+    traffic: &[i64],
+) -> Result<(), TestCaseError> {
+    let (mut one, mut general) = (new(), new());
+    let mut now = 100_000u64;
+    for &step in traffic {
+        now = now.saturating_add_signed(step);
+        let decision = decide(&mut one, micros(now), &[limit]);
+        prop_assert_eq!(
+            decision,
+            decide(&mut general, micros(now), &[limit, limit]),
+            "at {} µs",
+            now
+        );
+    }
+    Ok(())
+}
+
 /// Judges by decision of a cloned state, so probing does not record anything.
 fn probe(decide: impl FnOnce(Duration) -> Decision, at: u64) -> bool {
     decide(micros(at)).is_allowed()
@@ -176,40 +200,18 @@ proptest! {
         }
     }
 
-    /// A log of one limit takes a path of its own: it decides exactly as
-    /// the general path does for that limit twice over (ties pick the
-    /// first), with the clock stepping back too.
+    /// A log or fixed window of one limit takes a path of its own: it
+    /// decides exactly as the general path does for that limit twice over
+    /// (ties pick the first), with the clock stepping back too.
     #[test]
-    fn the_one_limit_log_decides_as_the_general_path(
+    fn the_one_limit_paths_decide_as_the_general_path(
         max in 1u32..40,
         window in prop_oneof![1u64..16, 1u64..40_000],
         traffic in prop::collection::vec(prop_oneof![3 => 0i64..5_000, 1 => -30_000i64..0], 1..300),
     ) {
         let limit = Limit::new(max, Duration::from_micros(window)).unwrap();
-        let (mut one, mut general) = (SlidingLog::new(), SlidingLog::new());
-        let mut now = 100_000u64;
-        for step in traffic {
-            now = now.saturating_add_signed(step);
-            let decision = one.decide(micros(now), &[limit]);
-            prop_assert_eq!(decision, general.decide(micros(now), &[limit, limit]), "at {} µs", now);
-        }
-    }
-
-    /// So does a fixed window of one limit.
-    #[test]
-    fn the_one_limit_fixed_window_decides_as_the_general_path(
-        max in 1u32..40,
-        window in prop_oneof![1u64..16, 1u64..40_000],
-        traffic in prop::collection::vec(prop_oneof![3 => 0i64..5_000, 1 => -30_000i64..0], 1..300),
-    ) {
-        let limit = Limit::new(max, Duration::from_micros(window)).unwrap();
-        let (mut one, mut general) = (FixedWindow::new(), FixedWindow::new());
-        let mut now = 100_000u64;
-        for step in traffic {
-            now = now.saturating_add_signed(step);
-            let decision = one.decide(micros(now), &[limit]);
-            prop_assert_eq!(decision, general.decide(micros(now), &[limit, limit]), "at {} µs", now);
-        }
+        one_limit_agrees_with_the_general_path(SlidingLog::new, SlidingLog::decide, limit, &traffic)?;
+        one_limit_agrees_with_the_general_path(FixedWindow::new, FixedWindow::decide, limit, &traffic)?;
     }
 
     /// The counter accepts exactly when `(1 - x) * previous + current + 1 <= max`

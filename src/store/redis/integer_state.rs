@@ -25,10 +25,8 @@
 //! previous and current window's for the sliding counter, only the current
 //! one for the fixed window, whose previous count is always zero.
 
+use super::window_script::EXACT_BITS;
 use crate::policy::{Algorithm, Policy};
-
-/// Lua's numbers are exact integers below this.
-const EXACT_BITS: u32 = 53;
 
 /// How far back a clock may step and still be read exactly, µs: 2^31 ms.
 const STEP_BACK_MICROS: u128 = (1 << 31) * 1_000;

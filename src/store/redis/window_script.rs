@@ -60,8 +60,11 @@ use crate::policy::{Algorithm, Policy};
 use super::integer_state::IntegerState;
 use super::scripts::ttl_millis;
 
+/// Lua's numbers are exact integers below 2 to this power.
+pub(super) const EXACT_BITS: u32 = 53;
+
 /// Lua's numbers are exact integers below this.
-const EXACT: u128 = 1 << 53;
+const EXACT: u128 = 1 << EXACT_BITS;
 
 /// The script judging requests under `policy` (a sliding counter or fixed
 /// window), recording those it accepts if `record`.
@@ -139,7 +142,9 @@ pub(super) fn source(policy: &Policy, record: bool) -> String {
         // Anything but a whole number in range reads as a fresh key.
         Some(integer) => {
             line("local v = raw and tonumber(raw)");
-            line("local fresh = not (v and v >= 0 and v < 9007199254740992 and v % 1 == 0)");
+            line(&format!(
+                "local fresh = not (v and v >= 0 and v < {EXACT} and v % 1 == 0)"
+            ));
             line("if not fresh then");
             for statement in integer.decode() {
                 line(&format!("  {statement}"));

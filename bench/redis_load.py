@@ -11,7 +11,6 @@ counter-time (two limits, the time read from the server's TIME).
 """
 import re
 import socket
-import struct
 import subprocess
 import sys
 import time
@@ -30,15 +29,6 @@ def script(which):
         ["cargo", "run", "-q", "--release", "--features", "redis", "--example", "redis_script", which],
         cwd=ROOT, check=True, capture_output=True,
     ).stdout
-
-
-def spec(which):
-    """The log's packed policy, as scripts::log_spec builds it; the counters'
-    scripts are written for their policy and take none."""
-    if which != "log":
-        return None
-    mode, ttl, pairs = (b"l", 21, [(100, 1_000), (1_000, 10_000)])
-    return mode + struct.pack("<Q", ttl) + b"".join(struct.pack("<IQ", m, w) for m, w in pairs)
 
 
 def command(*args):
@@ -66,7 +56,6 @@ def main():
 
     connection.sendall(command("SCRIPT", "LOAD", script(which)))
     sha = read()
-    policy = spec(which)
     start = int(time.time() * 1e6)
     sent = 0
     while sent < n:
@@ -79,10 +68,8 @@ def main():
                 out += command("EVALSHA", sha, 2, "b:{%d}:prev" % key, "b:{%d}:cur" % key, 60_000)
             elif which == "counter-time":
                 out += command("EVALSHA", sha, 1, "tsw:{%d}:bench" % key)
-            elif policy is None:
-                out += command("EVALSHA", sha, 1, "tsw:{%d}:bench" % key, now)
             else:
-                out += command("EVALSHA", sha, 1, "tsw:{%d}:bench" % key, policy, now)
+                out += command("EVALSHA", sha, 1, "tsw:{%d}:bench" % key, now)
         connection.sendall(out)
         for _ in range(batch):
             read()

@@ -64,7 +64,7 @@ struct PolicyInner {
     /// The Redis store's scripts written for this policy (peeking, then
     /// recording), built the first time each is needed.
     #[cfg(feature = "redis")]
-    redis_window_scripts: [OnceLock<redis::Script>; 2],
+    redis_scripts: [OnceLock<redis::Script>; 2],
 }
 
 /// What a policy is, without the caches derived from it (a Redis script's
@@ -115,7 +115,7 @@ impl Policy {
                 headers: OnceLock::new(),
                 maps: PolicyMaps::default(),
                 #[cfg(feature = "redis")]
-                redis_window_scripts: Default::default(),
+                redis_scripts: Default::default(),
             }),
         })
     }
@@ -136,7 +136,7 @@ impl Policy {
                 headers: OnceLock::new(),
                 maps: inner.maps.share(),
                 #[cfg(feature = "redis")]
-                redis_window_scripts: inner.redis_window_scripts.clone(),
+                redis_scripts: inner.redis_scripts.clone(),
             }),
         }
     }
@@ -192,15 +192,15 @@ impl Policy {
         self.inner.headers.get_or_init(|| PolicyHeaders::new(self))
     }
 
-    /// The Redis store's window script for this policy, made by `make` the
+    /// The Redis store's script for this policy, made by `make` the
     /// first time it is needed.
     #[cfg(feature = "redis")]
-    pub(crate) fn redis_window_script(
+    pub(crate) fn redis_script(
         &self,
         record: bool,
         make: impl FnOnce() -> redis::Script,
     ) -> &redis::Script {
-        self.inner.redis_window_scripts[usize::from(record)].get_or_init(make)
+        self.inner.redis_scripts[usize::from(record)].get_or_init(make)
     }
 }
 

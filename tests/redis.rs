@@ -59,8 +59,8 @@ async fn random_traffic_gets_identical_decisions_from_redis_and_memory() {
     // The last run's log ring (300 stamps) is past the size the script
     // rewrites whole, so it exercises the other write path too.
     let small: &[(u32, u64)] = &[(4, 1_000), (20, 10_000)];
-    // The window script is written for each policy: one, two and three
-    // limits here, eight below.
+    // Every script is written for each policy: one, two and three limits
+    // here, eight below.
     let one: &[(u32, u64)] = &[(6, 2_000)];
     let three: &[(u32, u64)] = &[(3, 500), (8, 2_000), (25, 10_000)];
     // The window script is written for each policy, up to the most limits
@@ -77,7 +77,7 @@ async fn random_traffic_gets_identical_decisions_from_redis_and_memory() {
     ];
     assert_eq!(eight.len(), Policy::MAX_LIMITS);
     type Run<'a> = (u64, Algorithm, &'a [(u32, u64)]);
-    let runs: [Run; 11] = [
+    let runs: [Run; 15] = [
         (7, ALGORITHMS[0], small),
         (11, ALGORITHMS[1], small),
         (13, ALGORITHMS[2], small),
@@ -89,6 +89,11 @@ async fn random_traffic_gets_identical_decisions_from_redis_and_memory() {
         (37, ALGORITHMS[2], three),
         (41, ALGORITHMS[1], eight),
         (43, ALGORITHMS[2], eight),
+        (47, ALGORITHMS[0], one),
+        (53, ALGORITHMS[0], three),
+        (59, ALGORITHMS[0], eight),
+        // One limit whose ring is read a few bytes at a time.
+        (61, ALGORITHMS[0], &[(200, 3_000)]),
     ];
     for (seed, algorithm, limits) in runs {
         // Fresh stores per run: Redis shares windows between equal policies.

@@ -4,6 +4,7 @@
 mod failure;
 mod integer_state;
 mod keys;
+mod log_script;
 mod scripts;
 mod window_script;
 
@@ -29,11 +30,12 @@ use crate::policy::{Algorithm, Policy};
 /// * **One round trip per decision.** All limits of a policy are judged and
 ///   recorded all-or-nothing by one script, called by its SHA (reloaded
 ///   transparently after a restart, failover or `SCRIPT FLUSH`). The
-///   counter's and fixed window's script is written for each policy, with
-///   its limits as constants, which spares Redis a fifth of its work per
-///   call; each policy shape (algorithm and limits) therefore adds one
+///   script is written for each policy, with its limits as constants,
+///   which spares Redis a fifth of its work per call (a third for the
+///   log); each policy shape (algorithm and limits) therefore adds one
 ///   script (two if peeked) to Redis's script cache, about 5.5 KB of Redis
-///   memory each (measured for two limits). A handful of plans costs
+///   memory each for the counter, 10 KB for the log (measured for two
+///   limits). A handful of plans costs
 ///   nothing worth counting; limits computed per tenant, thousands of
 ///   distinct shapes, cost megabytes until a `SCRIPT FLUSH` (after which
 ///   the store reloads what it uses).
@@ -228,18 +230,11 @@ impl RedisStore {
     /// The Lua script this store runs in Redis to judge and record a request
     /// under `policy`, to read what runs on the server (or to measure it).
     ///
-    /// The sliding counter and fixed window have a script written for each
-    /// policy: no arguments but an optional `ARGV[1]`, now in microseconds
-    /// (else the script reads `TIME`), and `KEYS[1]`, the state. The log's
-    /// script is shared by all policies and takes the policy packed in
-    /// `ARGV[1]` (its header says how), then the optional time.
+    /// Each policy has a script written for it, its limits as constants:
+    /// no arguments but an optional `ARGV[1]`, now in microseconds (else the
+    /// script reads `TIME`), and `KEYS[1]`, the state.
     pub fn script_source(policy: &Policy) -> String {
-        match policy.algorithm() {
-            Algorithm::SlidingLog => scripts::LOG_SOURCE.to_owned(),
-            Algorithm::SlidingCounter | Algorithm::FixedWindow => {
-                window_script::source(policy, true)
-            }
-        }
+        script_source(policy, true)
     }
 
     /// Judges `key` under `policy` in Redis (recording it if `record`), with
@@ -250,18 +245,11 @@ impl RedisStore {
         policy: &Policy,
         record: bool,
     ) -> Result<Decision, StoreError> {
-        let mut invocation = match policy.algorithm() {
-            Algorithm::SlidingLog => {
-                let mut invocation = scripts::LOG.key(name);
-                invocation.arg(scripts::log_spec(policy, record));
-                invocation
-            }
-            Algorithm::SlidingCounter | Algorithm::FixedWindow => policy
-                .redis_window_script(record, || {
-                    redis::Script::new(&window_script::source(policy, record))
-                })
-                .key(name),
-        };
+        let mut invocation = policy
+            .redis_script(record, || {
+                redis::Script::new(&script_source(policy, record))
+            })
+            .key(name);
         // Without a client clock the script reads the server's TIME.
         if let Some(clock) = &self.clock {
             invocation.arg(clock());
@@ -313,6 +301,14 @@ impl RedisStore {
                 Ok(decision)
             }
         }
+    }
+}
+
+/// The script judging under `policy`, recording what it accepts if `record`.
+fn script_source(policy: &Policy, record: bool) -> String {
+    match policy.algorithm() {
+        Algorithm::SlidingLog => log_script::source(policy, record),
+        Algorithm::SlidingCounter | Algorithm::FixedWindow => window_script::source(policy, record),
     }
 }
 

@@ -1,10 +1,6 @@
-//! The log's server-side script, what every script shares (the TTL), and
-//! the decoding of the scripts' replies into decisions, through the same
-//! core code the memory store runs.
-
-use std::sync::LazyLock;
-
-use redis::Script;
+//! What every script shares (the TTL), and the decoding of the scripts'
+//! replies into decisions, through the same core code the memory store
+//! runs.
 
 use crate::core::log::{blocked_for, quota};
 use crate::core::refusal::{tightest, Verdict};
@@ -12,11 +8,6 @@ use crate::core::{FixedWindow, SlidingCounter};
 use crate::decision::{Decision, Quota};
 use crate::policy::{Algorithm, Policy};
 use crate::store::StoreError;
-
-/// Sliding log. The counter and fixed window have a script per policy
-/// (`window_script`).
-pub(super) static LOG: LazyLock<Script> = LazyLock::new(|| Script::new(LOG_SOURCE));
-pub(super) const LOG_SOURCE: &str = concat!(include_str!("arguments.lua"), include_str!("log.lua"));
 
 /// How long a key's state is kept, in milliseconds, rounded up: the TTL
 /// that lets idle clients vanish. The scripts renew it only now and then
@@ -31,21 +22,6 @@ pub(super) fn ttl_millis(policy: &Policy) -> u64 {
         Algorithm::FixedWindow => longest,
     };
     span.div_ceil(1_000).saturating_add(1)
-}
-
-/// The log script's first argument: the mode, the TTL and every limit,
-/// packed as the script unpacks them (one string costs Redis less to take
-/// in than a string per number).
-pub(super) fn log_spec(policy: &Policy, record: bool) -> Vec<u8> {
-    let mut spec = Vec::with_capacity(9 + 12 * policy.limits().len());
-    // Capitals judge without recording.
-    spec.push(if record { b'l' } else { b'L' });
-    spec.extend_from_slice(&ttl_millis(policy).to_le_bytes());
-    for limit in policy.limits() {
-        spec.extend_from_slice(&limit.max().to_le_bytes());
-        spec.extend_from_slice(&limit.window_micros().to_le_bytes());
-    }
-    spec
 }
 
 /// A script's reply: the verdict byte, then little-endian words, the first

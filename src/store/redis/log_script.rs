@@ -1,0 +1,271 @@
+//! The Lua script of the sliding log, written for one policy: its limits,
+//! ring size and TTL are constants in the text, as in `window_script`.
+//!
+//! A script shared by every policy had to take the policy in as an argument,
+//! unpack it into a table and walk the limits in loops, and Redis printed
+//! every number the script handed to `redis.call` with `%.17g`, about 2,000
+//! instructions each. Written per policy, the script takes no argument but
+//! the optional time, passes its constant offsets and TTL as string
+//! literals, prints the offsets it computes with `%d`, and keeps each
+//! limit's cursor in a local of its own.
+//!
+//! The state under `KEYS[1]` is one string:
+//!
+//! * a header: the ring index of the oldest stamp and the number of stamps
+//!   (4 bytes each), the newest stamp (8 bytes), then per limit a cursor (4
+//!   bytes: how many stamps, oldest first, are known to be outside its
+//!   window) and the stamp at that cursor (8 bytes; -1 if none);
+//! * the ring: 8 bytes per stamp, as many slots as the largest limit, in
+//!   microseconds. Integers are little-endian.
+//!
+//! A header that does not hold together (a ring larger than its slots, a
+//! cursor past the stamps, a length that does not match) reads as a fresh
+//! key.
+//!
+//! What the script does, for each call:
+//!
+//! * **Time.** `ARGV[1]`, now in microseconds from the client's clock, or,
+//!   without it, the server's `TIME`; never earlier than the newest stamp,
+//!   so that a clock stepping back cannot make recorded requests look newer.
+//! * **Reading.** Rings up to [`WHOLE_UP_TO`] stamps are read and written
+//!   whole: one call each way. Larger ones are read and written a few bytes
+//!   at a time with `GETRANGE` and `SETRANGE`, so that a decision stays O(1)
+//!   amortised (O(log n) at worst) however large the limit: copying a large
+//!   ring in and out of Lua costs more than the calls it saves, chiefly in
+//!   garbage collection.
+//! * **Cursors.** Windows only move forward, so cursors do too: a cursor
+//!   whose stamp is still inside its window stays put without a read; else
+//!   it gallops forward, then halves, to the oldest stamp inside.
+//! * **Judging.** A limit of `max` is full when `max` stamps are inside its
+//!   window; the request is refused if any limit is full.
+//! * **Recording.** An accepted request's stamp goes after the newest; a
+//!   full ring drops its oldest stamp, which (the request fitting) is
+//!   outside every window. The TTL is renewed only when the newest stamp
+//!   enters a new span of the longest window: a stamp is then at most one
+//!   window younger than the renewal, and the TTL of two windows outlives it
+//!   by one.
+//! * **Reply.** One string: a byte for the verdict (1 accepted), now (8
+//!   bytes), then 8 signed bytes per limit: when refused, the stamp that
+//!   blocks it (or -1); when accepted, the stamps inside its window counting
+//!   this request, then the oldest of them.
+
+use crate::policy::Policy;
+
+use super::scripts::ttl_millis;
+
+/// The largest ring read and written whole.
+pub(super) const WHOLE_UP_TO: u32 = 128;
+
+/// The script judging requests under `policy` (a sliding log), recording
+/// those it accepts if `record`.
+pub(super) fn source(policy: &Policy, record: bool) -> String {
+    let limits: Vec<(u32, u64)> = policy
+        .limits()
+        .iter()
+        .map(|limit| (limit.max(), limit.window_micros()))
+        .collect();
+    let n = limits.len();
+    let cap = limits.iter().map(|&(max, _)| max).max().unwrap_or(0);
+    let longest = policy.longest_window_micros();
+    let ttl = ttl_millis(policy);
+    let header = 16 + 12 * n;
+    let header_format = format!("<I4I4i8{}", "I4i8".repeat(n));
+    let whole = cap <= WHOLE_UP_TO;
+    let each = |template: &str| -> String {
+        (1..=n)
+            .map(|i| template.replace('#', &i.to_string()))
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    let state = format!("head, len, newest, {}", each("u#, s#"));
+    let fresh = format!("0, 0, -1, {}", vec!["0, -1"; n].join(", "));
+
+    let mut lua = String::new();
+    let mut line = |text: &str| {
+        lua.push_str(text);
+        lua.push('\n');
+    };
+    line(&format!(
+        "-- tower-sliding-window: sliding window log for {} ({}), TTL {ttl} ms",
+        policy.signature(),
+        if record {
+            "judge and record"
+        } else {
+            "judge only"
+        },
+    ));
+    line("local now");
+    line("if ARGV[1] then");
+    line("  now = tonumber(ARGV[1])");
+    line("else");
+    line("  local t = redis.call('TIME')");
+    line("  now = t[1] * 1000000 + t[2]");
+    line("end");
+    line("local key = KEYS[1]");
+    if whole {
+        line("local whole = redis.call('GET', key) or ''");
+        line("local header = whole");
+    } else {
+        line("local format = string.format");
+        line(&format!(
+            "local header = redis.call('GETRANGE', key, '0', '{}')",
+            header - 1
+        ));
+    }
+    line(&format!("local {state}"));
+    line(&format!("if #header >= {header} then"));
+    line(&format!(
+        "  {state} = struct.unpack('{header_format}', header)"
+    ));
+    line("end");
+    let mut valid =
+        format!("len and len <= {cap} and head < {cap} and (len == {cap} or head == 0)");
+    if whole {
+        valid.push_str(&format!(" and #whole == {header} + 8 * len"));
+    }
+    for i in 1..=n {
+        valid.push_str(&format!(" and u{i} <= len"));
+    }
+    line(&format!("if not ({valid}) then"));
+    line(&format!("  {state} = {fresh}"));
+    line("end");
+
+    // Stamps are read in place rather than through local functions, which
+    // Lua would build afresh (with their upvalues) on every call.
+    let read = |var: &str, index: &str, indent: &str| -> String {
+        let mut lines = vec![
+            format!("local at = head + {index}"),
+            format!("if at >= {cap} then at = at - {cap} end"),
+        ];
+        if whole {
+            lines.push(format!(
+                "{var} = struct.unpack('<i8', whole, {} + at * 8)",
+                header + 1
+            ));
+        } else {
+            lines.push(format!("at = {header} + at * 8"));
+            lines.push(format!(
+                "{var} = struct.unpack('<i8', redis.call('GETRANGE', key, format('%d', at), format('%d', at + 7)))"
+            ));
+        }
+        format!("{indent}{}", lines.join(&format!("\n{indent}")))
+    };
+    line("if len > 0 and newest > now then now = newest end");
+
+    // A cursor whose stamp left the window moves to the oldest stamp inside
+    // it (or past the newest): galloping, then halving.
+    for (i, &(_, w)) in limits.iter().enumerate() {
+        let i = i + 1;
+        line(&format!("if u{i} < len and s{i} < now - {w} then"));
+        line(&format!(
+            "  local oldest_counted, low = now - {w}, u{i} + 1"
+        ));
+        line("  local high, step, seen = low, 1, -1");
+        line("  while high < len do");
+        line(&read("seen", "high", "    "));
+        line("    if seen >= oldest_counted then break end");
+        line("    seen = -1");
+        line("    low = high + 1");
+        line("    high = high + step");
+        line("    step = step * 2");
+        line("  end");
+        line("  if high > len then high = len end");
+        line("  while low < high do");
+        line("    local mid, found = (low + high - (low + high) % 2) / 2");
+        line(&read("found", "mid", "    "));
+        line("    if found < oldest_counted then low = mid + 1 else high, seen = mid, found end");
+        line("  end");
+        line(&format!("  u{i}, s{i} = low, seen"));
+        line("end");
+    }
+
+    // Refused: the stamp blocking each full limit.
+    let full: Vec<String> = limits
+        .iter()
+        .enumerate()
+        .map(|(i, &(max, _))| format!("len - u{} >= {max}", i + 1))
+        .collect();
+    line(&format!("if {} then", full.join(" or ")));
+    line(&format!(
+        "  local {} = {}",
+        each("b#"),
+        vec!["-1"; n].join(", ")
+    ));
+    for (i, &(max, _)) in limits.iter().enumerate() {
+        let i = i + 1;
+        line(&format!("  if len - u{i} >= {max} then"));
+        line(&read(&format!("b{i}"), &format!("len - {max}"), "    "));
+        line("  end");
+    }
+    line(&format!(
+        "  return struct.pack('<Bi8{}', 0, now, {})",
+        "i8".repeat(n),
+        each("b#")
+    ));
+    line("end");
+
+    // Accepted: each window's count with this request, and its oldest stamp.
+    line(&format!(
+        "local {} = {}",
+        each("o#"),
+        vec!["now"; n].join(", ")
+    ));
+    for i in 1..=n {
+        line(&format!("if u{i} < len then o{i} = s{i} end"));
+    }
+    line(&format!(
+        "local reply = struct.pack('<Bi8{}', 1, now, {})",
+        "i8i8".repeat(n),
+        each("len - u# + 1, o#")
+    ));
+    if !record {
+        line("return reply");
+        return lua;
+    }
+
+    // The new stamp is inside every window: a cursor that had no stamp
+    // inside its window now has this one.
+    for i in 1..=n {
+        line(&format!("if u{i} == len then s{i} = now end"));
+    }
+    line(&format!(
+        "local renew = len == 0 or newest - newest % {longest} ~= now - now % {longest}"
+    ));
+    line("local slot");
+    line(&format!("if len < {cap} then"));
+    line("  slot = len");
+    line("  len = len + 1");
+    line("else");
+    line("  slot = head");
+    line("  head = head + 1");
+    line(&format!("  if head == {cap} then head = 0 end"));
+    // The oldest stamp goes, so every cursor counts one fewer before it.
+    line(&format!("  {} = {}", each("u#"), each("u# - 1")));
+    line("end");
+    line(&format!(
+        "local header_bytes = struct.pack('{header_format}', {})",
+        state.replace("newest", "now")
+    ));
+    if whole {
+        line(&format!("local at = {header} + slot * 8"));
+        line(&format!(
+            "whole = header_bytes .. string.sub(whole, {}, at) .. struct.pack('<i8', now) .. string.sub(whole, at + 9, {header} + len * 8)",
+            header + 1
+        ));
+        line("if renew then");
+        line(&format!("  redis.call('SET', key, whole, 'PX', '{ttl}')"));
+        line("else");
+        line("  redis.call('SET', key, whole, 'KEEPTTL')");
+        line("end");
+    } else {
+        line("redis.call('SETRANGE', key, '0', header_bytes)");
+        line(&format!(
+            "redis.call('SETRANGE', key, format('%d', {header} + slot * 8), struct.pack('<i8', now))"
+        ));
+        line(&format!(
+            "if renew then redis.call('PEXPIRE', key, '{ttl}') end"
+        ));
+    }
+    line("return reply");
+    lua
+}

@@ -65,6 +65,9 @@ struct PolicyInner {
     /// recording), built the first time each is needed.
     #[cfg(feature = "redis")]
     redis_scripts: [OnceLock<redis::Script>; 2],
+    /// The metric keys labelled with this policy's label.
+    #[cfg(feature = "metrics")]
+    metric_keys: OnceLock<crate::observe::MetricKeys>,
 }
 
 /// What a policy is, without the caches derived from it (a Redis script's
@@ -116,6 +119,8 @@ impl Policy {
                 maps: PolicyMaps::default(),
                 #[cfg(feature = "redis")]
                 redis_scripts: Default::default(),
+                #[cfg(feature = "metrics")]
+                metric_keys: OnceLock::new(),
             }),
         })
     }
@@ -137,6 +142,9 @@ impl Policy {
                 maps: inner.maps.share(),
                 #[cfg(feature = "redis")]
                 redis_scripts: inner.redis_scripts.clone(),
+                // A new name is a new label.
+                #[cfg(feature = "metrics")]
+                metric_keys: OnceLock::new(),
             }),
         }
     }
@@ -186,6 +194,13 @@ impl Policy {
 
     pub(crate) fn maps(&self) -> &PolicyMaps {
         &self.inner.maps
+    }
+
+    #[cfg(feature = "metrics")]
+    pub(crate) fn metric_keys(&self) -> &crate::observe::MetricKeys {
+        self.inner
+            .metric_keys
+            .get_or_init(|| crate::observe::MetricKeys::new(self.label()))
     }
 
     pub(crate) fn headers(&self) -> &PolicyHeaders {

@@ -3,6 +3,7 @@
 
 mod body;
 mod future;
+mod header_text;
 mod key;
 #[allow(clippy::module_inception)]
 mod layer;

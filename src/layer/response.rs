@@ -5,6 +5,7 @@ use bytes::Bytes;
 use http::header::{HeaderName, HeaderValue, CONTENT_TYPE, RETRY_AFTER};
 use http::{HeaderMap, Request, Response, StatusCode};
 
+use super::header_text;
 use super::rejection::{Rejection, Style};
 use crate::decision::{Decision, Origin};
 use crate::limit::Limit;
@@ -64,21 +65,17 @@ impl PolicyHeaders {
             .names
             .get(decision.limit_index())
             .map_or("", String::as_str);
-        // Written into a buffer of exactly the right size, so the header
-        // costs one allocation (a `Vec` whose length is its capacity becomes
-        // `Bytes` without another).
         let (remaining, replenish) = decision.quota.resolve(&decision.limit, decision.at_micros);
         let (mut remaining_text, mut reset_text) = (itoa::Buffer::new(), itoa::Buffer::new());
-        let remaining = remaining_text.format(remaining).as_bytes();
-        let reset = reset_text.format(ceil_secs(replenish)).as_bytes();
-        let mut value = Vec::with_capacity(name.len() + 8 + remaining.len() + reset.len());
-        value.push(b'"');
-        value.extend_from_slice(name.as_bytes());
-        value.extend_from_slice(b"\";r=");
-        value.extend_from_slice(remaining);
-        value.extend_from_slice(b";t=");
-        value.extend_from_slice(reset);
-        if let Ok(value) = HeaderValue::from_maybe_shared(Bytes::from(value)) {
+        let value = header_text::joined(&[
+            b"\"",
+            name.as_bytes(),
+            b"\";r=",
+            remaining_text.format(remaining).as_bytes(),
+            b";t=",
+            reset_text.format(ceil_secs(replenish)).as_bytes(),
+        ]);
+        if let Some(value) = value {
             headers.insert(RATELIMIT.clone(), value);
         }
     }

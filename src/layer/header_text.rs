@@ -1,0 +1,83 @@
+//! Header values cut from a chunk of text each thread shares among its
+//! responses, so that writing one costs no allocation of its own.
+
+use std::cell::RefCell;
+
+use bytes::{Bytes, BytesMut};
+use http::HeaderValue;
+
+/// Bytes in a chunk: some forty `RateLimit` values, so two allocations (the
+/// chunk and its reference count) serve forty responses. A value keeps its
+/// whole chunk alive: a response held for long keeps at most this much
+/// more than its own text.
+const CHUNK: usize = 1024;
+
+thread_local! {
+    /// What is left of this thread's chunk.
+    static LEFT: RefCell<BytesMut> = RefCell::new(BytesMut::new());
+}
+
+/// The header value `parts` make when joined, or `None` if that is no valid
+/// header value.
+pub(crate) fn joined(parts: &[&[u8]]) -> Option<HeaderValue> {
+    let len = parts.iter().map(|part| part.len()).sum();
+    let cut = |left: &mut BytesMut| -> Bytes {
+        if left.capacity() < len {
+            *left = BytesMut::with_capacity(CHUNK.max(len));
+        }
+        for part in parts {
+            left.extend_from_slice(part);
+        }
+        left.split().freeze()
+    };
+    // A thread whose chunk is gone (it is exiting) or in use (which no
+    // caller here can cause) writes the value on its own.
+    let text = LEFT
+        .try_with(|left| left.try_borrow_mut().ok().map(|mut left| cut(&mut left)))
+        .ok()
+        .flatten()
+        .unwrap_or_else(|| Bytes::from(parts.concat()));
+    HeaderValue::from_maybe_shared(text).ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn values_cut_in_a_row_keep_their_own_text() {
+        let first = joined(&[b"\"1s\";r=", b"9", b";t=1"]).unwrap();
+        let second = joined(&[b"\"1m\";r=", b"99", b";t=60"]).unwrap();
+        assert_eq!(first, "\"1s\";r=9;t=1");
+        assert_eq!(second, "\"1m\";r=99;t=60");
+    }
+
+    #[test]
+    fn a_value_larger_than_a_chunk_gets_a_chunk_of_its_size() {
+        let long = vec![b'a'; CHUNK * 3];
+        let value = joined(&[&long, b"z"]).unwrap();
+        assert_eq!(value.len(), CHUNK * 3 + 1);
+        assert_eq!(joined(&[b"after"]).unwrap(), "after");
+    }
+
+    #[test]
+    fn text_that_is_no_header_value_is_refused() {
+        assert!(joined(&[b"line\r\nbreak"]).is_none());
+        // The refused text does not spill into the next value.
+        assert_eq!(joined(&[b"clean"]).unwrap(), "clean");
+    }
+
+    #[test]
+    fn many_values_cross_chunks_intact() {
+        let values: Vec<(String, HeaderValue)> = (0..500)
+            .map(|i| {
+                let text = format!("\"w\";r={i};t={}", i % 7);
+                let value = joined(&[text.as_bytes()]).unwrap();
+                (text, value)
+            })
+            .collect();
+        for (text, value) in values {
+            assert_eq!(value, text.as_str());
+        }
+    }
+}

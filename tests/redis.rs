@@ -56,8 +56,9 @@ impl XorShift {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn random_traffic_gets_identical_decisions_from_redis_and_memory() {
     let mut decisions = 0;
-    // The last run's log ring (300 stamps) is past the size the script
-    // rewrites whole, so it exercises the other write path too.
+    // Two runs' log rings (300 and 200 stamps) are past the size the script
+    // rewrites whole, so they exercise the other write path too; full rings
+    // are the next test's.
     let small: &[(u32, u64)] = &[(4, 1_000), (20, 10_000)];
     // Every script is written for each policy: one, two and three limits
     // here, eight below.
@@ -128,6 +129,55 @@ async fn random_traffic_gets_identical_decisions_from_redis_and_memory() {
         }
     }
     println!("differential: {decisions} decisions, Redis and memory identical");
+}
+
+/// Log rings filled to their size, on both sides of the size the script
+/// reads whole (128 stamps): one key, steps of up to 600 ms against a
+/// 60 s window, so that rings fill, refuse, wrap and drop their oldest
+/// stamp, with the clock stepping back now and then. Redis and memory
+/// must agree on every decision.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn full_log_rings_wrap_and_refuse_alike_in_redis_and_memory() {
+    let (mut accepted, mut refused) = (0, 0);
+    for (seed, limits) in [
+        (3u64, [(127u32, 2_000u64), (128, 60_000)]),
+        (5, [(129, 2_000), (130, 60_000)]),
+    ] {
+        let clock = ManualClock::new();
+        let redis = store_at(&shared_url(), &clock).await;
+        let memory = MemoryStore::with_clock(clock.clone());
+        let policy = policy(Algorithm::SlidingLog, &limits);
+        let mut rng = XorShift(seed.wrapping_mul(0x9e37_79b9_7f4a_7c15));
+        let mut now = 0u64;
+        for _ in 0..900 {
+            let r = rng.next();
+            now = match r % 20 {
+                0 => now.saturating_sub(r % 3_000_000),
+                1..=4 => now,
+                _ => now + r % 600_000,
+            };
+            clock.set(Duration::from_micros(now));
+            if (r >> 20).is_multiple_of(8) {
+                let from_memory = memory.peek("one", &policy).await.unwrap();
+                let from_redis = redis.peek("one", &policy).await.unwrap();
+                assert_eq!(from_redis, from_memory, "peek {limits:?} at {now} µs");
+            }
+            let from_memory = memory.decide("one", &policy).await.unwrap();
+            let from_redis = redis.decide("one", &policy).await.unwrap();
+            assert_eq!(from_redis, from_memory, "{limits:?} at {now} µs");
+            if from_redis.is_allowed() {
+                accepted += 1;
+            } else {
+                refused += 1;
+            }
+        }
+    }
+    println!("full rings: {accepted} accepted, {refused} refused, Redis and memory identical");
+    // Each ring took more stamps than it holds, and refused too.
+    assert!(
+        accepted > 2 * 130 && refused > 100,
+        "{accepted} accepted, {refused} refused"
+    );
 }
 
 /// The counter's weighted test multiplies counts by windows. With a window

@@ -8,8 +8,7 @@ use http::HeaderValue;
 
 /// Bytes in a chunk: some forty `RateLimit` values, so two allocations (the
 /// chunk and its reference count) serve forty responses. A value keeps its
-/// whole chunk alive: a response held for long keeps at most this much
-/// more than its own text.
+/// whole chunk alive as long as anything holds it.
 const CHUNK: usize = 1024;
 
 thread_local! {
@@ -19,6 +18,12 @@ thread_local! {
 
 /// The header value `parts` make when joined, or `None` if that is no valid
 /// header value.
+///
+/// The value is marked sensitive, which HTTP/2's header compression honours
+/// by never adding it to a connection's table: there it would keep its whole
+/// chunk alive while the connection lasts, some sixty chunks for a 4 KiB
+/// table. Values that change from response to response gain nothing from
+/// that table anyway.
 pub(crate) fn joined(parts: &[&[u8]]) -> Option<HeaderValue> {
     let len = parts.iter().map(|part| part.len()).sum();
     let cut = |left: &mut BytesMut| -> Bytes {
@@ -37,7 +42,9 @@ pub(crate) fn joined(parts: &[&[u8]]) -> Option<HeaderValue> {
         .ok()
         .flatten()
         .unwrap_or_else(|| Bytes::from(parts.concat()));
-    HeaderValue::from_maybe_shared(text).ok()
+    let mut value = HeaderValue::from_maybe_shared(text).ok()?;
+    value.set_sensitive(true);
+    Some(value)
 }
 
 #[cfg(test)]
@@ -50,6 +57,7 @@ mod tests {
         let second = joined(&[b"\"1m\";r=", b"99", b";t=60"]).unwrap();
         assert_eq!(first, "\"1s\";r=9;t=1");
         assert_eq!(second, "\"1m\";r=99;t=60");
+        assert!(first.is_sensitive() && second.is_sensitive());
     }
 
     #[test]

@@ -131,6 +131,54 @@ async fn random_traffic_gets_identical_decisions_from_redis_and_memory() {
     println!("differential: {decisions} decisions, Redis and memory identical");
 }
 
+/// Under steady traffic a log's cursors move to the next stamp, which the
+/// header keeps, without reading the ring for it every time: where the
+/// ring is too large to be read whole, a decision reads the header, and a
+/// cursor moving one stamp at a time reads two stamps every other
+/// decision; a cursor on the newest stamp learns the next one as it is
+/// recorded, and reads nothing. (Without the next stamp in the header,
+/// both cases took 1,050 reads: one stamp a cursor a decision.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn steady_traffic_reads_the_logs_ring_rarely() {
+    let server = tokio::task::spawn_blocking(Server::start).await.unwrap();
+    let clock = ManualClock::new();
+    let store = store_at(&server.url(), &clock).await;
+    // 300 stamps are read in ranges. A request every 7 ms: a 10 or 12 ms
+    // window holds one or two stamps, a 100 ms window about fifteen, and
+    // every decision moves each cursor by one; the ring wraps.
+    for (limits, most_reads) in [
+        ([(200, 10), (300, 12)], 350),
+        ([(200, 10), (300, 100)], 350 + 350 / 2 + 5),
+    ] {
+        let policy = policy(Algorithm::SlidingLog, &limits);
+        let mut step = 0u64;
+        let mut decide_next = async || {
+            clock.set(Duration::from_millis(7 * step));
+            step += 1;
+            assert!(store.decide("steady", &policy).await.unwrap().is_allowed());
+        };
+        for _ in 0..50 {
+            decide_next().await;
+        }
+        server.cli(&["CONFIG", "RESETSTAT"]);
+        for _ in 0..350 {
+            decide_next().await;
+        }
+        let reads = server.command_calls("getrange");
+        println!("log {limits:?}, 350 decisions: {reads} GETRANGE");
+        assert_eq!(server.command_calls("evalsha"), 350);
+        assert!(
+            (350..=most_reads).contains(&reads),
+            "{limits:?}: {reads} reads"
+        );
+        assert_eq!(
+            server.command_calls("setrange"),
+            700,
+            "the header and the stamp"
+        );
+    }
+}
+
 /// Log rings filled to their size, on both sides of the size the script
 /// reads whole (128 stamps): one key, steps of up to 600 ms against a
 /// 60 s window, so that rings fill, refuse, wrap and drop their oldest

@@ -14,7 +14,8 @@
 //! * a header: the ring index of the oldest stamp and the number of stamps
 //!   (4 bytes each), the newest stamp (8 bytes), then per limit a cursor (4
 //!   bytes: how many stamps, oldest first, are known to be outside its
-//!   window) and the stamp at that cursor (8 bytes; -1 if none);
+//!   window), the stamp at that cursor (8 bytes; -1 if none) and the stamp
+//!   after it (8 bytes; -1 if none, -2 if not known);
 //! * the ring: 8 bytes per stamp, as many slots as the largest limit, in
 //!   microseconds. Integers are little-endian.
 //!
@@ -34,8 +35,12 @@
 //!   ring in and out of Lua costs more than the calls it saves, chiefly in
 //!   garbage collection.
 //! * **Cursors.** Windows only move forward, so cursors do too: a cursor
-//!   whose stamp is still inside its window stays put without a read; else
-//!   it gallops forward, then halves, to the oldest stamp inside.
+//!   whose stamp is still inside its window stays put without a read; one
+//!   whose next stamp (kept in the header) is inside moves one without a
+//!   read; else it gallops forward, then halves, to the oldest stamp inside.
+//!   A cursor on the newest stamp learns its next one when the next request
+//!   is recorded, so under steady traffic cursors move without reading the
+//!   ring at all.
 //! * **Judging.** A limit of `max` is full when `max` stamps are inside its
 //!   window; the request is refused if any limit is full.
 //! * **Recording.** An accepted request's stamp goes after the newest; a
@@ -68,8 +73,8 @@ pub(super) fn source(policy: &Policy, record: bool) -> String {
     let cap = limits.iter().map(|&(max, _)| max).max().unwrap_or(0);
     let longest = policy.longest_window_micros();
     let ttl = ttl_millis(policy);
-    let header = 16 + 12 * n;
-    let header_format = format!("<I4I4i8{}", "I4i8".repeat(n));
+    let header = 16 + 20 * n;
+    let header_format = format!("<I4I4i8{}", "I4i8i8".repeat(n));
     let whole = cap <= WHOLE_UP_TO;
     let each = |template: &str| -> String {
         (1..=n)
@@ -77,8 +82,8 @@ pub(super) fn source(policy: &Policy, record: bool) -> String {
             .collect::<Vec<_>>()
             .join(", ")
     };
-    let state = format!("head, len, newest, {}", each("u#, s#"));
-    let fresh = format!("0, 0, -1, {}", vec!["0, -1"; n].join(", "));
+    let state = format!("head, len, newest, {}", each("u#, s#, t#"));
+    let fresh = format!("0, 0, -1, {}", vec!["0, -1, -1"; n].join(", "));
 
     let mut lua = String::new();
     let mut line = |text: &str| {
@@ -123,8 +128,11 @@ pub(super) fn source(policy: &Policy, record: bool) -> String {
     if whole {
         valid.push_str(&format!(" and #whole == {header} + 8 * len"));
     }
+    // A next stamp is known only where there is one.
     for i in 1..=n {
-        valid.push_str(&format!(" and u{i} <= len"));
+        valid.push_str(&format!(
+            " and u{i} <= len and (u{i} + 1 < len and t{i} >= -2 and t{i} ~= -1 or u{i} + 1 >= len and t{i} == -1)"
+        ));
     }
     line(&format!("if not ({valid}) then"));
     line(&format!("  {state} = {fresh}"));
@@ -152,30 +160,85 @@ pub(super) fn source(policy: &Policy, record: bool) -> String {
     };
     line("if len > 0 and newest > now then now = newest end");
 
+    // The stamp at `index` into `var` and, where the next one lies in the
+    // following slot, that one into `next` in the same read (else `next`
+    // stays unknown).
+    let read_two = |var: &str, next: &str, index: &str, indent: &str| -> String {
+        let (two, one) = if whole {
+            (
+                format!(
+                    "{var}, {next} = struct.unpack('<i8i8', whole, {} + at * 8)",
+                    header + 1
+                ),
+                format!(
+                    "{var} = struct.unpack('<i8', whole, {} + at * 8)",
+                    header + 1
+                ),
+            )
+        } else {
+            (
+                format!("{var}, {next} = struct.unpack('<i8i8', redis.call('GETRANGE', key, format('%d', {header} + at * 8), format('%d', {header} + 15 + at * 8)))"),
+                format!("{var} = struct.unpack('<i8', redis.call('GETRANGE', key, format('%d', {header} + at * 8), format('%d', {header} + 7 + at * 8)))"),
+            )
+        };
+        [
+            format!("local at = head + {index}"),
+            format!("if at >= {cap} then at = at - {cap} end"),
+            format!("if {index} + 1 < len and at + 1 < {cap} then"),
+            format!("  {two}"),
+            "else".to_owned(),
+            format!("  {one}"),
+            "end".to_owned(),
+        ]
+        .map(|text| format!("{indent}{text}"))
+        .join("\n")
+    };
+
     // A cursor whose stamp left the window moves to the oldest stamp inside
-    // it (or past the newest): galloping, then halving.
+    // it (or past the newest): one step if its next stamp, known, is
+    // inside; else galloping, then halving. A first probe that finds the
+    // window reads the stamp after it too, so that a cursor moving one
+    // stamp at a time reads the ring every other step. Its next stamp is
+    // otherwise unknown, or none if there is none.
     for (i, &(_, w)) in limits.iter().enumerate() {
         let i = i + 1;
         line(&format!("if u{i} < len and s{i} < now - {w} then"));
+        line(&format!("  if t{i} >= 0 and t{i} >= now - {w} then"));
+        line(&format!("    u{i}, s{i}, t{i} = u{i} + 1, t{i}, -2"));
+        line("  else");
         line(&format!(
-            "  local oldest_counted, low = now - {w}, u{i} + 1"
+            "    local oldest_counted, low = now - {w}, u{i} + 1"
         ));
-        line("  local high, step, seen = low, 1, -1");
-        line("  while high < len do");
-        line(&read("seen", "high", "    "));
-        line("    if seen >= oldest_counted then break end");
-        line("    seen = -1");
-        line("    low = high + 1");
-        line("    high = high + step");
-        line("    step = step * 2");
+        line("    local high, step, seen, after = low, 1, -1, -2");
+        line("    if high < len then");
+        line(&read_two("seen", "after", "high", "      "));
+        line("      if seen >= oldest_counted then");
+        line("        step = 0");
+        line("      else");
+        line("        seen, after, low, high, step = -1, -2, high + 1, high + 1, 2");
+        line("      end");
+        line("    end");
+        line("    if step > 0 then");
+        line("      while high < len do");
+        line(&read("seen", "high", "        "));
+        line("        if seen >= oldest_counted then break end");
+        line("        seen = -1");
+        line("        low = high + 1");
+        line("        high = high + step");
+        line("        step = step * 2");
+        line("      end");
+        line("      if high > len then high = len end");
+        line("      while low < high do");
+        line("        local mid, found = (low + high - (low + high) % 2) / 2");
+        line(&read("found", "mid", "        "));
+        line(
+            "        if found < oldest_counted then low = mid + 1 else high, seen = mid, found end",
+        );
+        line("      end");
+        line("    end");
+        line(&format!("    u{i}, s{i}, t{i} = low, seen, after"));
         line("  end");
-        line("  if high > len then high = len end");
-        line("  while low < high do");
-        line("    local mid, found = (low + high - (low + high) % 2) / 2");
-        line(&read("found", "mid", "    "));
-        line("    if found < oldest_counted then low = mid + 1 else high, seen = mid, found end");
-        line("  end");
-        line(&format!("  u{i}, s{i} = low, seen"));
+        line(&format!("  if u{i} + 1 >= len then t{i} = -1 end"));
         line("end");
     }
 
@@ -224,9 +287,12 @@ pub(super) fn source(policy: &Policy, record: bool) -> String {
     }
 
     // The new stamp is inside every window: a cursor that had no stamp
-    // inside its window now has this one.
+    // inside its window now has this one, and a cursor on the newest stamp
+    // has it as its next.
     for i in 1..=n {
-        line(&format!("if u{i} == len then s{i} = now end"));
+        line(&format!(
+            "if u{i} == len then s{i} = now elseif t{i} == -1 then t{i} = now end"
+        ));
     }
     line(&format!(
         "local renew = len == 0 or newest - newest % {longest} ~= now - now % {longest}"

@@ -6,8 +6,15 @@ for counter-time.
 
 Usage: python3 bench/redis_load.py PORT WHICH N
 WHICH is baseline, counter (two limits), counter1 (one limit), counter-packed
-(two small limits, stored as one integer), log, or
+(two small limits, stored as one integer), log, log-steady, or
 counter-time (two limits, the time read from the server's TIME).
+
+The log's TTL runs on the server's clock, its windows on the client's:
+under valgrind "log"'s keys (TTL 21 ms, 1,000 keys) expire between calls,
+and it measures fresh rings. log-steady is a log whose keys outlive the
+run: 500 in 5 s beside 5,000 in 1,000 s (TTL 2,000 s), on 10 keys with the
+client's time 5 ms further each call, so that each key's 5 s window holds
+100 stamps and every call moves its cursor by one.
 """
 import re
 import socket
@@ -54,6 +61,7 @@ def main():
             return [read() for _ in range(int(line[1:]))]
         return line[1:-2]
 
+    keys, step = (10, 5000) if which == "log-steady" else (1000, 5)
     connection.sendall(command("SCRIPT", "LOAD", script(which)))
     sha = read()
     start = int(time.time() * 1e6)
@@ -62,8 +70,8 @@ def main():
         batch = min(64, n - sent)
         out = b""
         for i in range(sent, sent + batch):
-            key = i % 1000
-            now = start + 5 * i
+            key = i % keys
+            now = start + step * i
             if which == "baseline":
                 out += command("EVALSHA", sha, 2, "b:{%d}:prev" % key, "b:{%d}:cur" % key, 60_000)
             elif which == "counter-time":

@@ -179,6 +179,65 @@ async fn steady_traffic_reads_the_logs_ring_rarely() {
     }
 }
 
+/// Scripted traffic on a window's edge, where the header's next stamp and
+/// a cursor's first probe decide whether it moves (a stamp exactly one
+/// window old still counts, one a microsecond older does not), read whole
+/// and in ranges; a next stamp that lies past the ring's last slot; steps
+/// that divide a window; and eight limits read in ranges. Redis and memory
+/// must agree on every decision and peek.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn log_cursors_on_window_edges_decide_alike_in_redis_and_memory() {
+    let ranged: &[(u32, u64)] = &[(5, 10), (300, 10)];
+    let whole: &[(u32, u64)] = &[(5, 10), (100, 10)];
+    let eight: &[(u32, u64)] = &[
+        (2, 300),
+        (3, 700),
+        (5, 1_500),
+        (8, 4_000),
+        (12, 9_000),
+        (20, 20_000),
+        (30, 50_000),
+        (140, 120_000),
+    ];
+    let steady = |step: u64, count: u64| -> Vec<u64> { (0..count).map(|i| i * step).collect() };
+    // Each run: limits (max, window in ms), and the times of its requests (µs).
+    type Run<'a> = (&'a [(u32, u64)], Vec<u64>);
+    let mut runs: Vec<Run> = Vec::new();
+    for limits in [ranged, whole] {
+        runs.push((limits, vec![0, 1, 10_002]));
+        runs.push((limits, vec![0, 1, 10_001]));
+        runs.push((limits, vec![0, 1, 2, 3, 10_001, 10_002]));
+        runs.push((
+            limits,
+            vec![0, 1, 2, 3, 10_000, 10_001, 10_002, 10_003, 20_003, 20_004],
+        ));
+        runs.push((limits, steady(5_000, 400)));
+    }
+    runs.push((&[(129, 10)], steady(3_000, 300)));
+    runs.push((&[(200, 10), (300, 100)], steady(5_000, 400)));
+    runs.push((eight, steady(250_000, 1_000)));
+    let mut decisions = 0;
+    for (limits, times) in runs {
+        let clock = ManualClock::new();
+        let redis = store_at(&shared_url(), &clock).await;
+        let memory = MemoryStore::with_clock(clock.clone());
+        let policy = policy(Algorithm::SlidingLog, limits);
+        for (i, &at) in times.iter().enumerate() {
+            clock.set(Duration::from_micros(at));
+            if i % 3 == 2 {
+                let from_memory = memory.peek("edge", &policy).await.unwrap();
+                let from_redis = redis.peek("edge", &policy).await.unwrap();
+                assert_eq!(from_redis, from_memory, "peek {limits:?} at {at} µs");
+            }
+            let from_memory = memory.decide("edge", &policy).await.unwrap();
+            let from_redis = redis.decide("edge", &policy).await.unwrap();
+            assert_eq!(from_redis, from_memory, "{limits:?} at {at} µs");
+            decisions += 1;
+        }
+    }
+    println!("window edges: {decisions} decisions, Redis and memory identical");
+}
+
 /// Log rings filled to their size, on both sides of the size the script
 /// reads whole (128 stamps): one key, steps of up to 600 ms against a
 /// 60 s window, so that rings fill, refuse, wrap and drop their oldest

@@ -1,8 +1,8 @@
 //! What the Redis store keeps for a counter or fixed window, and how it
 //! reads what it finds: the state packed into one integer for policies with
 //! small counts, an index wrapping around its modulus, and values that are
-//! no state at all. Each run is checked against the memory store on the
-//! same clock.
+//! no state at all; and log headers that contradict themselves. Each run is
+//! checked against the memory store on the same clock.
 #![cfg(feature = "redis")]
 
 #[path = "support/redis_server.rs"]
@@ -191,5 +191,81 @@ async fn a_value_that_is_no_state_reads_as_a_fresh_key() {
             let ttl: i64 = connection.ttl(&name).await.unwrap();
             assert!(ttl > 0, "{algorithm:?} over {value:?}: TTL {ttl}");
         }
+    }
+}
+
+/// A log header whose next stamp contradicts its cursor (one said to be
+/// missing where a stamp follows, one said to be unknown where none does,
+/// a value no script writes) reads as a fresh key, whether the ring is read
+/// whole or in ranges; the same header with a consistent next stamp is
+/// read as it stands.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_log_header_that_contradicts_itself_reads_as_a_fresh_key() {
+    let clock = ManualClock::new();
+    clock.set(Duration::from_micros(6));
+    let redis = store_at(&clock).await;
+    let memory = MemoryStore::with_clock(clock.clone());
+    let mut connection = connection().await;
+    // One limit: head, length and newest stamp, then the cursor, its stamp
+    // and the next (4, 4, 8, 4, 8 and 8 bytes), then the ring.
+    let state = |len: u32, cursor: u32, at: i64, next: i64, ring: &[i64]| -> Vec<u8> {
+        let mut bytes = Vec::new();
+        bytes.extend_from_slice(&0u32.to_le_bytes());
+        bytes.extend_from_slice(&len.to_le_bytes());
+        bytes.extend_from_slice(&ring.last().copied().unwrap_or(-1).to_le_bytes());
+        bytes.extend_from_slice(&cursor.to_le_bytes());
+        bytes.extend_from_slice(&at.to_le_bytes());
+        bytes.extend_from_slice(&next.to_le_bytes());
+        for stamp in ring {
+            bytes.extend_from_slice(&stamp.to_le_bytes());
+        }
+        bytes
+    };
+    let contradictions = [
+        (
+            "none next, though a stamp follows",
+            state(2, 0, 1, -1, &[1, 5]),
+        ),
+        (
+            "next unknown, though none follows",
+            state(1, 0, 1, -2, &[1]),
+        ),
+        ("a next no script writes", state(2, 0, 1, -3, &[1, 5])),
+    ];
+    // 4 a second is read whole, 200 a second in ranges.
+    for max in [4, 200] {
+        let policy = Policy::new(
+            Algorithm::SlidingLog,
+            [Limit::new(max, Duration::from_secs(1)).unwrap()],
+        )
+        .unwrap();
+        for (i, (what, value)) in contradictions.iter().enumerate() {
+            let key = format!("contradiction-{i}");
+            let () = connection
+                .set(redis.key_name(&key, &policy), value.as_slice())
+                .await
+                .unwrap();
+            let from_memory = memory.decide(key.clone(), &policy).await.unwrap();
+            let from_redis = redis.decide(key, &policy).await.unwrap();
+            assert_eq!(from_redis, from_memory, "limit {max}, {what}");
+            assert_eq!(
+                from_redis.remaining(),
+                max - 1,
+                "limit {max}, {what}: fresh"
+            );
+        }
+        // The consistent header: two stamps inside the second, this request
+        // the third.
+        let key = "consistent".to_owned();
+        let () = connection
+            .set(redis.key_name(&key, &policy), state(2, 0, 1, 5, &[1, 5]))
+            .await
+            .unwrap();
+        let decision = redis.decide(key, &policy).await.unwrap();
+        assert_eq!(
+            decision.remaining(),
+            max - 3,
+            "limit {max}: read as it stands"
+        );
     }
 }

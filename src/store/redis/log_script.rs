@@ -20,8 +20,11 @@
 //!   microseconds. Integers are little-endian.
 //!
 //! A header that does not hold together (a ring larger than its slots, a
-//! cursor past the stamps, a length that does not match) reads as a fresh
-//! key.
+//! cursor past the stamps, a next stamp where there is none or none where
+//! there is one, or, for a ring read whole, a length that does not match)
+//! reads as a fresh key. Nothing in the layout names its version: a state
+//! written in an earlier layout may pass these checks and be misread
+//! until it expires.
 //!
 //! What the script does, for each call:
 //!
@@ -37,10 +40,11 @@
 //! * **Cursors.** Windows only move forward, so cursors do too: a cursor
 //!   whose stamp is still inside its window stays put without a read; one
 //!   whose next stamp (kept in the header) is inside moves one without a
-//!   read; else it gallops forward, then halves, to the oldest stamp inside.
-//!   A cursor on the newest stamp learns its next one when the next request
-//!   is recorded, so under steady traffic cursors move without reading the
-//!   ring at all.
+//!   read; else it gallops forward, then halves, to the oldest stamp
+//!   inside, and a first probe that finds the window reads the stamp after
+//!   it in the same call. A cursor moving one stamp at a time therefore
+//!   reads the ring every other step; one on the newest stamp learns its
+//!   next as the next request is recorded, and reads nothing.
 //! * **Judging.** A limit of `max` is full when `max` stamps are inside its
 //!   window; the request is refused if any limit is full.
 //! * **Recording.** An accepted request's stamp goes after the newest; a
@@ -209,6 +213,8 @@ pub(super) fn source(policy: &Policy, record: bool) -> String {
         line(&format!(
             "    local oldest_counted, low = now - {w}, u{i} + 1"
         ));
+        // A next stamp known to be outside need not be read again.
+        line(&format!("    if t{i} >= 0 then low = low + 1 end"));
         line("    local high, step, seen, after = low, 1, -1, -2");
         line("    if high < len then");
         line(&read_two("seen", "after", "high", "      "));

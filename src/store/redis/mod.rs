@@ -34,9 +34,8 @@ use crate::policy::{Algorithm, Policy};
 ///   which spares Redis a fifth of its work per call (a third for the
 ///   log); each policy shape (algorithm and limits) therefore adds one
 ///   script (two if peeked) to Redis's script cache, about 5.5 KB of Redis
-///   memory each for the counter, 10 KB for the log (measured for two
-///   limits). A handful of plans costs
-///   nothing worth counting; limits computed per tenant, thousands of
+///   memory each for the counter, 13.6 KB for the log (measured for two
+///   limits). A handful of plans costs nothing worth counting; limits computed per tenant, thousands of
 ///   distinct shapes, cost megabytes until a `SCRIPT FLUSH` (after which
 ///   the store reloads what it uses).
 ///   [`script_source`](RedisStore::script_source) shows the text.
@@ -54,8 +53,8 @@ use crate::policy::{Algorithm, Policy};
 ///   starts.
 /// * **Compact.** The log keeps a ring of 8-byte timestamps (as many as the
 ///   largest limit) in one string, behind a header of 16 bytes and 20 per
-///   limit (a cursor, its stamp and the next). The counter and fixed window keep one integer
-///   below 2^53 where the counts are small enough to share it with the
+///   limit (a cursor, its stamp and the next). The counter and fixed
+///   window keep one integer below 2^53 where the counts are small enough to share it with the
 ///   window index (ten a second and a hundred a minute take 22 bits of
 ///   counts; an IPv4 key then takes 88 bytes of Redis memory), else a
 ///   string of 12 bytes per limit (120 bytes for the same key).

@@ -43,7 +43,7 @@
 //!   read; else it gallops forward, then halves, to the oldest stamp
 //!   inside, and a first probe that finds the window reads the stamp after
 //!   it in the same call. A cursor moving one stamp at a time therefore
-//!   reads the ring every other step; one on the newest stamp learns its
+//!   reads the ring about every other step; one on the newest stamp learns its
 //!   next as the next request is recorded, and reads nothing.
 //! * **Judging.** A limit of `max` is full when `max` stamps are inside its
 //!   window; the request is refused if any limit is full.

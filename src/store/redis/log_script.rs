@@ -60,7 +60,7 @@
 
 use crate::policy::Policy;
 
-use super::scripts::ttl_millis;
+use super::scripts::{per_limit, preamble, ttl_millis};
 
 /// The largest ring read and written whole.
 pub(super) const WHOLE_UP_TO: u32 = 128;
@@ -80,36 +80,15 @@ pub(super) fn source(policy: &Policy, record: bool) -> String {
     let header = 16 + 20 * n;
     let header_format = format!("<I4I4i8{}", "I4i8i8".repeat(n));
     let whole = cap <= WHOLE_UP_TO;
-    let each = |template: &str| -> String {
-        (1..=n)
-            .map(|i| template.replace('#', &i.to_string()))
-            .collect::<Vec<_>>()
-            .join(", ")
-    };
+    let each = |template: &str| per_limit(n, template);
     let state = format!("head, len, newest, {}", each("u#, s#, t#"));
     let fresh = format!("0, 0, -1, {}", vec!["0, -1, -1"; n].join(", "));
 
-    let mut lua = String::new();
+    let mut lua = preamble("sliding window log", policy, record);
     let mut line = |text: &str| {
         lua.push_str(text);
         lua.push('\n');
     };
-    line(&format!(
-        "-- tower-sliding-window: sliding window log for {} ({}), TTL {ttl} ms",
-        policy.signature(),
-        if record {
-            "judge and record"
-        } else {
-            "judge only"
-        },
-    ));
-    line("local now");
-    line("if ARGV[1] then");
-    line("  now = tonumber(ARGV[1])");
-    line("else");
-    line("  local t = redis.call('TIME')");
-    line("  now = t[1] * 1000000 + t[2]");
-    line("end");
     line("local key = KEYS[1]");
     if whole {
         line("local whole = redis.call('GET', key) or ''");

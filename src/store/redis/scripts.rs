@@ -1,6 +1,6 @@
-//! What every script shares (the TTL), and the decoding of the scripts'
-//! replies into decisions, through the same core code the memory store
-//! runs.
+//! What every script shares (the TTL, the opening lines that read the
+//! time, the per-limit lists), and the decoding of the scripts' replies
+//! into decisions, through the same core code the memory store runs.
 
 use crate::core::log::{blocked_for, quota};
 use crate::core::refusal::{tightest, Verdict};
@@ -8,6 +8,40 @@ use crate::core::{FixedWindow, SlidingCounter};
 use crate::decision::{Decision, Quota};
 use crate::policy::{Algorithm, Policy};
 use crate::store::StoreError;
+
+/// A script's first lines: a comment naming what it judges (`kind`, for
+/// `policy`, recording or not), then `now`, in microseconds, from
+/// `ARGV[1]` (the client's clock) or else the server's `TIME`.
+pub(super) fn preamble(kind: &str, policy: &Policy, record: bool) -> String {
+    let mode = if record {
+        "judge and record"
+    } else {
+        "judge only"
+    };
+    format!(
+        "-- tower-sliding-window: {kind} for {} ({mode}), TTL {} ms
+local now
+if ARGV[1] then
+  now = tonumber(ARGV[1])
+else
+  local t = redis.call('TIME')
+  now = t[1] * 1000000 + t[2]
+end
+",
+        policy.signature(),
+        ttl_millis(policy),
+    )
+}
+
+/// `template` written once per limit, `#` standing for the limit's number
+/// (from 1), the copies separated by commas: `per_limit(2, "c#")` is
+/// `c1, c2`.
+pub(super) fn per_limit(n: usize, template: &str) -> String {
+    (1..=n)
+        .map(|i| template.replace('#', &i.to_string()))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
 
 /// How long a key's state is kept, in milliseconds, rounded up: the TTL
 /// that lets idle clients vanish. The scripts renew it only now and then

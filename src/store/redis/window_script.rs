@@ -58,7 +58,7 @@ use std::fmt::Write;
 use crate::policy::{Algorithm, Policy};
 
 use super::integer_state::IntegerState;
-use super::scripts::ttl_millis;
+use super::scripts::{per_limit, preamble, ttl_millis};
 
 /// Lua's numbers are exact integers below 2 to this power.
 pub(super) const EXACT_BITS: u32 = 53;
@@ -78,12 +78,7 @@ pub(super) fn source(policy: &Policy, record: bool) -> String {
     let n = limits.len();
     let ttl = ttl_millis(policy);
     let lifetime = ttl.saturating_mul(1_000);
-    let each = |template: &str| -> String {
-        (1..=n)
-            .map(|i| template.replace("#", &i.to_string()))
-            .collect::<Vec<_>>()
-            .join(", ")
-    };
+    let each = |template: &str| per_limit(n, template);
     let state = each("k#, p#, c#");
     let words = "I4".repeat(3 * n);
     let integer = IntegerState::for_policy(policy, lifetime);
@@ -92,32 +87,16 @@ pub(super) fn source(policy: &Policy, record: bool) -> String {
         None => "string.sub(reply, 10)".to_owned(),
     };
 
-    let mut lua = String::new();
+    let kind = if sliding {
+        "sliding window counter"
+    } else {
+        "fixed window"
+    };
+    let mut lua = preamble(kind, policy, record);
     let mut line = |text: &str| {
         lua.push_str(text);
         lua.push('\n');
     };
-    line(&format!(
-        "-- tower-sliding-window: {} for {} ({}), TTL {ttl} ms",
-        if sliding {
-            "sliding window counter"
-        } else {
-            "fixed window"
-        },
-        policy.signature(),
-        if record {
-            "judge and record"
-        } else {
-            "judge only"
-        },
-    ));
-    line("local now");
-    line("if ARGV[1] then");
-    line("  now = tonumber(ARGV[1])");
-    line("else");
-    line("  local t = redis.call('TIME')");
-    line("  now = t[1] * 1000000 + t[2]");
-    line("end");
     if sliding && limits.iter().any(|&(max, w)| !plain(max, w)) {
         line(EXACT_FITS);
     }

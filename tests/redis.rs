@@ -12,8 +12,8 @@ use http::{Request, Response, StatusCode};
 use redis_server::{shared_url, unique_prefix, Server};
 use tower::{service_fn, ServiceBuilder, ServiceExt};
 use tower_sliding_window::{
-    Algorithm, FailurePolicy, Limit, ManualClock, MemoryStore, Origin, Policy, RedisStore,
-    SlidingWindowLayer, Store,
+    Algorithm, Decision, FailurePolicy, Limit, ManualClock, MemoryStore, Origin, Policy,
+    RedisStore, SlidingWindowLayer, Store,
 };
 
 const ALGORITHMS: [Algorithm; 3] = [
@@ -42,6 +42,38 @@ fn policy(algorithm: Algorithm, limits: &[(u32, u64)]) -> Policy {
     .unwrap()
 }
 
+/// As many limits as a policy may hold, windows in ms.
+const EIGHT: [(u32, u64); 8] = [
+    (2, 300),
+    (3, 700),
+    (5, 1_500),
+    (8, 4_000),
+    (12, 9_000),
+    (20, 20_000),
+    (30, 50_000),
+    (45, 120_000),
+];
+
+/// Judges `key` in both stores, peeking first if `peek`; they must agree.
+async fn alike(
+    redis: &RedisStore,
+    memory: &MemoryStore<ManualClock>,
+    key: &str,
+    policy: &Policy,
+    peek: bool,
+    context: &str,
+) -> Decision {
+    if peek {
+        let from_memory = memory.peek(key.to_owned(), policy).await.unwrap();
+        let from_redis = redis.peek(key.to_owned(), policy).await.unwrap();
+        assert_eq!(from_redis, from_memory, "peek, {context}");
+    }
+    let from_memory = memory.decide(key.to_owned(), policy).await.unwrap();
+    let from_redis = redis.decide(key.to_owned(), policy).await.unwrap();
+    assert_eq!(from_redis, from_memory, "{context}");
+    from_redis
+}
+
 struct XorShift(u64);
 
 impl XorShift {
@@ -66,16 +98,7 @@ async fn random_traffic_gets_identical_decisions_from_redis_and_memory() {
     let three: &[(u32, u64)] = &[(3, 500), (8, 2_000), (25, 10_000)];
     // The window script is written for each policy, up to the most limits
     // a policy may hold.
-    let eight: &[(u32, u64)] = &[
-        (2, 300),
-        (3, 700),
-        (5, 1_500),
-        (8, 4_000),
-        (12, 9_000),
-        (20, 20_000),
-        (30, 50_000),
-        (45, 120_000),
-    ];
+    let eight: &[(u32, u64)] = &EIGHT;
     assert_eq!(eight.len(), Policy::MAX_LIMITS);
     type Run<'a> = (u64, Algorithm, &'a [(u32, u64)]);
     let runs: [Run; 15] = [
@@ -117,14 +140,9 @@ async fn random_traffic_gets_identical_decisions_from_redis_and_memory() {
             clock.set(Duration::from_micros(now));
             let key = format!("client-{}", (r >> 32) % 5);
             // Judging without recording takes the scripts' other mode.
-            if (r >> 16).is_multiple_of(4) {
-                let from_memory = memory.peek(key.clone(), &policy).await.unwrap();
-                let from_redis = redis.peek(key.clone(), &policy).await.unwrap();
-                assert_eq!(from_redis, from_memory, "peek, {algorithm:?} at {now} µs");
-            }
-            let from_memory = memory.decide(key.clone(), &policy).await.unwrap();
-            let from_redis = redis.decide(key, &policy).await.unwrap();
-            assert_eq!(from_redis, from_memory, "{algorithm:?} at {now} µs");
+            let peek = (r >> 16).is_multiple_of(4);
+            let context = format!("{algorithm:?} at {now} µs");
+            alike(&redis, &memory, &key, &policy, peek, &context).await;
             decisions += 1;
         }
     }
@@ -189,16 +207,10 @@ async fn steady_traffic_reads_the_logs_ring_rarely() {
 async fn log_cursors_on_window_edges_decide_alike_in_redis_and_memory() {
     let ranged: &[(u32, u64)] = &[(5, 10), (300, 10)];
     let whole: &[(u32, u64)] = &[(5, 10), (100, 10)];
-    let eight: &[(u32, u64)] = &[
-        (2, 300),
-        (3, 700),
-        (5, 1_500),
-        (8, 4_000),
-        (12, 9_000),
-        (20, 20_000),
-        (30, 50_000),
-        (140, 120_000),
-    ];
+    // The largest limit past the size read whole.
+    let mut eight = EIGHT;
+    eight[7].0 = 140;
+    let eight: &[(u32, u64)] = &eight;
     let steady = |step: u64, count: u64| -> Vec<u64> { (0..count).map(|i| i * step).collect() };
     // Each run: limits (max, window in ms), and the times of its requests (µs).
     type Run<'a> = (&'a [(u32, u64)], Vec<u64>);
@@ -224,14 +236,8 @@ async fn log_cursors_on_window_edges_decide_alike_in_redis_and_memory() {
         let policy = policy(Algorithm::SlidingLog, limits);
         for (i, &at) in times.iter().enumerate() {
             clock.set(Duration::from_micros(at));
-            if i % 3 == 2 {
-                let from_memory = memory.peek("edge", &policy).await.unwrap();
-                let from_redis = redis.peek("edge", &policy).await.unwrap();
-                assert_eq!(from_redis, from_memory, "peek {limits:?} at {at} µs");
-            }
-            let from_memory = memory.decide("edge", &policy).await.unwrap();
-            let from_redis = redis.decide("edge", &policy).await.unwrap();
-            assert_eq!(from_redis, from_memory, "{limits:?} at {at} µs");
+            let context = format!("{limits:?} at {at} µs");
+            alike(&redis, &memory, "edge", &policy, i % 3 == 2, &context).await;
             decisions += 1;
         }
     }
@@ -264,15 +270,12 @@ async fn full_log_rings_wrap_and_refuse_alike_in_redis_and_memory() {
                 _ => now + r % 600_000,
             };
             clock.set(Duration::from_micros(now));
-            if (r >> 20).is_multiple_of(8) {
-                let from_memory = memory.peek("one", &policy).await.unwrap();
-                let from_redis = redis.peek("one", &policy).await.unwrap();
-                assert_eq!(from_redis, from_memory, "peek {limits:?} at {now} µs");
-            }
-            let from_memory = memory.decide("one", &policy).await.unwrap();
-            let from_redis = redis.decide("one", &policy).await.unwrap();
-            assert_eq!(from_redis, from_memory, "{limits:?} at {now} µs");
-            if from_redis.is_allowed() {
+            let peek = (r >> 20).is_multiple_of(8);
+            let context = format!("{limits:?} at {now} µs");
+            if alike(&redis, &memory, "one", &policy, peek, &context)
+                .await
+                .is_allowed()
+            {
                 accepted += 1;
             } else {
                 refused += 1;

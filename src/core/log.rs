@@ -188,18 +188,17 @@ impl SlidingLog {
     /// and may now grow is laid out in order again, and cursors start over
     /// from the oldest stamp when their windows changed: a cursor moved for
     /// a shorter window may have passed stamps a longer one still counts.
+    #[inline]
     fn fit(&mut self, limits: &[Limit], capacity: usize) {
-        if !self.buf.is_empty()
-            && self.limits() == limits.len()
-            && self.len() <= capacity
-            && (self.head == 0 || self.len() == capacity)
-            && limits
-                .iter()
-                .zip(&self.buf[HEADER..])
-                .all(|(limit, &window)| limit.window_micros() == window)
-        {
-            return;
+        if !self.laid_out_for(limits, capacity) {
+            self.lay_out(limits, capacity);
         }
+    }
+
+    /// The slow part of [`fit`](Self::fit): a key's first decision, or
+    /// limits other than the last call's.
+    #[cold]
+    fn lay_out(&mut self, limits: &[Limit], capacity: usize) {
         let held = self.limits();
         let mut stamps: Vec<u64> = (0..self.len()).map(|i| self.stamp(held, i)).collect();
         stamps.drain(..stamps.len().saturating_sub(capacity));
@@ -218,6 +217,23 @@ impl SlidingLog {
             .collect();
     }
 
+    /// Whether the buffer is laid out for `limits` and at most `capacity`
+    /// stamps already: the case of every decision but a key's first, when
+    /// a store judges each key under one policy.
+    fn laid_out_for(&self, limits: &[Limit], capacity: usize) -> bool {
+        let Some([count, windows @ ..]) = self.buf.get(1..HEADER + limits.len()) else {
+            return false;
+        };
+        *count == limits.len() as u64
+            && self.len() <= capacity
+            && (self.head == 0 || self.len() == capacity)
+            && windows
+                .iter()
+                .zip(limits)
+                .all(|(&window, limit)| window == limit.window_micros())
+    }
+
+    #[inline]
     fn record(&mut self, limits: usize, now: u64, capacity: usize) {
         let len = self.len();
         if len < capacity {
@@ -241,6 +257,7 @@ impl SlidingLog {
 
     /// Doubles the ring's slots (to at most `capacity`), which are all
     /// taken, so its stamps are still in order from the first slot.
+    #[cold]
     fn grow(&mut self, capacity: usize) {
         debug_assert!(self.head == 0, "a ring grows before it wraps");
         let slots = (2 * self.len()).max(FIRST_SLOTS).min(capacity);
@@ -253,20 +270,33 @@ impl SlidingLog {
 
     /// Remaining quota under limit `index` at `now`, and when it next grows:
     /// when the oldest timestamp inside the window leaves it.
+    #[inline]
     fn quota(&mut self, limits: usize, index: usize, now: u64, limit: &Limit) -> (u32, u64) {
         let oldest_counted = now.saturating_sub(limit.window_micros());
         let (oldest_record, total) = (self.oldest_record(), self.total());
         let at = HEADER + limits + index;
         let mut cursor = self.buf[at].max(oldest_record);
-        while cursor < total
-            && self.stamp(limits, (cursor - oldest_record) as usize) < oldest_counted
-        {
+        // Every stamp held lies in the first `len` slots (only a full ring
+        // wraps), so the walk steps through slot positions rather than
+        // working each one out from the record number again.
+        let first = first_slot(limits);
+        let ring = &self.buf[first..first + self.len()];
+        let mut slot = self.head as usize + (cursor - oldest_record) as usize;
+        if slot >= ring.len() {
+            slot -= ring.len();
+        }
+        let mut oldest = None;
+        while cursor < total {
+            let stamp = ring[slot];
+            if stamp >= oldest_counted {
+                oldest = Some(stamp);
+                break;
+            }
             cursor += 1;
+            slot = if slot + 1 == ring.len() { 0 } else { slot + 1 };
         }
         self.buf[at] = cursor;
-        let in_window = (total - cursor) as u32;
-        let oldest = (in_window > 0).then(|| self.stamp(limits, (cursor - oldest_record) as usize));
-        quota(in_window, oldest, now, limit)
+        quota((total - cursor) as u32, oldest, now, limit)
     }
 
     pub(crate) fn idle_from_micros(&self, longest_window: u64) -> u64 {

@@ -319,6 +319,7 @@ fn decide<const N: usize>(slots: &mut [Slot], now: u64, limits: &[Limit]) -> Dec
 /// count. When one limit's upper bound is below every other's lower bound
 /// it is strictly the tightest, with no tie to break. A per-second limit
 /// beside a per-minute one is usually that far apart.
+#[inline]
 fn clearly_tightest(slots: &[Slot], limits: &[Limit]) -> Option<usize> {
     let bounds = |slot: &Slot, limit: &Limit| {
         let most = limit.max().saturating_sub(slot.current);
@@ -326,7 +327,9 @@ fn clearly_tightest(slots: &[Slot], limits: &[Limit]) -> Option<usize> {
     };
     let (mut best, (mut best_least, mut best_most)) = (0, bounds(&slots[0], &limits[0]));
     let mut others_least = u32::MAX;
-    for (index, (slot, limit)) in slots.iter().zip(limits).enumerate().skip(1) {
+    // Indexed from 1 by hand: `enumerate().skip(1)` left a call to `nth`
+    // on every decision.
+    for (index, (slot, limit)) in (1..).zip(slots[1..].iter().zip(&limits[1..])) {
         let (least, most) = bounds(slot, limit);
         if most < best_most {
             others_least = others_least.min(best_least);

@@ -196,7 +196,7 @@ impl SlidingLog {
     }
 
     /// The slow part of [`fit`](Self::fit): a key's first decision, or
-    /// limits other than the last call's.
+    /// limits the buffer's layout no longer fits.
     #[cold]
     fn lay_out(&mut self, limits: &[Limit], capacity: usize) {
         let held = self.limits();

@@ -7,14 +7,9 @@
 
 mod report;
 
-use std::alloc::{GlobalAlloc, Layout, System};
-use std::future::Future;
 use std::hint::black_box;
 use std::net::SocketAddr;
-use std::pin::pin;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
-use std::task::{Context, Poll, Waker};
 use std::time::{Duration, Instant};
 
 use axum::body::Body;
@@ -30,43 +25,10 @@ use tower_governor::GovernorLayer;
 use tower_sliding_window::extract::PeerIp;
 use tower_sliding_window::{Limit, SlidingWindowLayer};
 
-/// Counts every allocation, to show what the layer allocates per request.
-struct Counting;
+#[path = "../tests/support/counting_alloc.rs"]
+mod counting_alloc;
 
-static ALLOCATIONS: AtomicU64 = AtomicU64::new(0);
-
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
-        // SAFETY: forwarded unchanged to the system allocator.
-        unsafe { System.alloc(layout) }
-    }
-
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        // SAFETY: forwarded unchanged to the system allocator.
-        unsafe { System.dealloc(ptr, layout) }
-    }
-
-    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
-        // SAFETY: forwarded unchanged to the system allocator.
-        unsafe { System.realloc(ptr, layout, new_size) }
-    }
-}
-
-#[global_allocator]
-static GLOBAL: Counting = Counting;
-
-/// Drives a future that never waits (everything here completes at once).
-fn run<F: Future>(future: F) -> F::Output {
-    let mut future = pin!(future);
-    let mut cx = Context::from_waker(Waker::noop());
-    loop {
-        if let Poll::Ready(output) = future.as_mut().poll(&mut cx) {
-            return output;
-        }
-    }
-}
+use counting_alloc::{allocations, run};
 
 fn request() -> Request<Body> {
     let mut request = Request::get("/").body(Body::empty()).unwrap();
@@ -202,11 +164,11 @@ fn main() {
     println!("\nheap allocations per request (accepted, 1,000 requests each)");
     for (name, router) in &routers {
         run(one_request(router));
-        let before = ALLOCATIONS.load(Ordering::Relaxed);
+        let before = allocations();
         for _ in 0..1_000 {
             black_box(run(one_request(router)));
         }
-        let per_request = (ALLOCATIONS.load(Ordering::Relaxed) - before) as f64 / 1_000.0;
+        let per_request = (allocations() - before) as f64 / 1_000.0;
         println!("  {name:<34} {per_request:>6.2}");
     }
 }

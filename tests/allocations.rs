@@ -4,16 +4,11 @@
 //! layer, RateLimit headers included, as tower_governor in the same process
 //! shows.
 //!
-//! Allocations are counted per thread, so that other tests' threads (or the
-//! harness's) do not show in the count.
+//! Allocations are counted per thread (`support/counting_alloc.rs`), so that
+//! other tests' threads (or the harness's) do not show in the count.
 
-use std::alloc::{GlobalAlloc, Layout, System};
-use std::cell::Cell;
-use std::future::Future;
 use std::net::SocketAddr;
-use std::pin::pin;
 use std::sync::Arc;
-use std::task::{Context, Poll, Waker};
 
 use axum::body::Body;
 use axum::extract::ConnectInfo;
@@ -27,55 +22,10 @@ use tower_governor::GovernorLayer;
 use tower_sliding_window::extract::PeerIp;
 use tower_sliding_window::{Limit, SlidingWindowLayer};
 
-struct Counting;
+#[path = "support/counting_alloc.rs"]
+mod counting_alloc;
 
-thread_local! {
-    /// Allocations made by this thread (a constant initialiser: reading it
-    /// allocates nothing).
-    static ALLOCATIONS: Cell<u64> = const { Cell::new(0) };
-}
-
-fn count_one() {
-    // During the thread's teardown the count may be gone; nothing to count then.
-    let _ = ALLOCATIONS.try_with(|n| n.set(n.get() + 1));
-}
-
-fn allocations() -> u64 {
-    ALLOCATIONS.with(Cell::get)
-}
-
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        count_one();
-        // SAFETY: forwarded unchanged to the system allocator.
-        unsafe { System.alloc(layout) }
-    }
-
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        // SAFETY: forwarded unchanged to the system allocator.
-        unsafe { System.dealloc(ptr, layout) }
-    }
-
-    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        count_one();
-        // SAFETY: forwarded unchanged to the system allocator.
-        unsafe { System.realloc(ptr, layout, new_size) }
-    }
-}
-
-#[global_allocator]
-static GLOBAL: Counting = Counting;
-
-/// Drives a future that never waits (nothing here does).
-fn run<F: Future>(future: F) -> F::Output {
-    let mut future = pin!(future);
-    let mut cx = Context::from_waker(Waker::noop());
-    loop {
-        if let Poll::Ready(output) = future.as_mut().poll(&mut cx) {
-            return output;
-        }
-    }
-}
+use counting_alloc::{allocations, run};
 
 /// One request, answered and its body read; whether the layer set the
 /// RateLimit header.

@@ -5,41 +5,14 @@
 //! The only test in its binary, because it counts the heap of the whole
 //! process with a wrapping allocator.
 
-use std::alloc::{GlobalAlloc, Layout, System};
-use std::sync::atomic::{AtomicIsize, Ordering};
 use std::time::Duration;
 
 use tower_sliding_window::{Algorithm, Limit, ManualClock, MemoryStore, Origin, Policy};
 
-struct Live;
+#[path = "support/live_bytes.rs"]
+mod live_bytes;
 
-static LIVE_BYTES: AtomicIsize = AtomicIsize::new(0);
-
-unsafe impl GlobalAlloc for Live {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        LIVE_BYTES.fetch_add(layout.size() as isize, Ordering::Relaxed);
-        // SAFETY: forwarded unchanged to the system allocator.
-        unsafe { System.alloc(layout) }
-    }
-
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        LIVE_BYTES.fetch_sub(layout.size() as isize, Ordering::Relaxed);
-        // SAFETY: forwarded unchanged to the system allocator.
-        unsafe { System.dealloc(ptr, layout) }
-    }
-
-    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        LIVE_BYTES.fetch_add(
-            new_size as isize - layout.size() as isize,
-            Ordering::Relaxed,
-        );
-        // SAFETY: forwarded unchanged to the system allocator.
-        unsafe { System.realloc(ptr, layout, new_size) }
-    }
-}
-
-#[global_allocator]
-static GLOBAL: Live = Live;
+use live_bytes::live_bytes;
 
 const CAP: usize = 100_000;
 const FLOOD: u64 = 1_000_000;
@@ -56,7 +29,7 @@ fn a_million_key_flood_is_capped_bounded_evicted_and_cannot_reset_a_window() {
         [Limit::new(5, Duration::from_secs(10)).unwrap()],
     )
     .unwrap();
-    let before = LIVE_BYTES.load(Ordering::Relaxed);
+    let before = live_bytes();
 
     // The legitimate client is there first; the flood comes at the same instant.
     assert!(store.decide_now(HOT, &policy).is_allowed());
@@ -80,7 +53,7 @@ fn a_million_key_flood_is_capped_bounded_evicted_and_cannot_reset_a_window() {
         }
     }
     peak_keys = peak_keys.max(store.key_count::<u64>());
-    let bytes = LIVE_BYTES.load(Ordering::Relaxed) - before;
+    let bytes = live_bytes() - before;
     let keys = store.key_count::<u64>();
     println!(
         "flood of {FLOOD} keys, cap {CAP}: {admitted} admitted, {refused_full} refused as store-full, \

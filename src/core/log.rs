@@ -18,6 +18,13 @@ use crate::limit::Limit;
 /// slots that grow by doubling, behind two words a limit and two more).
 /// Rejected requests are not recorded.
 ///
+/// A store judges each key under one policy, so a stamp outside its
+/// longest window will never count again: there the ring drops such a
+/// stamp rather than grow past it, and a key below its limits holds about
+/// one window's worth of stamps instead of its largest limit's. Judged
+/// through [`decide`](Self::decide), whose caller may lengthen the windows
+/// at the next call, the log keeps its largest limit's newest stamps.
+///
 /// Judged under other limits than the last call's, the log keeps its
 /// newest stamps and lays its buffer out again, in time linear in them.
 ///
@@ -56,6 +63,9 @@ const fn first_slot(limits: usize) -> usize {
 /// Slots a ring starts with.
 const FIRST_SLOTS: usize = 4;
 
+/// A `forget_after` under which no stamp is ever too old to keep.
+pub(crate) const KEEP_EVERY_STAMP: u64 = u64::MAX;
+
 impl SlidingLog {
     /// An empty log.
     pub fn new() -> Self {
@@ -72,7 +82,7 @@ impl SlidingLog {
     pub fn decide(&mut self, now: Duration, limits: &[Limit]) -> Decision {
         assert!(!limits.is_empty(), "a decision needs at least one limit");
         let capacity = limits.iter().map(Limit::max).max().unwrap_or(0);
-        self.decide_micros(micros(now), limits, capacity)
+        self.decide_micros(micros(now), limits, capacity, KEEP_EVERY_STAMP)
     }
 
     /// The number of timestamps held.
@@ -112,9 +122,19 @@ impl SlidingLog {
         self.total() - u64::from(self.len)
     }
 
-    pub(crate) fn decide_micros(&mut self, now: u64, limits: &[Limit], capacity: u32) -> Decision {
+    /// Judges a request at `now` (µs) against every limit, recording it if
+    /// all accept in a ring of at most `capacity` stamps, which may drop a
+    /// stamp more than `forget_after` µs old instead of growing
+    /// ([`KEEP_EVERY_STAMP`] for never).
+    pub(crate) fn decide_micros(
+        &mut self,
+        now: u64,
+        limits: &[Limit],
+        capacity: u32,
+        forget_after: u64,
+    ) -> Decision {
         if let [limit] = limits {
-            return self.decide_one(now, limit, capacity as usize);
+            return self.decide_one(now, limit, capacity as usize, forget_after);
         }
         let count = limits.len();
         self.fit(limits, capacity as usize);
@@ -133,7 +153,7 @@ impl SlidingLog {
         if let Some(refusal) = verdict.refusal(limits, now) {
             return refusal;
         }
-        self.record(count, now, capacity as usize);
+        self.record(count, now, capacity as usize, forget_after);
         // Each cursor moves once here; the decision then reads the results
         // (on the stack for any policy; the public API takes longer lists).
         let mut inline = [(0, 0); crate::policy::Policy::MAX_LIMITS];
@@ -160,7 +180,13 @@ impl SlidingLog {
 
     /// [`decide_micros`](Self::decide_micros) for one limit, the common
     /// case, without the bookkeeping that picks one limit among several.
-    fn decide_one(&mut self, now: u64, limit: &Limit, capacity: usize) -> Decision {
+    fn decide_one(
+        &mut self,
+        now: u64,
+        limit: &Limit,
+        capacity: usize,
+        forget_after: u64,
+    ) -> Decision {
         let limits = std::slice::from_ref(limit);
         self.fit(limits, capacity);
         let now = self.newest(1).map_or(now, |newest| newest.max(now));
@@ -170,7 +196,7 @@ impl SlidingLog {
                 return refused(limits, now, 0, wait);
             }
         }
-        self.record(1, now, capacity);
+        self.record(1, now, capacity, forget_after);
         let (remaining, replenish_micros) = self.quota(1, 0, now, limit);
         accepted(
             limits,
@@ -219,53 +245,62 @@ impl SlidingLog {
 
     /// Whether the buffer is laid out for `limits` and at most `capacity`
     /// stamps already: the case of every decision but a key's first, when
-    /// a store judges each key under one policy.
+    /// a store judges each key under one policy. A ring wraps only when it
+    /// has no room left, in its slots or under `capacity`.
     fn laid_out_for(&self, limits: &[Limit], capacity: usize) -> bool {
         let Some([count, windows @ ..]) = self.buf.get(1..HEADER + limits.len()) else {
             return false;
         };
+        let len = self.len();
         *count == limits.len() as u64
-            && self.len() <= capacity
-            && (self.head == 0 || self.len() == capacity)
+            && len <= capacity
+            && (self.head == 0
+                || len == capacity
+                || first_slot(limits.len()) + len == self.buf.len())
             && windows
                 .iter()
                 .zip(limits)
                 .all(|(&window, limit)| window == limit.window_micros())
     }
 
+    /// Records a stamp at `now`: after the newest while the ring has room;
+    /// else over the oldest, if `capacity` is reached or the oldest is more
+    /// than `forget_after` old; else in a ring grown to make room.
     #[inline]
-    fn record(&mut self, limits: usize, now: u64, capacity: usize) {
+    fn record(&mut self, limits: usize, now: u64, capacity: usize, forget_after: u64) {
         let len = self.len();
-        if len < capacity {
-            if first_slot(limits) + len == self.buf.len() {
-                self.grow(capacity);
-            }
-            self.buf[first_slot(limits) + len] = now;
+        let first = first_slot(limits);
+        let head = self.head as usize;
+        let room = (self.buf.len() - first).min(capacity);
+        if len < room {
+            debug_assert!(head == 0, "only a ring without room wraps");
+            self.buf[first + len] = now;
             self.len += 1;
-        } else if capacity > 0 {
-            debug_assert!(self.head == 0 || len == capacity, "only a full ring wraps");
-            let head = self.head as usize;
-            self.buf[first_slot(limits) + head] = now;
-            self.head = if head + 1 == capacity {
-                0
-            } else {
-                head as u32 + 1
-            };
+        } else if len < capacity
+            && (len == 0 || self.buf[first + head].saturating_add(forget_after) >= now)
+        {
+            self.grow(limits, capacity);
+            self.buf[first + len] = now;
+            self.len += 1;
+        } else if len > 0 {
+            self.buf[first + head] = now;
+            self.head = if head + 1 == len { 0 } else { head as u32 + 1 };
         }
         self.buf[0] += 1;
     }
 
     /// Doubles the ring's slots (to at most `capacity`), which are all
-    /// taken, so its stamps are still in order from the first slot.
+    /// taken, laying its stamps out in order from the first slot.
     #[cold]
-    fn grow(&mut self, capacity: usize) {
-        debug_assert!(self.head == 0, "a ring grows before it wraps");
+    fn grow(&mut self, limits: usize, capacity: usize) {
+        let first = first_slot(limits);
         let slots = (2 * self.len()).max(FIRST_SLOTS).min(capacity);
-        let size = self.buf.len() - self.len() + slots;
-        let mut buf = Vec::with_capacity(size);
-        buf.extend_from_slice(&self.buf);
-        buf.resize(size, 0);
+        let mut buf = Vec::with_capacity(first + slots);
+        buf.extend_from_slice(&self.buf[..first]);
+        buf.extend((0..self.len()).map(|i| self.stamp(limits, i)));
+        buf.resize(first + slots, 0);
         self.buf = buf.into_boxed_slice();
+        self.head = 0;
     }
 
     /// Remaining quota under limit `index` at `now`, and when it next grows:

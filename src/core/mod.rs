@@ -36,6 +36,7 @@ pub(crate) use self::counter::{CompactCounter, PackedCounter};
 pub use self::fixed::FixedWindow;
 pub(crate) use self::fixed::PackedFixed;
 pub use self::log::SlidingLog;
+use self::log::KEEP_EVERY_STAMP;
 pub(crate) use self::window_base::WindowBase;
 use crate::clock::micros;
 use crate::decision::Decision;
@@ -71,7 +72,10 @@ impl KeyState {
     pub(crate) fn decide_micros(&mut self, now: u64, policy: &Policy) -> Decision {
         let limits = policy.limits();
         match self {
-            Self::Log(log) => log.decide_micros(now, limits, policy.largest_max()),
+            // The next call may bring another policy, with longer windows.
+            Self::Log(log) => {
+                log.decide_micros(now, limits, policy.largest_max(), KEEP_EVERY_STAMP)
+            }
             Self::Counter(counter) => counter.decide_micros(now, limits),
             Self::Fixed(fixed) => fixed.decide_micros(now, limits),
         }
@@ -127,7 +131,14 @@ impl AlgorithmState for SlidingLog {
     type Base = ();
 
     fn decide(&mut self, now: u64, policy: &Policy, _: &()) -> Decision {
-        self.decide_micros(now, policy.limits(), policy.largest_max())
+        // A store keeps a map per policy: a stamp outside this policy's
+        // longest window is never read again.
+        self.decide_micros(
+            now,
+            policy.limits(),
+            policy.largest_max(),
+            policy.longest_window_micros(),
+        )
     }
 
     fn idle_from(&self, policy: &Policy, _: &()) -> u64 {

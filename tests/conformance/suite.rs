@@ -423,6 +423,37 @@ pub async fn clock_stepping_back_admits_nothing_extra<St: Store<String>>(
     }
 }
 
+/// The log's window is closed: a stamp exactly one window old still counts,
+/// also in a log that has already let older stamps go (a memory store's
+/// ring of four slots here, turned over several times).
+pub async fn log_counts_a_stamp_exactly_one_window_old<St: Store<String>>(
+    store: St,
+    clock: ManualClock,
+) {
+    let policy = policy(Algorithm::SlidingLog, &[(5, 10)]);
+    let key = String::from("edge");
+    let decide = |micros: u64| {
+        clock.set(Duration::from_micros(micros));
+        store.decide(key.clone(), &policy)
+    };
+    let second = 1_000_000;
+    for secs in [0, 20, 40, 60, 80, 100, 101, 102, 103] {
+        let decision = decide(secs * second).await.unwrap();
+        assert!(decision.is_allowed(), "at {secs}s");
+    }
+    // 100, 101, 102 and 103 are inside [100, 110]: this is the fifth.
+    let fifth = decide(110 * second).await.unwrap();
+    assert!(fifth.is_allowed());
+    assert_eq!(fifth.remaining(), 0);
+    let sixth = decide(110 * second).await.unwrap();
+    assert!(
+        !sixth.is_allowed(),
+        "the stamp at 100s still counts at 110s"
+    );
+    assert_eq!(sixth.retry_after(), Duration::from_micros(1));
+    assert!(decide(110 * second + 1).await.unwrap().is_allowed());
+}
+
 /// Every case of the suite, for the macros below.
 #[macro_export]
 macro_rules! for_each_case {
@@ -437,7 +468,8 @@ macro_rules! for_each_case {
             policies_do_not_share_windows,
             count_only_counts_matching_responses,
             awkward_keys_stay_apart,
-            clock_stepping_back_admits_nothing_extra
+            clock_stepping_back_admits_nothing_extra,
+            log_counts_a_stamp_exactly_one_window_old
         );
     };
 }

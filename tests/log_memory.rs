@@ -1,0 +1,82 @@
+//! What the memory store's sliding log holds per key: the few stamps inside
+//! its window for a key well below its limit, its largest limit's worth for
+//! a key at the limit, 8 bytes a stamp, no allocation once a key's ring has
+//! the slots it needs, and exact decisions throughout.
+//!
+//! The only test in its binary, because it counts the heap of the whole
+//! process with a wrapping allocator.
+
+use std::time::Duration;
+
+use tower_sliding_window::{Algorithm, Limit, ManualClock, MemoryStore, Policy};
+
+#[path = "support/live_bytes.rs"]
+mod live_bytes;
+
+use live_bytes::{allocations, live_bytes};
+
+const KEYS: u64 = 1_000;
+const MAX: u32 = 100;
+
+/// Bytes a key may take beside its stamps: its entry in the map with the
+/// map's spare room, and the ring's header (four words for one limit).
+const PER_KEY: isize = 200;
+
+#[test]
+fn a_log_key_holds_the_stamps_its_window_needs() {
+    let clock = ManualClock::new();
+    let store = MemoryStore::with_clock(clock.clone());
+    let policy = Policy::new(
+        Algorithm::SlidingLog,
+        [Limit::new(MAX, Duration::from_secs(1)).unwrap()],
+    )
+    .unwrap();
+    let before = live_bytes();
+
+    // Each key is seen every 2 s, so only the newest stamp is ever inside
+    // its window of 1 s; 300 requests a key would fill a ring of 100. Once
+    // a key's few slots are laid out, its decisions allocate nothing.
+    let mut steady_from = 0;
+    for round in 0..300 {
+        if round == 200 {
+            steady_from = allocations();
+        }
+        for key in 0..KEYS {
+            let decision = store.decide_now(key, &policy);
+            assert!(decision.is_allowed());
+            assert_eq!(decision.remaining(), MAX - 1);
+        }
+        clock.advance(Duration::from_secs(2));
+    }
+    let sparse = (live_bytes() - before) / KEYS as isize;
+    assert_eq!(
+        allocations() - steady_from,
+        0,
+        "allocations in steady traffic"
+    );
+
+    // Then every key reaches its limit within 100 ms: each ring grows
+    // again from the few slots it kept, and every count stays exact.
+    for sent in 1..=MAX {
+        for key in 0..KEYS {
+            let decision = store.decide_now(key, &policy);
+            assert!(decision.is_allowed(), "request {sent} of key {key}");
+            assert_eq!(decision.remaining(), MAX - sent);
+        }
+        clock.advance(Duration::from_millis(1));
+    }
+    for key in 0..KEYS {
+        assert!(
+            !store.decide_now(key, &policy).is_allowed(),
+            "key {key} over its limit"
+        );
+    }
+    let full = (live_bytes() - before) / KEYS as isize;
+
+    println!("a log key below its limit holds {sparse} bytes; at its limit of {MAX}, {full}");
+    assert!(sparse <= PER_KEY, "{sparse} bytes a key below its limit");
+    assert!(
+        full <= 8 * MAX as isize + PER_KEY,
+        "{full} bytes a key at its limit"
+    );
+}

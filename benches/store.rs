@@ -9,6 +9,7 @@ mod report;
 use std::collections::HashMap;
 use std::hint::black_box;
 use std::num::NonZeroU32;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -38,6 +39,53 @@ fn ours(algorithm: Algorithm, max: u32, window: Duration) -> Ours<SystemClock> {
     Ours {
         store: MemoryStore::new(),
         policy: Policy::new(algorithm, [Limit::new(max, window).unwrap()]).unwrap(),
+    }
+}
+
+/// A clock one microsecond further on at every read, after reading the
+/// system clock as the others do (so it costs no less): every key's ring
+/// then holds a known number of stamps inside the window, however fast
+/// the machine. Meant for one thread: two would fight over its counter.
+#[derive(Clone, Default)]
+struct SteppingClock(Arc<AtomicU64>);
+
+impl Clock for SteppingClock {
+    fn now(&self) -> Duration {
+        Duration::from_micros(self.now_micros())
+    }
+
+    fn now_micros(&self) -> u64 {
+        black_box(SystemClock.now_micros());
+        self.0.fetch_add(1, Ordering::Relaxed)
+    }
+}
+
+/// A log whose every key holds a full ring of 100 stamps, 99 of them inside
+/// the window, and still accepts every call: keys are visited in turn, one
+/// clock step apart, so each key's calls are `keys` steps apart and a window
+/// of 99 such gaps closes just after its 99th newest stamp.
+fn full_ring_log(keys: u64) -> MustAccept<Ours<SteppingClock>> {
+    let store = MemoryStore::with_clock(SteppingClock::default());
+    let limit = Limit::new(100, Duration::from_micros(99 * keys)).unwrap();
+    let policy = Policy::new(Algorithm::SlidingLog, [limit]).unwrap();
+    // Fill every ring before anything is timed.
+    for _ in 0..100 {
+        for key in 0..keys {
+            assert!(store.decide_now(key, &policy).is_allowed());
+        }
+    }
+    MustAccept(Ours { store, policy })
+}
+
+/// A limiter that stops the bench if it refuses: a refusal writes nothing
+/// and would make a row cheaper than what it claims to time.
+struct MustAccept<L>(L);
+
+impl<L: Limiter> Limiter for MustAccept<L> {
+    fn check(&self, key: u64) -> bool {
+        let allowed = self.0.check(key);
+        assert!(allowed, "a call the bench meant to accept was refused");
+        allowed
     }
 }
 
@@ -79,10 +127,14 @@ impl Limiter for NaiveMutexMap {
 /// millions, so there it needs the largest `max`, as every row does.
 /// "ours counter, wide" keeps the largest `max` everywhere: the unpacked
 /// layout (24 bytes).
-fn contenders(keys: u64) -> Vec<(&'static str, Box<dyn Limiter>)> {
+///
+/// "ours log limit 100" sees each key far less often than its window: a
+/// key's ring holds the few stamps inside the window. "ours log, full
+/// ring" (on one thread only) keeps 100 stamps a key, 99 inside the window.
+fn contenders(keys: u64, threads: u64) -> Vec<(&'static str, Box<dyn Limiter>)> {
     let huge = u32::MAX;
     let packable = if keys > 1 { 65_535 } else { huge };
-    vec![
+    let mut contenders: Vec<(&'static str, Box<dyn Limiter>)> = vec![
         (
             "governor check_key",
             Box::new(Governor(RateLimiter::keyed(Quota::per_second(
@@ -109,7 +161,7 @@ fn contenders(keys: u64) -> Vec<(&'static str, Box<dyn Limiter>)> {
             "ours fixed",
             Box::new(ours(Algorithm::FixedWindow, huge, Duration::from_secs(1))),
         ),
-        // A 1 µs window keeps the ring of 100 turning: every call accepts and records.
+        // A 1 µs window: every call accepts and records.
         (
             "ours log limit 100",
             Box::new(ours(Algorithm::SlidingLog, 100, Duration::from_micros(1))),
@@ -122,22 +174,27 @@ fn contenders(keys: u64) -> Vec<(&'static str, Box<dyn Limiter>)> {
                 max: huge,
             }),
         ),
-    ]
+    ];
+    if threads == 1 {
+        contenders.push(("ours log, full ring", Box::new(full_ring_log(keys))));
+    }
+    contenders
 }
 
-const IDS: [&str; 6] = [
+const IDS: [&str; 7] = [
     "governor check_key",
     "ours counter",
     "ours counter, wide",
     "ours fixed",
     "ours log limit 100",
     "naive mutex map",
+    "ours log, full ring",
 ];
 
 fn single_thread(c: &mut Criterion, group_name: &str, keys: u64) {
     let mut group = c.benchmark_group(group_name);
     group.throughput(Throughput::Elements(1));
-    for (name, limiter) in contenders(keys) {
+    for (name, limiter) in contenders(keys, 1) {
         for key in 0..keys {
             limiter.check(key);
         }
@@ -155,7 +212,7 @@ fn single_thread(c: &mut Criterion, group_name: &str, keys: u64) {
 fn two_threads(c: &mut Criterion, group_name: &str, keys: u64) {
     let mut group = c.benchmark_group(group_name);
     group.throughput(Throughput::Elements(1));
-    for (name, limiter) in contenders(keys) {
+    for (name, limiter) in contenders(keys, 2) {
         let limiter: Arc<dyn Limiter> = Arc::from(limiter);
         for key in 0..keys {
             limiter.check(key);
@@ -190,7 +247,7 @@ fn timed_batch(limiter: &Arc<dyn Limiter>, keys: u64, threads: u64, iters: u64) 
 /// The same contenders timed in interleaved rounds, for ratios that a
 /// burst of other work on the machine cannot tilt (see `report::paired`).
 fn paired(title: &str, keys: u64, threads: u64) {
-    let limiters: Vec<(&str, Arc<dyn Limiter>)> = contenders(keys)
+    let limiters: Vec<(&str, Arc<dyn Limiter>)> = contenders(keys, threads)
         .into_iter()
         .map(|(name, limiter)| (name, Arc::from(limiter)))
         .collect();

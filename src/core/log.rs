@@ -266,7 +266,9 @@ impl SlidingLog {
     /// Records a stamp at `now`: after the newest while the ring has room;
     /// else over the oldest, if `capacity` is reached or the oldest is more
     /// than `forget_after` old; else in a ring grown to make room.
-    #[inline]
+    // Forced: left to itself, the compiler stopped inlining it once it
+    // could grow a wrapped ring, and the call cost 20 instructions more.
+    #[inline(always)]
     fn record(&mut self, limits: usize, now: u64, capacity: usize, forget_after: u64) {
         let len = self.len();
         let first = first_slot(limits);

@@ -19,11 +19,13 @@ use crate::limit::Limit;
 /// Rejected requests are not recorded.
 ///
 /// A store judges each key under one policy, so a stamp outside its
-/// longest window will never count again: there the ring drops such a
-/// stamp rather than grow past it, and a key below its limits holds about
-/// one window's worth of stamps instead of its largest limit's. Judged
-/// through [`decide`](Self::decide), whose caller may lengthen the windows
-/// at the next call, the log keeps its largest limit's newest stamps.
+/// longest window will never count again: there a ring without a free slot
+/// overwrites such a stamp rather than grow, and a key that stays well
+/// below its limits keeps a few slots (at least four) instead of its
+/// largest limit's. Rings do not shrink: a key that once reached its limit
+/// keeps its slots until the store sweeps it as idle. Judged through
+/// [`decide`](Self::decide), whose caller may lengthen the windows at the
+/// next call, the log keeps its largest limit's newest stamps.
 ///
 /// Judged under other limits than the last call's, the log keeps its
 /// newest stamps and lays its buffer out again, in time linear in them.
@@ -40,8 +42,9 @@ pub struct SlidingLog {
     /// moved for; the slots hold the ring of stamps in microseconds, grown
     /// by doubling up to the largest limit. Empty until the first decision.
     buf: Box<[u64]>,
-    /// The ring index of the oldest stamp once the ring is full; zero until
-    /// then, the stamps filling the slots in order.
+    /// The ring index of the oldest stamp once the ring has wrapped, over
+    /// its first `len` slots, for want of a free one; zero until then, the
+    /// stamps filling the slots in order.
     head: u32,
     /// The number of stamps held.
     len: u32,
@@ -107,7 +110,7 @@ impl SlidingLog {
     /// The `i`-th oldest timestamp held, in a buffer laid out for `limits`
     /// limits.
     fn stamp(&self, limits: usize, i: usize) -> u64 {
-        // Only a full ring wraps, and then it holds `len` stamps.
+        // A ring wraps only over its first `len` slots.
         let at = self.head as usize + i;
         let len = self.len();
         self.buf[first_slot(limits) + if at >= len { at - len } else { at }]
@@ -210,8 +213,9 @@ impl SlidingLog {
     }
 
     /// Lays the buffer out for `limits` and at most `capacity` stamps,
-    /// keeping the newest stamps if the limits changed. A ring that wrapped
-    /// and may now grow is laid out in order again, and cursors start over
+    /// keeping the newest stamps if the limits changed. A wrapped ring that
+    /// a larger `capacity` would give room is laid out in order again (one
+    /// without room is, by `grow`, when it grows), and cursors start over
     /// from the oldest stamp when their windows changed: a cursor moved for
     /// a shorter window may have passed stamps a longer one still counts.
     #[inline]
@@ -313,8 +317,8 @@ impl SlidingLog {
         let (oldest_record, total) = (self.oldest_record(), self.total());
         let at = HEADER + limits + index;
         let mut cursor = self.buf[at].max(oldest_record);
-        // Every stamp held lies in the first `len` slots (only a full ring
-        // wraps), so the walk steps through slot positions rather than
+        // Every stamp held lies in the first `len` slots (a ring wraps only
+        // over those), so the walk steps through slot positions rather than
         // working each one out from the record number again.
         let first = first_slot(limits);
         let ring = &self.buf[first..first + self.len()];

@@ -316,6 +316,47 @@ proptest! {
         }
     }
 
+    /// A store's log lets a stamp outside its longest window go rather than
+    /// grow its ring; the core's keeps its largest limit's newest stamps.
+    /// Both decide alike, with maxima large enough that rings wrap at
+    /// several sizes and grow from wrapped states, bursts, gaps longer than
+    /// the windows or exactly as long, and a clock that steps back.
+    #[test]
+    fn a_stores_log_that_forgets_decides_as_the_core_that_keeps(
+        limits in prop::collection::vec(
+            (1u32..40, prop_oneof![prop::sample::select(vec![1_000u64, 2_000]), 1u64..5_000]),
+            1..=3,
+        ),
+        // Steps of whole windows too, so that stamps land exactly one
+        // window old: the window is closed, and such a stamp still counts.
+        traffic in prop::collection::vec(
+            (0u8..3, prop_oneof![
+                3 => Just(0i64),
+                3 => 0i64..300,
+                2 => prop::sample::select(vec![500i64, 1_000, 2_000]),
+                2 => 0i64..12_000,
+                1 => -3_000i64..0,
+            ]),
+            1..400,
+        ),
+    ) {
+        let limits: Vec<Limit> = limits
+            .into_iter()
+            .map(|(max, window)| Limit::new(max, Duration::from_micros(window)).unwrap())
+            .collect();
+        let policy = Policy::new(Algorithm::SlidingLog, limits).unwrap();
+        let clock = ManualClock::new();
+        let store = MemoryStore::with_clock(clock.clone());
+        let mut core: HashMap<u8, KeyState> = HashMap::new();
+        let mut now = 10_000u64;
+        for (key, step) in traffic {
+            now = now.saturating_add_signed(step);
+            clock.set(micros(now));
+            let expected = core.entry(key).or_insert_with(|| KeyState::new(&policy)).decide(micros(now), &policy);
+            prop_assert_eq!(store.decide_now(key, &policy), expected, "at {} µs", now);
+        }
+    }
+
     /// A refused request changes nothing: a store that never saw the
     /// requests another refused decides every other request as it did,
     /// whatever the clock does (it steps back here). Optionally beside a

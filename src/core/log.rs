@@ -21,9 +21,10 @@ use crate::limit::Limit;
 /// A store judges each key under one policy, so a stamp outside its
 /// longest window will never count again: there a ring without a free slot
 /// overwrites such a stamp rather than grow, and a key that stays well
-/// below its limits keeps a few slots (at least four) instead of its
-/// largest limit's. Rings do not shrink: a key that once reached its limit
-/// keeps its slots until the store sweeps it as idle. Judged through
+/// below its limits keeps a few slots (as few as four) instead of its
+/// largest limit's. A ring that once grew gives back its slots at a
+/// store's sweep (every few seconds) once a quarter of them or fewer hold
+/// stamps inside the window. Judged through
 /// [`decide`](Self::decide), whose caller may lengthen the windows at the
 /// next call, the log keeps its largest limit's newest stamps.
 ///
@@ -309,6 +310,48 @@ impl SlidingLog {
         self.head = 0;
     }
 
+    /// Gives back the slots of a ring, laid out for `limits` limits, that
+    /// holds a quarter of them or fewer with stamps inside the longest
+    /// window (`longest` µs): a store's sweep calls it, so that a key that
+    /// once reached its limit does not keep its slots once its traffic
+    /// falls. Every later decision is judged at the newest stamp or after
+    /// it, so a stamp outside the window then never counts again.
+    pub(crate) fn shed_slots(&mut self, limits: usize, longest: u64) {
+        if self.limits() != limits {
+            return;
+        }
+        let first = first_slot(limits);
+        let slots = self.buf.len() - first;
+        let Some(newest) = self.newest(limits) else {
+            return;
+        };
+        if slots <= FIRST_SLOTS {
+            return;
+        }
+        // The stamps are in order, oldest first: find the first one inside.
+        let (mut low, mut high) = (0, self.len());
+        while low < high {
+            let middle = (low + high) / 2;
+            if self.stamp(limits, middle).saturating_add(longest) < newest {
+                low = middle + 1;
+            } else {
+                high = middle;
+            }
+        }
+        let kept = self.len() - low;
+        if slots < 4 * kept.max(FIRST_SLOTS) {
+            return;
+        }
+        let new_slots = (2 * kept).max(FIRST_SLOTS);
+        let mut buf = Vec::with_capacity(first + new_slots);
+        buf.extend_from_slice(&self.buf[..first]);
+        buf.extend((low..self.len()).map(|i| self.stamp(limits, i)));
+        buf.resize(first + new_slots, 0);
+        self.buf = buf.into_boxed_slice();
+        self.head = 0;
+        self.len = kept as u32;
+    }
+
     /// Remaining quota under limit `index` at `now`, and when it next grows:
     /// when the oldest timestamp inside the window leaves it.
     #[inline]
@@ -366,4 +409,62 @@ pub(crate) fn quota(in_window: u32, oldest: Option<u64>, now: u64, limit: &Limit
             .saturating_sub(now)
     });
     (remaining, replenish)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Sheds stamps outside the longest window at the newest stamp, keeps
+    /// one exactly a window old (the window is closed), and decides after
+    /// as the unshed log does, at that newest time and later.
+    #[test]
+    fn shedding_keeps_every_stamp_a_later_decision_counts() {
+        let limits = [Limit::new(100, Duration::from_micros(1_000)).unwrap()];
+        let decide = |log: &mut SlidingLog, now| log.decide_micros(now, &limits, 100, 1_000);
+        let mut log = SlidingLog::new();
+        for now in (0..20).chain([1_000, 2_000]) {
+            assert!(decide(&mut log, now).is_allowed());
+        }
+        let mut shed = log.clone();
+        shed.shed_slots(1, 1_000);
+        assert_eq!(shed.len(), 2, "kept the stamps at 1,000 and 2,000 µs");
+        assert_eq!(shed.buf.len(), first_slot(1) + FIRST_SLOTS);
+        for now in [2_000, 2_000, 2_500, 3_000, 3_001] {
+            assert_eq!(decide(&mut shed, now), decide(&mut log, now), "at {now} µs");
+        }
+    }
+
+    /// A ring that wrapped (its oldest stamp not in the first slot) is laid
+    /// out in order as it sheds.
+    #[test]
+    fn shedding_a_wrapped_ring_keeps_its_order() {
+        let limits = [Limit::new(100, Duration::from_micros(1_000)).unwrap()];
+        let decide = |log: &mut SlidingLog, now| log.decide_micros(now, &limits, 100, 1_000);
+        let mut log = SlidingLog::new();
+        // 32 slots, filled; then three stamps over the oldest.
+        for now in (0..32).chain([1_500, 3_000, 3_001]) {
+            assert!(decide(&mut log, now).is_allowed());
+        }
+        assert_eq!(log.head, 3);
+        let mut shed = log.clone();
+        shed.shed_slots(1, 1_000);
+        assert_eq!(shed.len(), 2, "kept the stamps at 3,000 and 3,001 µs");
+        for now in [3_001, 3_500, 4_000, 4_001, 4_002] {
+            assert_eq!(decide(&mut shed, now), decide(&mut log, now), "at {now} µs");
+        }
+    }
+
+    /// A ring using more than a quarter of its slots keeps them.
+    #[test]
+    fn shedding_leaves_a_busy_ring_alone() {
+        let limits = [Limit::new(100, Duration::from_micros(1_000)).unwrap()];
+        let mut log = SlidingLog::new();
+        for now in 0..40 {
+            log.decide_micros(now, &limits, 100, 1_000);
+        }
+        let before = log.buf.clone();
+        log.shed_slots(1, 1_000);
+        assert_eq!(log.buf, before);
+    }
 }

@@ -107,6 +107,9 @@ pub(crate) trait AlgorithmState: Clone + Default + Send + Sync + 'static {
 
     /// From when (µs) the state judges as a fresh one would.
     fn idle_from(&self, policy: &Policy, base: &Self::Base) -> u64;
+
+    /// Gives back memory the state no longer needs, at a store's sweep.
+    fn shed(&mut self, _policy: &Policy) {}
 }
 
 /// The context a shard's states are stored against.
@@ -143,6 +146,10 @@ impl AlgorithmState for SlidingLog {
 
     fn idle_from(&self, policy: &Policy, _: &()) -> u64 {
         self.idle_from_micros(policy.longest_window_micros())
+    }
+
+    fn shed(&mut self, policy: &Policy) {
+        self.shed_slots(policy.limits().len(), policy.longest_window_micros());
     }
 }
 

@@ -53,8 +53,9 @@ struct Shard<K, S: AlgorithmState> {
 }
 
 impl<K, S: AlgorithmState> Shard<K, S> {
-    /// Drops entries idle for the grace period and notes when the earliest
-    /// remaining one may be dropped.
+    /// Drops entries idle for the grace period, lets the others give back
+    /// memory they no longer need, and notes when the earliest remaining one
+    /// may be dropped.
     fn sweep(&mut self, now: u64, policy: &Policy) {
         let mut earliest = u64::MAX;
         self.table.retain(|entry| {
@@ -62,6 +63,7 @@ impl<K, S: AlgorithmState> Shard<K, S> {
             let kept = drop_from > now || drop_from == u64::MAX;
             if kept {
                 earliest = earliest.min(drop_from);
+                entry.state.shed(policy);
             }
             kept
         });

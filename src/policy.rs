@@ -164,7 +164,8 @@ impl Policy {
         self.inner.id
     }
 
-    /// The largest `max` among the limits: the log's timestamps per key.
+    /// The largest `max` among the limits: the most timestamps a log keeps
+    /// per key.
     pub fn largest_max(&self) -> u32 {
         self.inner.largest_max
     }

@@ -22,9 +22,11 @@ use crate::limit::Limit;
 /// longest window will never count again: there a ring without a free slot
 /// overwrites such a stamp rather than grow, and a key that stays well
 /// below its limits keeps a few slots (as few as four) instead of its
-/// largest limit's. A ring that once grew gives back its slots at a
+/// largest limit's. A ring of 16 slots or more gives them back at a
 /// store's sweep (every few seconds) once a quarter of them or fewer hold
-/// stamps inside the window. Judged through
+/// stamps inside the window, as measured from its newest stamp: a key that
+/// still gets requests, though fewer; one that stops is dropped whole once
+/// idle. Judged through
 /// [`decide`](Self::decide), whose caller may lengthen the windows at the
 /// next call, the log keeps its largest limit's newest stamps.
 ///
@@ -41,7 +43,8 @@ pub struct SlidingLog {
     /// records ever made; each limit's window (µs) is the one its cursor,
     /// the record number of the first record still inside that window, was
     /// moved for; the slots hold the ring of stamps in microseconds, grown
-    /// by doubling up to the largest limit. Empty until the first decision.
+    /// by doubling up to the largest limit (and shrunk at a store's sweep).
+    /// Empty until the first decision.
     buf: Box<[u64]>,
     /// The ring index of the oldest stamp once the ring has wrapped, over
     /// its first `len` slots, for want of a free one; zero until then, the
@@ -310,9 +313,10 @@ impl SlidingLog {
         self.head = 0;
     }
 
-    /// Gives back the slots of a ring, laid out for `limits` limits, that
-    /// holds a quarter of them or fewer with stamps inside the longest
-    /// window (`longest` µs): a store's sweep calls it, so that a key that
+    /// Gives back the slots of a ring, laid out for `limits` limits, of at
+    /// least four times [`FIRST_SLOTS`] slots, a quarter of them or fewer
+    /// holding stamps inside the longest window (`longest` µs) as measured
+    /// from its newest stamp: a store's sweep calls it, so that a key that
     /// once reached its limit does not keep its slots once its traffic
     /// falls. Every later decision is judged at the newest stamp or after
     /// it, so a stamp outside the window then never counts again.
@@ -321,27 +325,32 @@ impl SlidingLog {
             return;
         }
         let first = first_slot(limits);
-        let slots = self.buf.len() - first;
+        let quarter = (self.buf.len() - first) / 4;
         let Some(newest) = self.newest(limits) else {
             return;
         };
-        if slots <= FIRST_SLOTS {
+        let outside = |log: &Self, i| log.stamp(limits, i).saturating_add(longest) < newest;
+        if quarter < FIRST_SLOTS {
             return;
         }
-        // The stamps are in order, oldest first: find the first one inside.
-        let (mut low, mut high) = (0, self.len());
+        // A sweep visits every key: one read settles a ring that is busy,
+        // the common case, before any search. The stamps are in order,
+        // oldest first, so a quarter of the slots or fewer hold stamps
+        // inside if the one before the newest quarter is outside.
+        let mut low = self.len().saturating_sub(quarter);
+        if low > 0 && !outside(self, low - 1) {
+            return;
+        }
+        let mut high = self.len();
         while low < high {
             let middle = (low + high) / 2;
-            if self.stamp(limits, middle).saturating_add(longest) < newest {
+            if outside(self, middle) {
                 low = middle + 1;
             } else {
                 high = middle;
             }
         }
         let kept = self.len() - low;
-        if slots < 4 * kept.max(FIRST_SLOTS) {
-            return;
-        }
         let new_slots = (2 * kept).max(FIRST_SLOTS);
         let mut buf = Vec::with_capacity(first + new_slots);
         buf.extend_from_slice(&self.buf[..first]);
@@ -452,6 +461,61 @@ mod tests {
         assert_eq!(shed.len(), 2, "kept the stamps at 3,000 and 3,001 µs");
         for now in [3_001, 3_500, 4_000, 4_001, 4_002] {
             assert_eq!(decide(&mut shed, now), decide(&mut log, now), "at {now} µs");
+        }
+    }
+
+    proptest::proptest! {
+        /// Shedding at any point of random traffic changes no later
+        /// decision: bursts grow rings, gaps leave stamps behind, steps of
+        /// a whole window put stamps exactly on its edge, and the clock may
+        /// step back.
+        #[test]
+        fn a_shed_log_decides_as_the_unshed_one(
+            limits in proptest::collection::vec(
+                (1u32..40, proptest::prop_oneof![proptest::strategy::Just(1_000u64), 1u64..5_000]),
+                1..=3,
+            ),
+            before in proptest::collection::vec(
+                proptest::prop_oneof![
+                    3 => proptest::strategy::Just(0i64),
+                    3 => 0i64..300,
+                    2 => proptest::strategy::Just(1_000i64),
+                    2 => 0i64..12_000,
+                ],
+                1..300,
+            ),
+            after in proptest::collection::vec(
+                proptest::prop_oneof![
+                    proptest::strategy::Just(0i64),
+                    0i64..300,
+                    proptest::strategy::Just(1_000i64),
+                    -2_000i64..3_000,
+                ],
+                1..100,
+            ),
+        ) {
+            let limits: Vec<Limit> = limits
+                .into_iter()
+                .map(|(max, window)| Limit::new(max, Duration::from_micros(window)).unwrap())
+                .collect();
+            let capacity = limits.iter().map(Limit::max).max().unwrap();
+            let longest = limits.iter().map(Limit::window_micros).max().unwrap();
+            let mut log = SlidingLog::new();
+            let mut now = 10_000u64;
+            for step in before {
+                now = now.saturating_add_signed(step);
+                log.decide_micros(now, &limits, capacity, longest);
+            }
+            let mut shed = log.clone();
+            shed.shed_slots(limits.len(), longest);
+            for step in after {
+                now = now.saturating_add_signed(step);
+                proptest::prop_assert_eq!(
+                    shed.decide_micros(now, &limits, capacity, longest),
+                    log.decide_micros(now, &limits, capacity, longest),
+                    "at {} µs", now
+                );
+            }
         }
     }
 

@@ -87,6 +87,18 @@ fn a_log_key_holds_the_stamps_its_window_needs() {
     }
     let after = (live_bytes() - before) / KEYS as isize;
 
+    // What the rings kept still counts: half a second after each key's
+    // last request, 99 more fit, and then none.
+    clock.advance(Duration::from_millis(500));
+    for key in 0..KEYS {
+        for sent in 2..=MAX {
+            let decision = store.decide_now(key, &policy);
+            assert!(decision.is_allowed(), "request {sent} of key {key}");
+            assert_eq!(decision.remaining(), MAX - sent);
+        }
+        assert!(!store.decide_now(key, &policy).is_allowed(), "key {key}");
+    }
+
     println!(
         "a log key below its limit holds {sparse} bytes; at its limit of {MAX}, {full}; \
          below it again, {after}"

@@ -59,7 +59,7 @@ fn store_policy(what: &str, keys: u64) -> Option<Policy> {
         .ok(),
         "fixed" => one(Algorithm::FixedWindow, huge, Duration::from_secs(1)),
         // A 1 µs window: every call accepts and records, and a key's ring
-        // holds the few stamps inside it (`benches/store.rs` also times full rings).
+        // stays at its first four slots (`benches/store.rs` also times full rings).
         "log" => one(Algorithm::SlidingLog, 100, Duration::from_micros(1)),
         _ => None,
     }

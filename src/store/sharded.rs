@@ -56,6 +56,11 @@ impl<K, S: AlgorithmState> Shard<K, S> {
     /// Drops entries idle for the grace period, lets the others give back
     /// memory they no longer need, and notes when the earliest remaining one
     /// may be dropped.
+    ///
+    /// Out of line: it runs every few seconds, and inlined, its loop (and
+    /// a log's shedding) sat in the middle of every decision's code.
+    #[cold]
+    #[inline(never)]
     fn sweep(&mut self, now: u64, policy: &Policy) {
         let mut earliest = u64::MAX;
         self.table.retain(|entry| {

@@ -303,14 +303,22 @@ impl SlidingLog {
     /// taken, laying its stamps out in order from the first slot.
     #[cold]
     fn grow(&mut self, limits: usize, capacity: usize) {
-        let first = first_slot(limits);
         let slots = (2 * self.len()).max(FIRST_SLOTS).min(capacity);
+        self.relay(limits, 0, slots);
+    }
+
+    /// Moves the stamps from the `from`-th oldest on, in order, into a
+    /// ring of `slots` slots (at least as many as those stamps), behind
+    /// the same header, in a buffer laid out for `limits` limits.
+    fn relay(&mut self, limits: usize, from: usize, slots: usize) {
+        let first = first_slot(limits);
         let mut buf = Vec::with_capacity(first + slots);
         buf.extend_from_slice(&self.buf[..first]);
-        buf.extend((0..self.len()).map(|i| self.stamp(limits, i)));
+        buf.extend((from..self.len()).map(|i| self.stamp(limits, i)));
         buf.resize(first + slots, 0);
         self.buf = buf.into_boxed_slice();
         self.head = 0;
+        self.len -= from as u32;
     }
 
     /// Gives back the slots of a ring, laid out for `limits` limits, of at
@@ -324,15 +332,14 @@ impl SlidingLog {
         if self.limits() != limits {
             return;
         }
-        let first = first_slot(limits);
-        let quarter = (self.buf.len() - first) / 4;
+        let quarter = (self.buf.len() - first_slot(limits)) / 4;
+        if quarter < FIRST_SLOTS {
+            return;
+        }
         let Some(newest) = self.newest(limits) else {
             return;
         };
         let outside = |log: &Self, i| log.stamp(limits, i).saturating_add(longest) < newest;
-        if quarter < FIRST_SLOTS {
-            return;
-        }
         // A sweep visits every key: one read settles a ring that is busy,
         // the common case, before any search. The stamps are in order,
         // oldest first, so a quarter of the slots or fewer hold stamps
@@ -351,14 +358,7 @@ impl SlidingLog {
             }
         }
         let kept = self.len() - low;
-        let new_slots = (2 * kept).max(FIRST_SLOTS);
-        let mut buf = Vec::with_capacity(first + new_slots);
-        buf.extend_from_slice(&self.buf[..first]);
-        buf.extend((low..self.len()).map(|i| self.stamp(limits, i)));
-        buf.resize(first + new_slots, 0);
-        self.buf = buf.into_boxed_slice();
-        self.head = 0;
-        self.len = kept as u32;
+        self.relay(limits, low, (2 * kept).max(FIRST_SLOTS));
     }
 
     /// Remaining quota under limit `index` at `now`, and when it next grows:
@@ -422,6 +422,8 @@ pub(crate) fn quota(in_window: u32, oldest: Option<u64>, now: u64, limit: &Limit
 
 #[cfg(test)]
 mod tests {
+    use proptest::prelude::*;
+
     use super::*;
 
     /// Sheds stamps outside the longest window at the newest stamp, keeps
@@ -464,31 +466,31 @@ mod tests {
         }
     }
 
-    proptest::proptest! {
+    proptest! {
         /// Shedding at any point of random traffic changes no later
         /// decision: bursts grow rings, gaps leave stamps behind, steps of
         /// a whole window put stamps exactly on its edge, and the clock may
         /// step back.
         #[test]
         fn a_shed_log_decides_as_the_unshed_one(
-            limits in proptest::collection::vec(
-                (1u32..40, proptest::prop_oneof![proptest::strategy::Just(1_000u64), 1u64..5_000]),
+            limits in prop::collection::vec(
+                (1u32..40, prop_oneof![Just(1_000u64), 1u64..5_000]),
                 1..=3,
             ),
-            before in proptest::collection::vec(
-                proptest::prop_oneof![
-                    3 => proptest::strategy::Just(0i64),
+            before in prop::collection::vec(
+                prop_oneof![
+                    3 => Just(0i64),
                     3 => 0i64..300,
-                    2 => proptest::strategy::Just(1_000i64),
+                    2 => Just(1_000i64),
                     2 => 0i64..12_000,
                 ],
                 1..300,
             ),
-            after in proptest::collection::vec(
-                proptest::prop_oneof![
-                    proptest::strategy::Just(0i64),
+            after in prop::collection::vec(
+                prop_oneof![
+                    Just(0i64),
                     0i64..300,
-                    proptest::strategy::Just(1_000i64),
+                    Just(1_000i64),
                     -2_000i64..3_000,
                 ],
                 1..100,
@@ -510,7 +512,7 @@ mod tests {
             shed.shed_slots(limits.len(), longest);
             for step in after {
                 now = now.saturating_add_signed(step);
-                proptest::prop_assert_eq!(
+                prop_assert_eq!(
                     shed.decide_micros(now, &limits, capacity, longest),
                     log.decide_micros(now, &limits, capacity, longest),
                     "at {} µs", now

@@ -19,14 +19,17 @@ use crate::limit::Limit;
 /// Rejected requests are not recorded.
 ///
 /// A store judges each key under one policy, so a stamp outside its
-/// longest window will never count again: there a ring without a free slot
-/// overwrites such a stamp rather than grow, and a key that stays well
-/// below its limits keeps a few slots (as few as four) instead of its
-/// largest limit's. A ring of 16 slots or more gives them back at a
-/// store's sweep (every few seconds) once a quarter of them or fewer hold
-/// stamps inside the window, as measured from its newest stamp: a key that
-/// still gets requests, though fewer; one that stops is dropped whole once
-/// idle. Judged through
+/// longest window will never count again. A key with at most two stamps
+/// inside that window keeps them beside its key in the store's map, with
+/// no ring at all; a busier key's ring without a free slot overwrites
+/// such a stamp rather than grow, so a key that stays below its limits
+/// keeps a few slots (as few as four) instead of its largest limit's. At a
+/// store's sweep (every few seconds) a ring whose stamps inside the
+/// window, as measured from its newest stamp, fit in two again gives way
+/// to them, and a ring of 16 slots or more gives its slots back once a
+/// quarter of them or fewer hold such stamps: a key that still gets
+/// requests, though fewer; one that stops is dropped whole once idle.
+/// Judged through
 /// [`decide`](Self::decide), whose caller may lengthen the windows at the
 /// next call, the log keeps its largest limit's newest stamps.
 ///
@@ -54,10 +57,10 @@ pub struct SlidingLog {
     len: u32,
 }
 
-// Where a decision finds its stamps is known from the entry alone (the
-// ring's position, `head` and `len`), not from the heap header: over many
-// keys the header's and the stamp's cache misses then overlap instead of
-// following one another. The entry stays 24 bytes, as a `Vec` would be.
+// Where a decision finds its stamps is known from the log's own fields
+// (the ring's position, `head` and `len`), not from the heap header: over
+// many keys the header's and the stamp's cache misses then overlap instead
+// of following one another. The log stays 24 bytes, as a `Vec` would be.
 
 /// Words before the windows.
 const HEADER: usize = 2;
@@ -234,9 +237,32 @@ impl SlidingLog {
     #[cold]
     fn lay_out(&mut self, limits: &[Limit], capacity: usize) {
         let held = self.limits();
-        let mut stamps: Vec<u64> = (0..self.len()).map(|i| self.stamp(held, i)).collect();
+        let stamps: Vec<u64> = (0..self.len()).map(|i| self.stamp(held, i)).collect();
+        let total = self.total();
+        self.lay_out_holding(limits, stamps, total, capacity);
+    }
+
+    /// A log laid out for `limits` and at most `capacity` stamps, holding
+    /// `stamps` (oldest first, none newer than the next decision's time) as
+    /// if they were all it ever recorded.
+    pub(crate) fn holding(limits: &[Limit], stamps: &[u64], capacity: u32) -> Self {
+        let mut log = Self::default();
+        log.lay_out_holding(limits, stamps.to_vec(), 0, capacity as usize);
+        log
+    }
+
+    /// Lays the buffer out for `limits`, holding the newest `capacity` of
+    /// `stamps`, `total` records having been made (at least as many as
+    /// `stamps`).
+    fn lay_out_holding(
+        &mut self,
+        limits: &[Limit],
+        mut stamps: Vec<u64>,
+        total: u64,
+        capacity: usize,
+    ) {
         stamps.drain(..stamps.len().saturating_sub(capacity));
-        let total = self.total().max(stamps.len() as u64);
+        let total = total.max(stamps.len() as u64);
         let oldest = total - stamps.len() as u64;
         self.len = stamps.len() as u32;
         self.head = 0;
@@ -359,6 +385,34 @@ impl SlidingLog {
         }
         let kept = self.len() - low;
         self.relay(limits, low, (2 * kept).max(FIRST_SLOTS));
+    }
+
+    /// The stamps inside the longest window (`longest` µs) as measured
+    /// from the newest, oldest first, copied to the start of `into` if they
+    /// fit there, in a buffer laid out for `limits` limits: what a store's
+    /// sweep needs to hold a key's few stamps without a ring.
+    pub(crate) fn recent_stamps(
+        &self,
+        limits: usize,
+        longest: u64,
+        into: &mut [u64],
+    ) -> Option<usize> {
+        if self.limits() != limits {
+            return None;
+        }
+        let Some(newest) = self.newest(limits) else {
+            return Some(0);
+        };
+        let inside = (0..self.len())
+            .rev()
+            .take(into.len() + 1)
+            .take_while(|&i| self.stamp(limits, i).saturating_add(longest) >= newest)
+            .count();
+        let from = self.len() - inside;
+        for (slot, i) in into.iter_mut().zip(from..self.len()) {
+            *slot = self.stamp(limits, i);
+        }
+        (inside <= into.len()).then_some(inside)
     }
 
     /// Remaining quota under limit `index` at `now`, and when it next grows:

@@ -207,6 +207,7 @@ impl<const N: usize> PackedCounter<N> {
 /// covers.
 impl<const N: usize> AlgorithmState for PackedCounter<N> {
     type Base = WindowBase<N>;
+    type EntryAlign = ();
 
     fn base_around(now: u64, policy: &Policy) -> WindowBase<N> {
         WindowBase::around(now, policy.limits())

@@ -108,6 +108,7 @@ impl<const N: usize> PackedFixed<N> {
 /// For policies of exactly `N` limits, judged at times the base covers.
 impl<const N: usize> AlgorithmState for PackedFixed<N> {
     type Base = WindowBase<N>;
+    type EntryAlign = ();
 
     fn base_around(now: u64, policy: &Policy) -> WindowBase<N> {
         WindowBase::around(now, policy.limits())

@@ -22,6 +22,7 @@
 //! # Ok::<(), tower_sliding_window::ConfigError>(())
 //! ```
 
+mod compact_log;
 pub(crate) mod counter;
 pub(crate) mod fixed;
 pub(crate) mod log;
@@ -31,6 +32,7 @@ mod window_base;
 
 use std::time::Duration;
 
+pub(crate) use self::compact_log::{CompactLog, HalfLine};
 pub use self::counter::SlidingCounter;
 pub(crate) use self::counter::{CompactCounter, PackedCounter};
 pub use self::fixed::FixedWindow;
@@ -89,6 +91,10 @@ pub(crate) trait AlgorithmState: Clone + Default + Send + Sync + 'static {
     /// their windows whole, a [`WindowBase`] for packed ones.
     type Base: Base;
 
+    /// A type of no size whose alignment a store's entry for this state
+    /// takes on: `()` for none beyond its fields'.
+    type EntryAlign: Default + Send + Sync + 'static;
+
     /// A base for a shard's states around `now`.
     fn base_around(_now: u64, _policy: &Policy) -> Self::Base {
         Self::Base::default()
@@ -130,8 +136,9 @@ impl<const N: usize> Base for WindowBase<N> {
     }
 }
 
-impl AlgorithmState for SlidingLog {
+impl AlgorithmState for CompactLog {
     type Base = ();
+    type EntryAlign = HalfLine;
 
     fn decide(&mut self, now: u64, policy: &Policy, _: &()) -> Decision {
         // A store keeps a map per policy: a stamp outside this policy's
@@ -149,12 +156,13 @@ impl AlgorithmState for SlidingLog {
     }
 
     fn shed(&mut self, policy: &Policy) {
-        self.shed_slots(policy.limits().len(), policy.longest_window_micros());
+        self.shed(policy.limits().len(), policy.longest_window_micros());
     }
 }
 
 impl AlgorithmState for SlidingCounter {
     type Base = ();
+    type EntryAlign = ();
 
     fn decide(&mut self, now: u64, policy: &Policy, _: &()) -> Decision {
         self.decide_micros(now, policy.limits())
@@ -167,6 +175,7 @@ impl AlgorithmState for SlidingCounter {
 
 impl<const N: usize> AlgorithmState for CompactCounter<N> {
     type Base = ();
+    type EntryAlign = ();
 
     fn decide(&mut self, now: u64, policy: &Policy, _: &()) -> Decision {
         self.decide_micros(now, policy.limits())
@@ -179,6 +188,7 @@ impl<const N: usize> AlgorithmState for CompactCounter<N> {
 
 impl AlgorithmState for FixedWindow {
     type Base = ();
+    type EntryAlign = ();
 
     fn decide(&mut self, now: u64, policy: &Policy, _: &()) -> Decision {
         self.decide_micros(now, policy.limits())

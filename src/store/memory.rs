@@ -9,8 +9,8 @@ use super::sharded::Shards;
 use super::{Store, StoreError};
 use crate::clock::{Clock, SystemClock};
 use crate::core::{
-    AlgorithmState, CompactCounter, FixedWindow, PackedCounter, PackedFixed, SlidingCounter,
-    SlidingLog,
+    AlgorithmState, CompactCounter, CompactLog, FixedWindow, PackedCounter, PackedFixed,
+    SlidingCounter,
 };
 use crate::decision::Decision;
 use crate::error::ConfigError;
@@ -36,7 +36,7 @@ macro_rules! by_layout {
             (Algorithm::FixedWindow, 1, _) => run_in!(PackedFixed<1>),
             (Algorithm::FixedWindow, 2, _) => run_in!(PackedFixed<2>),
             (Algorithm::FixedWindow, _, _) => run_in!(FixedWindow),
-            (Algorithm::SlidingLog, _, _) => run_in!(SlidingLog),
+            (Algorithm::SlidingLog, _, _) => run_in!(CompactLog),
         }
     }};
 }
@@ -188,7 +188,7 @@ impl<C: Clock> MemoryStore<C> {
             + count::<K, PackedFixed<1>, C>(self)
             + count::<K, PackedFixed<2>, C>(self)
             + count::<K, FixedWindow, C>(self)
-            + count::<K, SlidingLog, C>(self)
+            + count::<K, CompactLog, C>(self)
     }
 
     /// Runs `f` on `policy`'s map of `S` states for keys of type `K`.

@@ -34,9 +34,11 @@ const FULL_SWEEP_GAP_MICROS: u64 = 100_000;
 /// the state goes idle is worked out at sweeps from the policy's limits
 /// rather than kept. Sweeps are rare, and every byte less per key keeps
 /// more keys in cache.
-struct Entry<K, S> {
+struct Entry<K, S: AlgorithmState> {
     state: S,
     key: K,
+    /// No bytes; the alignment the state asks for.
+    _align: S::EntryAlign,
 }
 
 struct Shard<K, S: AlgorithmState> {
@@ -156,11 +158,15 @@ impl<K: Hash + Eq, S: AlgorithmState> Shards<K, S> {
         let drop_from = droppable_from(state.idle_from(policy, &shard.base));
         shard.earliest_drop = shard.earliest_drop.min(drop_from);
         let hasher = &self.hasher;
-        shard
-            .table
-            .insert_unique(hash, Entry { key, state }, |entry| {
-                hasher.hash_one(&entry.key)
-            });
+        shard.table.insert_unique(
+            hash,
+            Entry {
+                key,
+                state,
+                _align: S::EntryAlign::default(),
+            },
+            |entry| hasher.hash_one(&entry.key),
+        );
         decision
     }
 

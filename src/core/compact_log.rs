@@ -1,0 +1,283 @@
+//! The sliding log as a store keeps it: a key whose windows hold a few
+//! stamps keeps them beside its key, and only a busier key a ring on the
+//! heap.
+
+use super::log::{blocked_for, quota, SlidingLog};
+use super::refusal::{accepted, tightest, Verdict};
+use crate::decision::{Decision, Quota};
+use crate::limit::Limit;
+use crate::policy::Policy;
+
+/// Stamps a key holds without a ring: as many as fit beside the variant's
+/// tag, so that the state stays three words.
+const FEW: usize = 2;
+
+/// Half a cache line's alignment, which a store's entry for a log takes:
+/// the state's three words and a key of up to eight bytes then fill half a
+/// line exactly, and no entry straddles two lines. The map aligns its
+/// entries only to 16 bytes, and then every other 32-byte entry straddled
+/// two (half a simulated cache miss more a decision over 100k keys).
+#[repr(align(32))]
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct HalfLine;
+
+/// One key's sliding log in a store, which judges it under one policy
+/// only (see [`SlidingLog`] for the semantics, which are the same).
+///
+/// Over many keys a ring on the heap is a second cache miss behind the
+/// map's: most keys of a real service see a few requests a window, and
+/// keeping those few stamps in the entry spares that miss and the ring's
+/// allocation. A key moves to a ring when a stamp still inside the
+/// policy's longest window would not fit, and back at a store's sweep once
+/// its stamps inside that window fit again.
+#[derive(Clone, Debug)]
+pub(crate) enum CompactLog {
+    /// The first `len` of `stamps`, oldest first.
+    Few { len: u32, stamps: [u64; FEW] },
+    /// More stamps inside the longest window than `Few` holds. Boxed, so
+    /// that the state stays three words: a key that needs a ring has many
+    /// stamps to read besides.
+    Ring(Box<SlidingLog>),
+}
+
+impl Default for CompactLog {
+    fn default() -> Self {
+        Self::Few {
+            len: 0,
+            stamps: [0; FEW],
+        }
+    }
+}
+
+impl CompactLog {
+    /// Judges a request at `now` (µs) against every limit, recording it if
+    /// all accept, keeping at most `capacity` stamps and none more than
+    /// `forget_after` µs old that would need more room: as
+    /// [`SlidingLog::decide_micros`] does, decision for decision.
+    pub(crate) fn decide_micros(
+        &mut self,
+        now: u64,
+        limits: &[Limit],
+        capacity: u32,
+        forget_after: u64,
+    ) -> Decision {
+        let (len, stamps) = match self {
+            Self::Few { len, stamps } => (len, stamps),
+            Self::Ring(log) => return ring_decides(log, now, limits, capacity, forget_after),
+        };
+        let held = *len as usize;
+        // A clock that stepped back is judged at the newest time recorded.
+        let now = match held {
+            0 => now,
+            _ => stamps[held - 1].max(now),
+        };
+        let mut verdict = Verdict::default();
+        for (index, limit) in limits.iter().enumerate() {
+            let max = limit.max() as usize;
+            if held >= max {
+                if let Some(wait) = blocked_for(stamps[held - max], now, limit) {
+                    verdict.refuse(index, wait);
+                }
+            }
+        }
+        if let Some(refusal) = verdict.refusal(limits, now) {
+            return refusal;
+        }
+        let capacity_left = (capacity as usize).saturating_sub(held);
+        if held < FEW && capacity_left > 0 {
+            stamps[held] = now;
+            *len += 1;
+        } else if capacity_left > 0 && stamps[0].saturating_add(forget_after) >= now {
+            // Every stamp held still counts, or may: the key needs a ring.
+            let mut log = Box::new(SlidingLog::holding(limits, &stamps[..held], capacity));
+            let decision = ring_decides(&mut log, now, limits, capacity, forget_after);
+            *self = Self::Ring(log);
+            return decision;
+        } else {
+            // The oldest stamp is outside every window (or the capacity is
+            // reached, and then no window that counts it can have accepted).
+            match held {
+                // The common case, without a call to copy memory.
+                FEW => *stamps = [stamps[1], now],
+                _ => {
+                    stamps.copy_within(1..held, 0);
+                    stamps[held - 1] = now;
+                }
+            }
+        }
+        let recorded = &stamps[..*len as usize];
+        if let [limit] = limits {
+            let (remaining, replenish_micros) = counted(recorded, now, limit);
+            let quota = Quota::Known {
+                remaining,
+                replenish_micros,
+            };
+            return accepted(limits, now, 0, quota);
+        }
+        debug_assert!(limits.len() <= Policy::MAX_LIMITS, "a store's policy");
+        let mut quotas = [(0, 0); Policy::MAX_LIMITS];
+        let quotas = &mut quotas[..limits.len().min(Policy::MAX_LIMITS)];
+        for (quota, limit) in quotas.iter_mut().zip(limits) {
+            *quota = counted(recorded, now, limit);
+        }
+        let quota = |index: usize| quotas.get(index).copied().unwrap_or_default();
+        tightest(
+            limits,
+            now,
+            |index| quota(index).0,
+            |index| Quota::Known {
+                remaining: quota(index).0,
+                replenish_micros: quota(index).1,
+            },
+        )
+    }
+
+    /// From when (µs) the log judges as a fresh one would: one tick past
+    /// the longest window (`longest` µs) from its newest stamp.
+    pub(crate) fn idle_from_micros(&self, longest: u64) -> u64 {
+        match self {
+            Self::Few { len: 0, .. } => 0,
+            Self::Few { len, stamps } => stamps[*len as usize - 1]
+                .saturating_add(longest)
+                .saturating_add(1),
+            Self::Ring(log) => log.idle_from_micros(longest),
+        }
+    }
+
+    /// At a store's sweep: a ring whose stamps inside the longest window
+    /// (`longest` µs, measured from its newest stamp) fit in `Few` again
+    /// becomes `Few`; a larger one gives back the slots its traffic no
+    /// longer fills. Every later decision is judged at the newest stamp or
+    /// after it, so a stamp outside the window never counts again.
+    pub(crate) fn shed(&mut self, limits: usize, longest: u64) {
+        let Self::Ring(log) = self else {
+            return;
+        };
+        let mut stamps = [0; FEW];
+        match log.recent_stamps(limits, longest, &mut stamps) {
+            Some(len) => {
+                *self = Self::Few {
+                    len: len as u32,
+                    stamps,
+                }
+            }
+            None => log.shed_slots(limits, longest),
+        }
+    }
+
+    /// Whether the stamps are held without a ring.
+    #[cfg(test)]
+    fn is_few(&self) -> bool {
+        matches!(self, Self::Few { .. })
+    }
+}
+
+/// A ring's decision, out of line, so that a key of few stamps does not
+/// carry the ring's code in its own.
+#[inline(never)]
+fn ring_decides(
+    log: &mut SlidingLog,
+    now: u64,
+    limits: &[Limit],
+    capacity: u32,
+    forget_after: u64,
+) -> Decision {
+    log.decide_micros(now, limits, capacity, forget_after)
+}
+
+/// Remaining quota under `limit` at `now` with `stamps` (oldest first)
+/// recorded, and when it next grows.
+fn counted(stamps: &[u64], now: u64, limit: &Limit) -> (u32, u64) {
+    let oldest_counted = now.saturating_sub(limit.window_micros());
+    let first = stamps
+        .iter()
+        .position(|&stamp| stamp >= oldest_counted)
+        .unwrap_or(stamps.len());
+    let in_window = (stamps.len() - first) as u32;
+    quota(in_window, stamps.get(first).copied(), now, limit)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use proptest::prelude::*;
+
+    use super::*;
+
+    #[test]
+    fn a_key_of_few_stamps_holds_them_in_three_words() {
+        assert_eq!(std::mem::size_of::<CompactLog>(), 24);
+    }
+
+    /// A ring is taken only for a stamp still inside the window, and given
+    /// back at a sweep once the stamps inside fit again.
+    #[test]
+    fn moves_to_a_ring_and_back_as_its_window_fills_and_empties() {
+        let limits = [Limit::new(10, Duration::from_micros(1_000)).unwrap()];
+        let decide = |log: &mut CompactLog, now| log.decide_micros(now, &limits, 10, 1_000);
+        let mut log = CompactLog::default();
+        for now in [0, 2_000, 4_000, 6_000] {
+            assert!(decide(&mut log, now).is_allowed());
+        }
+        assert!(log.is_few(), "a stamp outside the window makes room");
+        assert_eq!(decide(&mut log, 6_500).remaining(), 8);
+        assert!(log.is_few(), "two stamps inside the window fit");
+        assert_eq!(decide(&mut log, 7_000).remaining(), 7);
+        assert!(!log.is_few(), "a third needs a ring");
+        log.shed(1, 1_000);
+        assert!(!log.is_few(), "three stamps inside the window keep it");
+        assert_eq!(decide(&mut log, 7_600).remaining(), 8);
+        log.shed(1, 1_000);
+        assert!(log.is_few(), "7,000 and 7,600 µs are all that count");
+        assert_eq!(decide(&mut log, 8_000).remaining(), 7);
+        assert!(!log.is_few(), "all three count at 8,000 µs");
+    }
+
+    proptest! {
+        /// Decision for decision the same as the public core's log, which
+        /// keeps every stamp, whatever the limits, the traffic and the
+        /// sweeps in between, with the clock stepping back at times.
+        #[test]
+        fn decides_as_the_core_log(
+            limits in prop::collection::vec(
+                (1u32..8, prop_oneof![Just(1_000u64), 1u64..5_000]),
+                1..=3,
+            ),
+            steps in prop::collection::vec(
+                (
+                    prop_oneof![
+                        3 => Just(0i64),
+                        3 => 0i64..300,
+                        2 => Just(1_000i64),
+                        2 => 0i64..6_000,
+                        1 => -2_000i64..0,
+                    ],
+                    prop::bool::weighted(0.1),
+                ),
+                1..300,
+            ),
+        ) {
+            let limits: Vec<Limit> = limits
+                .into_iter()
+                .map(|(max, window)| Limit::new(max, Duration::from_micros(window)).unwrap())
+                .collect();
+            let capacity = limits.iter().map(Limit::max).max().unwrap();
+            let longest = limits.iter().map(Limit::window_micros).max().unwrap();
+            let mut compact = CompactLog::default();
+            let mut core = SlidingLog::new();
+            let mut now = 10_000u64;
+            for (step, sweep) in steps {
+                now = now.saturating_add_signed(step);
+                if sweep {
+                    compact.shed(limits.len(), longest);
+                }
+                prop_assert_eq!(
+                    compact.decide_micros(now, &limits, capacity, longest),
+                    core.decide(Duration::from_micros(now), &limits),
+                    "at {} µs", now
+                );
+            }
+        }
+    }
+}

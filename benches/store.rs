@@ -129,8 +129,9 @@ impl Limiter for NaiveMutexMap {
 /// layout (24 bytes).
 ///
 /// "ours log limit 100" has a 1 µs window: over 100k keys a key's calls
-/// are far apart next to it, and its ring stays at four slots; on a hot
-/// key the window holds the calls of the last microsecond or two (tens at
+/// are far apart next to it, and its one stamp inside the window stays in
+/// its entry, with no ring; on a hot key the window holds the calls of the
+/// last microsecond or two, in a ring (tens at
 /// these speeds; a call under about 20 ns would fill it, and the row stops
 /// the bench rather than time refusals). "ours log, full ring" (on one
 /// thread only) keeps 100 stamps a key, 99 inside the window.

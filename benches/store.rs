@@ -60,13 +60,16 @@ impl Clock for SteppingClock {
     }
 }
 
-/// A log whose every key holds a full ring of 100 stamps, 99 of them inside
-/// the window, and still accepts every call: keys are visited in turn, one
-/// clock step apart, so each key's calls are `keys` steps apart and a window
-/// of 99 such gaps closes just after its 99th newest stamp.
-fn full_ring_log(keys: u64) -> MustAccept<Ours<SteppingClock>> {
+/// A log (limit 100) whose every key holds `gaps + 1` stamps inside its
+/// window at each call, the call's own included, and still accepts every
+/// call: keys are visited in turn, one clock step apart, so each key's
+/// calls are `keys` steps apart, and a window of `gaps` such gaps closes
+/// exactly on the `gaps`-th newest stamp. With 99 gaps every key holds a
+/// full ring of 100 stamps; with 9, ten inside its window, in a ring of 16
+/// slots (more than the two a key keeps in its entry).
+fn stepping_log(keys: u64, gaps: u64) -> MustAccept<Ours<SteppingClock>> {
     let store = MemoryStore::with_clock(SteppingClock::default());
-    let limit = Limit::new(100, Duration::from_micros(99 * keys)).unwrap();
+    let limit = Limit::new(100, Duration::from_micros(gaps * keys)).unwrap();
     let policy = Policy::new(Algorithm::SlidingLog, [limit]).unwrap();
     // Fill every ring before anything is timed.
     for _ in 0..100 {
@@ -131,10 +134,10 @@ impl Limiter for NaiveMutexMap {
 /// "ours log limit 100" has a 1 µs window: over 100k keys a key's calls
 /// are far apart next to it, and its one stamp inside the window stays in
 /// its entry, with no ring; on a hot key the window holds the calls of the
-/// last microsecond or two, in a ring (tens at
-/// these speeds; a call under about 20 ns would fill it, and the row stops
-/// the bench rather than time refusals). "ours log, full ring" (on one
-/// thread only) keeps 100 stamps a key, 99 inside the window.
+/// last microsecond or two, in a ring (tens at these speeds; a call under
+/// about 20 ns would fill it, and the row stops the bench rather than time
+/// refusals). On one thread only, "ours log, full ring" keeps 100 stamps a
+/// key inside the window and "ours log, 10 in window" ten, in a ring.
 fn contenders(keys: u64, threads: u64) -> Vec<(&'static str, Box<dyn Limiter>)> {
     let huge = u32::MAX;
     let packable = if keys > 1 { 65_535 } else { huge };
@@ -184,12 +187,13 @@ fn contenders(keys: u64, threads: u64) -> Vec<(&'static str, Box<dyn Limiter>)> 
         ),
     ];
     if threads == 1 {
-        contenders.push(("ours log, full ring", Box::new(full_ring_log(keys))));
+        contenders.push(("ours log, full ring", Box::new(stepping_log(keys, 99))));
+        contenders.push(("ours log, 10 in window", Box::new(stepping_log(keys, 9))));
     }
     contenders
 }
 
-const IDS: [&str; 7] = [
+const IDS: [&str; 8] = [
     "governor check_key",
     "ours counter",
     "ours counter, wide",
@@ -197,6 +201,7 @@ const IDS: [&str; 7] = [
     "ours log limit 100",
     "naive mutex map",
     "ours log, full ring",
+    "ours log, 10 in window",
 ];
 
 fn single_thread(c: &mut Criterion, group_name: &str, keys: u64) {

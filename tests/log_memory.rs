@@ -1,5 +1,6 @@
 //! What the memory store's sliding log holds per key: its entry alone for
-//! a key well below its limit (two stamps fit there), its largest limit's
+//! a key well below its limit (two stamps fit there beside a `u64` key,
+//! four beside an IP address), its largest limit's
 //! worth for a key at the limit, 8 bytes a stamp, no allocation once a
 //! key's stamps have the room they need, the ring given back when the
 //! key's traffic falls again, and exact decisions throughout.
@@ -7,6 +8,7 @@
 //! The only test in its binary, because it counts the heap of the whole
 //! process with a wrapping allocator.
 
+use std::net::{IpAddr, Ipv4Addr};
 use std::time::Duration;
 
 use tower_sliding_window::{Algorithm, Limit, ManualClock, MemoryStore, Policy};
@@ -28,8 +30,59 @@ const PER_KEY: isize = 200;
 /// header and first slots).
 const INLINE_PER_KEY: isize = 80;
 
+/// Bytes an IP-address key may take with no ring: its entry (a whole
+/// cache line, four stamps beside the address) and the map's spare room.
+/// A ring would add at least 88.
+const INLINE_PER_IP_KEY: isize = 160;
+
 #[test]
 fn a_log_key_holds_the_stamps_its_window_needs() {
+    u64_keys_grow_a_ring_only_at_their_limit();
+    ip_keys_hold_four_stamps_beside_them();
+}
+
+/// Keys of up to 24 bytes, IP addresses here, keep four stamps inside
+/// their window in their entries: requests 300 ms apart under a window of
+/// a second, each decision exact and none allocating once the keys are in.
+fn ip_keys_hold_four_stamps_beside_them() {
+    let clock = ManualClock::new();
+    let store = MemoryStore::with_clock(clock.clone());
+    let policy = Policy::new(
+        Algorithm::SlidingLog,
+        [Limit::new(MAX, Duration::from_secs(1)).unwrap()],
+    )
+    .unwrap();
+    let before = live_bytes();
+    let mut steady_from = 0;
+    for round in 0..40u32 {
+        if round == 1 {
+            steady_from = allocations();
+        }
+        for key in 0..KEYS as u32 {
+            let ip = IpAddr::V4(Ipv4Addr::from(key));
+            let decision = store.decide_now(ip, &policy);
+            assert!(decision.is_allowed());
+            // From the fourth request on, four stamps are inside the window.
+            assert_eq!(decision.remaining(), MAX - (round + 1).min(4));
+        }
+        clock.advance(Duration::from_millis(300));
+    }
+    let per_key = (live_bytes() - before) / KEYS as isize;
+    assert_eq!(
+        allocations() - steady_from,
+        0,
+        "allocations once every IP key is in"
+    );
+    println!("an IP key with four stamps inside its window holds {per_key} bytes");
+    assert!(
+        per_key <= INLINE_PER_IP_KEY,
+        "{per_key} bytes an IP key with four stamps"
+    );
+}
+
+/// `u64` keys: two stamps in the entry, a ring at the limit, and the ring
+/// given back when the traffic falls.
+fn u64_keys_grow_a_ring_only_at_their_limit() {
     let clock = ManualClock::new();
     let store = MemoryStore::with_clock(clock.clone());
     let policy = Policy::new(

@@ -32,7 +32,9 @@ mod window_base;
 
 use std::time::Duration;
 
-pub(crate) use self::compact_log::{CompactLog, HalfLine};
+pub(crate) use self::compact_log::{
+    CompactLog, HalfLine, FEW_BESIDE_LARGER_KEYS, FEW_BESIDE_SMALL_KEYS,
+};
 pub use self::counter::SlidingCounter;
 pub(crate) use self::counter::{CompactCounter, PackedCounter};
 pub use self::fixed::FixedWindow;
@@ -136,7 +138,7 @@ impl<const N: usize> Base for WindowBase<N> {
     }
 }
 
-impl AlgorithmState for CompactLog {
+impl<const FEW: usize> AlgorithmState for CompactLog<FEW> {
     type Base = ();
     type EntryAlign = HalfLine;
 

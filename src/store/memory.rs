@@ -10,7 +10,7 @@ use super::{Store, StoreError};
 use crate::clock::{Clock, SystemClock};
 use crate::core::{
     AlgorithmState, CompactCounter, CompactLog, FixedWindow, PackedCounter, PackedFixed,
-    SlidingCounter,
+    SlidingCounter, FEW_BESIDE_LARGER_KEYS, FEW_BESIDE_SMALL_KEYS,
 };
 use crate::decision::Decision;
 use crate::error::ConfigError;
@@ -18,7 +18,9 @@ use crate::policy::{Algorithm, Policy};
 
 /// Runs `$body` on the map for `policy`'s state layout: policies of one or
 /// two limits keep their counts inline, packed when they fit, so that an
-/// entry stays small enough for lookups to stay in cache.
+/// entry stays small enough for lookups to stay in cache; a sliding log
+/// keeps as many stamps beside its key as fill half a cache line (a key of
+/// up to 8 bytes) or a whole one (up to 24 bytes).
 macro_rules! by_layout {
     ($store:ident, $key:ty, $policy:expr, |$shards:ident| $body:expr) => {{
         macro_rules! run_in {
@@ -36,7 +38,13 @@ macro_rules! by_layout {
             (Algorithm::FixedWindow, 1, _) => run_in!(PackedFixed<1>),
             (Algorithm::FixedWindow, 2, _) => run_in!(PackedFixed<2>),
             (Algorithm::FixedWindow, _, _) => run_in!(FixedWindow),
-            (Algorithm::SlidingLog, _, _) => run_in!(CompactLog),
+            (Algorithm::SlidingLog, _, _) if size_of::<$key>() <= 8 => {
+                run_in!(CompactLog<FEW_BESIDE_SMALL_KEYS>)
+            }
+            (Algorithm::SlidingLog, _, _) if size_of::<$key>() <= 24 => {
+                run_in!(CompactLog<FEW_BESIDE_LARGER_KEYS>)
+            }
+            (Algorithm::SlidingLog, _, _) => run_in!(CompactLog<FEW_BESIDE_SMALL_KEYS>),
         }
     }};
 }
@@ -71,7 +79,10 @@ macro_rules! by_layout {
 ///   reach 2³¹ windows either side of the time the shard was last
 ///   rebased: a key whose windows lie further ahead than that of a clock
 ///   thrown back (36 minutes for a 1 µs window, 68 years for a 1 s one)
-///   starts afresh instead of being judged in its latest window.
+///   starts afresh instead of being judged in its latest window. A
+///   sliding log keeps a key's stamps beside it while few are inside the
+///   policy's longest window (two for a key of up to 8 bytes, four for one
+///   of up to 24, such as an IP address), and a ring only for a busier key.
 ///
 /// Fixed windows (used by the counter) are aligned to the clock's zero.
 #[derive(Clone)]
@@ -188,7 +199,8 @@ impl<C: Clock> MemoryStore<C> {
             + count::<K, PackedFixed<1>, C>(self)
             + count::<K, PackedFixed<2>, C>(self)
             + count::<K, FixedWindow, C>(self)
-            + count::<K, CompactLog, C>(self)
+            + count::<K, CompactLog<FEW_BESIDE_SMALL_KEYS>, C>(self)
+            + count::<K, CompactLog<FEW_BESIDE_LARGER_KEYS>, C>(self)
     }
 
     /// Runs `f` on `policy`'s map of `S` states for keys of type `K`.

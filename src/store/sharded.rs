@@ -235,3 +235,23 @@ impl<K: Hash + Eq, S: AlgorithmState> Shards<K, S> {
             .sum()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::net::IpAddr;
+
+    use super::Entry;
+    use crate::core::{CompactLog, FEW_BESIDE_LARGER_KEYS, FEW_BESIDE_SMALL_KEYS};
+
+    /// A log's entry never straddles two cache lines: half a line with a
+    /// small key, a whole one with a key of up to 24 bytes.
+    #[test]
+    fn a_log_entry_fills_half_a_line_or_a_whole_one() {
+        type Small = CompactLog<FEW_BESIDE_SMALL_KEYS>;
+        type Larger = CompactLog<FEW_BESIDE_LARGER_KEYS>;
+        assert_eq!(size_of::<Entry<u64, Small>>(), 32);
+        assert_eq!(align_of::<Entry<u64, Small>>(), 32);
+        assert_eq!(size_of::<Entry<IpAddr, Larger>>(), 64);
+        assert_eq!(size_of::<Entry<String, Larger>>(), 64);
+    }
+}

@@ -8,6 +8,7 @@ mod report;
 
 use std::collections::HashMap;
 use std::hint::black_box;
+use std::net::{IpAddr, Ipv4Addr};
 use std::num::NonZeroU32;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -32,6 +33,18 @@ struct Ours<C: Clock> {
 impl<C: Clock> Limiter for Ours<C> {
     fn check(&self, key: u64) -> bool {
         self.store.decide_now(key, &self.policy).is_allowed()
+    }
+}
+
+/// [`Ours`] keyed by an IPv4 address made from the `u64` key, as a layer
+/// keyed by peer IP keys its store: a key of 17 bytes, whose log entry
+/// holds four stamps where a `u64` key's holds two.
+struct OursByIp<C: Clock>(Ours<C>);
+
+impl<C: Clock> Limiter for OursByIp<C> {
+    fn check(&self, key: u64) -> bool {
+        let ip = IpAddr::V4(Ipv4Addr::from(key as u32));
+        self.0.store.decide_now(ip, &self.0.policy).is_allowed()
     }
 }
 
@@ -66,18 +79,24 @@ impl Clock for SteppingClock {
 /// calls are `keys` steps apart, and a window of `gaps` such gaps closes
 /// exactly on the `gaps`-th newest stamp. With 99 gaps every key holds a
 /// full ring of 100 stamps; with 9, ten inside its window, in a ring of 16
-/// slots (more than the two a key keeps in its entry).
-fn stepping_log(keys: u64, gaps: u64) -> MustAccept<Ours<SteppingClock>> {
-    let store = MemoryStore::with_clock(SteppingClock::default());
+/// slots; with 3, four, in a ring for a `u64` key and in the entry for an
+/// IP address (see [`OursByIp`]).
+fn stepping_log(keys: u64, gaps: u64) -> Ours<SteppingClock> {
     let limit = Limit::new(100, Duration::from_micros(gaps * keys)).unwrap();
-    let policy = Policy::new(Algorithm::SlidingLog, [limit]).unwrap();
-    // Fill every ring before anything is timed.
+    Ours {
+        store: MemoryStore::with_clock(SteppingClock::default()),
+        policy: Policy::new(Algorithm::SlidingLog, [limit]).unwrap(),
+    }
+}
+
+/// `limiter`, its every key's log filled before anything is timed.
+fn filled<L: Limiter>(limiter: L, keys: u64) -> MustAccept<L> {
     for _ in 0..100 {
         for key in 0..keys {
-            assert!(store.decide_now(key, &policy).is_allowed());
+            assert!(limiter.check(key));
         }
     }
-    MustAccept(Ours { store, policy })
+    MustAccept(limiter)
 }
 
 /// A limiter that stops the bench if it refuses: a refusal writes nothing
@@ -137,7 +156,8 @@ impl Limiter for NaiveMutexMap {
 /// last microsecond or two, in a ring (tens at these speeds; a call under
 /// about 20 ns would fill it, and the row stops the bench rather than time
 /// refusals). On one thread only, "ours log, full ring" keeps 100 stamps a
-/// key inside the window and "ours log, 10 in window" ten, in a ring.
+/// key inside the window and "ours log, 10 in window" ten, in a ring; "ours
+/// log, 4 in window" four, in a ring, and with IP keys in the entry.
 fn contenders(keys: u64, threads: u64) -> Vec<(&'static str, Box<dyn Limiter>)> {
     let huge = u32::MAX;
     let packable = if keys > 1 { 65_535 } else { huge };
@@ -187,13 +207,17 @@ fn contenders(keys: u64, threads: u64) -> Vec<(&'static str, Box<dyn Limiter>)> 
         ),
     ];
     if threads == 1 {
-        contenders.push(("ours log, full ring", Box::new(stepping_log(keys, 99))));
-        contenders.push(("ours log, 10 in window", Box::new(stepping_log(keys, 9))));
+        let log = |gaps| filled(stepping_log(keys, gaps), keys);
+        let log_by_ip = |gaps| filled(OursByIp(stepping_log(keys, gaps)), keys);
+        contenders.push(("ours log, full ring", Box::new(log(99))));
+        contenders.push(("ours log, 10 in window", Box::new(log(9))));
+        contenders.push(("ours log, 4 in window", Box::new(log(3))));
+        contenders.push(("ours log, 4 in window, IP", Box::new(log_by_ip(3))));
     }
     contenders
 }
 
-const IDS: [&str; 8] = [
+const IDS: [&str; 10] = [
     "governor check_key",
     "ours counter",
     "ours counter, wide",
@@ -202,6 +226,8 @@ const IDS: [&str; 8] = [
     "naive mutex map",
     "ours log, full ring",
     "ours log, 10 in window",
+    "ours log, 4 in window",
+    "ours log, 4 in window, IP",
 ];
 
 fn single_thread(c: &mut Criterion, group_name: &str, keys: u64) {

@@ -324,6 +324,9 @@ proptest! {
     /// of seconds, so that the store's sweeps (every 5 s), which shrink
     /// rings, run between requests. The keys share one shard, so a sweep
     /// that one key's request sets off reaches the others' rings too.
+    /// Keyed by a byte and by a `String`: the store keeps two stamps beside
+    /// the one and four beside the other before it needs a ring, and each
+    /// store must move its keys to rings and back without a change.
     /// (`src/core/log.rs` tests shrinking itself at any point of traffic.)
     #[test]
     fn a_stores_log_that_forgets_decides_as_the_core_that_keeps(
@@ -352,14 +355,16 @@ proptest! {
         let policy = Policy::new(Algorithm::SlidingLog, limits).unwrap();
         let clock = ManualClock::new();
         // Room for 16 keys: one shard.
-        let store = MemoryStore::with_clock(clock.clone()).with_max_keys(16).unwrap();
+        let by_byte = MemoryStore::with_clock(clock.clone()).with_max_keys(16).unwrap();
+        let by_text = MemoryStore::with_clock(clock.clone()).with_max_keys(16).unwrap();
         let mut core: HashMap<u8, KeyState> = HashMap::new();
         let mut now = 10_000u64;
         for (key, step) in traffic {
             now = now.saturating_add_signed(step);
             clock.set(micros(now));
             let expected = core.entry(key).or_insert_with(|| KeyState::new(&policy)).decide(micros(now), &policy);
-            prop_assert_eq!(store.decide_now(key, &policy), expected, "at {} µs", now);
+            prop_assert_eq!(by_byte.decide_now(key, &policy), expected, "at {} µs", now);
+            prop_assert_eq!(by_text.decide_now(format!("key {key}"), &policy), expected, "a String key at {} µs", now);
         }
     }
 

@@ -388,9 +388,11 @@ impl SlidingLog {
     }
 
     /// The stamps inside the longest window (`longest` µs) as measured
-    /// from the newest, oldest first, copied to the start of `into` if they
-    /// fit there, in a buffer laid out for `limits` limits: what a store's
-    /// sweep needs to hold a key's few stamps without a ring.
+    /// from the newest, oldest first, copied to the start of `into`, and
+    /// how many: what a store's sweep needs to hold a key's few stamps
+    /// without a ring. `None`, with `into` untouched, if they do not fit
+    /// there, or if the buffer is not laid out for `limits` limits (then
+    /// its stamps are not where this would look for them).
     pub(crate) fn recent_stamps(
         &self,
         limits: usize,
@@ -408,11 +410,14 @@ impl SlidingLog {
             .take(into.len() + 1)
             .take_while(|&i| self.stamp(limits, i).saturating_add(longest) >= newest)
             .count();
+        if inside > into.len() {
+            return None;
+        }
         let from = self.len() - inside;
         for (slot, i) in into.iter_mut().zip(from..self.len()) {
             *slot = self.stamp(limits, i);
         }
-        (inside <= into.len()).then_some(inside)
+        Some(inside)
     }
 
     /// Remaining quota under limit `index` at `now`, and when it next grows:

@@ -32,9 +32,8 @@ mod window_base;
 
 use std::time::Duration;
 
-pub(crate) use self::compact_log::{
-    CompactLog, HalfLine, FEW_BESIDE_LARGER_KEYS, FEW_BESIDE_SMALL_KEYS,
-};
+use self::compact_log::EntryLine;
+pub(crate) use self::compact_log::{CompactLog, FEW_BESIDE_LARGER_KEYS, FEW_BESIDE_SMALL_KEYS};
 pub use self::counter::SlidingCounter;
 pub(crate) use self::counter::{CompactCounter, PackedCounter};
 pub use self::fixed::FixedWindow;
@@ -138,9 +137,12 @@ impl<const N: usize> Base for WindowBase<N> {
     }
 }
 
-impl<const FEW: usize> AlgorithmState for CompactLog<FEW> {
+impl<const FEW: usize> AlgorithmState for CompactLog<FEW>
+where
+    Self: EntryLine,
+{
     type Base = ();
-    type EntryAlign = HalfLine;
+    type EntryAlign = <Self as EntryLine>::Align;
 
     fn decide(&mut self, now: u64, policy: &Policy, _: &()) -> Decision {
         // A store keeps a map per policy: a stamp outside this policy's

@@ -20,7 +20,8 @@ use crate::policy::{Algorithm, Policy};
 /// two limits keep their counts inline, packed when they fit, so that an
 /// entry stays small enough for lookups to stay in cache; a sliding log
 /// keeps as many stamps beside its key as fill half a cache line (a key of
-/// up to 8 bytes) or a whole one (up to 24 bytes).
+/// up to 8 bytes) or a whole one (up to 24 bytes). A larger key gets two,
+/// and its entry is padded to a multiple of 32 bytes.
 macro_rules! by_layout {
     ($store:ident, $key:ty, $policy:expr, |$shards:ident| $body:expr) => {{
         macro_rules! run_in {

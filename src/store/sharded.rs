@@ -253,5 +253,6 @@ mod tests {
         assert_eq!(align_of::<Entry<u64, Small>>(), 32);
         assert_eq!(size_of::<Entry<IpAddr, Larger>>(), 64);
         assert_eq!(size_of::<Entry<String, Larger>>(), 64);
+        assert_eq!(align_of::<Entry<String, Larger>>(), 64);
     }
 }

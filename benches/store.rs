@@ -119,6 +119,17 @@ impl Limiter for Governor {
     }
 }
 
+/// [`Governor`] keyed by an IPv4 address made from the `u64` key, as
+/// tower_governor keys it by peer IP: the peer for [`OursByIp`].
+struct GovernorByIp(governor::DefaultKeyedRateLimiter<IpAddr>);
+
+impl Limiter for GovernorByIp {
+    fn check(&self, key: u64) -> bool {
+        let ip = IpAddr::V4(Ipv4Addr::from(key as u32));
+        self.0.check_key(&ip).is_ok()
+    }
+}
+
 /// The obvious hand-written limiter: one lock around a map of fixed windows.
 struct NaiveMutexMap {
     map: Mutex<HashMap<u64, (u64, u32)>>,
@@ -157,7 +168,8 @@ impl Limiter for NaiveMutexMap {
 /// about 20 ns would fill it, and the row stops the bench rather than time
 /// refusals). On one thread only, "ours log, full ring" keeps 100 stamps a
 /// key inside the window and "ours log, 10 in window" ten, in a ring; "ours
-/// log, 4 in window" four, in a ring, and with IP keys in the entry.
+/// log, 4 in window" four, in a ring, and with IP keys in the entry, beside
+/// "governor check_key, IP", governor keyed by the same addresses.
 fn contenders(keys: u64, threads: u64) -> Vec<(&'static str, Box<dyn Limiter>)> {
     let huge = u32::MAX;
     let packable = if keys > 1 { 65_535 } else { huge };
@@ -213,11 +225,16 @@ fn contenders(keys: u64, threads: u64) -> Vec<(&'static str, Box<dyn Limiter>)> 
         contenders.push(("ours log, 10 in window", Box::new(log(9))));
         contenders.push(("ours log, 4 in window", Box::new(log(3))));
         contenders.push(("ours log, 4 in window, IP", Box::new(log_by_ip(3))));
+        let governor_by_ip = RateLimiter::keyed(Quota::per_second(NonZeroU32::MAX));
+        contenders.push((
+            "governor check_key, IP",
+            Box::new(GovernorByIp(governor_by_ip)),
+        ));
     }
     contenders
 }
 
-const IDS: [&str; 10] = [
+const IDS: [&str; 11] = [
     "governor check_key",
     "ours counter",
     "ours counter, wide",
@@ -228,6 +245,7 @@ const IDS: [&str; 10] = [
     "ours log, 10 in window",
     "ours log, 4 in window",
     "ours log, 4 in window, IP",
+    "governor check_key, IP",
 ];
 
 fn single_thread(c: &mut Criterion, group_name: &str, keys: u64) {

@@ -41,10 +41,8 @@ fn a_log_key_holds_the_stamps_its_window_needs() {
     ip_keys_hold_four_stamps_beside_them();
 }
 
-/// Keys of up to 24 bytes, IP addresses here, keep four stamps inside
-/// their window in their entries: requests 300 ms apart under a window of
-/// a second, each decision exact and none allocating once the keys are in.
-fn ip_keys_hold_four_stamps_beside_them() {
+/// A fresh store on a manual clock, and a log of `MAX` a second.
+fn store_with_log() -> (ManualClock, MemoryStore<ManualClock>, Policy) {
     let clock = ManualClock::new();
     let store = MemoryStore::with_clock(clock.clone());
     let policy = Policy::new(
@@ -52,6 +50,14 @@ fn ip_keys_hold_four_stamps_beside_them() {
         [Limit::new(MAX, Duration::from_secs(1)).unwrap()],
     )
     .unwrap();
+    (clock, store, policy)
+}
+
+/// Keys of up to 24 bytes, IP addresses here, keep four stamps inside
+/// their window in their entries: requests 300 ms apart under a window of
+/// a second, each decision exact and none allocating once the keys are in.
+fn ip_keys_hold_four_stamps_beside_them() {
+    let (clock, store, policy) = store_with_log();
     let before = live_bytes();
     let mut steady_from = 0;
     for round in 0..40u32 {
@@ -83,13 +89,7 @@ fn ip_keys_hold_four_stamps_beside_them() {
 /// `u64` keys: two stamps in the entry, a ring at the limit, and the ring
 /// given back when the traffic falls.
 fn u64_keys_grow_a_ring_only_at_their_limit() {
-    let clock = ManualClock::new();
-    let store = MemoryStore::with_clock(clock.clone());
-    let policy = Policy::new(
-        Algorithm::SlidingLog,
-        [Limit::new(MAX, Duration::from_secs(1)).unwrap()],
-    )
-    .unwrap();
+    let (clock, store, policy) = store_with_log();
     let before = live_bytes();
 
     // Each key is seen every 2 s, so only the newest stamp is ever inside

@@ -3,7 +3,7 @@
 //! heap.
 
 use super::log::{blocked_for, quota, SlidingLog};
-use super::refusal::{accepted, tightest, Verdict};
+use super::refusal::{accepted, tightest_known, Verdict};
 use crate::decision::{Decision, Quota};
 use crate::limit::Limit;
 use crate::policy::Policy;
@@ -172,15 +172,7 @@ impl<const FEW: usize> CompactLog<FEW> {
         for (quota, limit) in quotas.iter_mut().zip(limits) {
             *quota = counted(recorded, now, limit);
         }
-        tightest(
-            limits,
-            now,
-            |index| quotas[index].0,
-            |index| Quota::Known {
-                remaining: quotas[index].0,
-                replenish_micros: quotas[index].1,
-            },
-        )
+        tightest_known(limits, now, &quotas[..limits.len()])
     }
 
     /// From when (µs) the log judges as a fresh one would: one tick past

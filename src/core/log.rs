@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use super::refusal::{accepted, refused, tightest, Verdict};
+use super::refusal::{accepted, refused, tightest_known, Verdict};
 use crate::clock::micros;
 use crate::decision::{Decision, Quota};
 use crate::limit::Limit;
@@ -177,15 +177,7 @@ impl SlidingLog {
         for (index, limit) in limits.iter().enumerate() {
             quotas[index] = self.quota(count, index, now, limit);
         }
-        tightest(
-            limits,
-            now,
-            |index| quotas[index].0,
-            |index| Quota::Known {
-                remaining: quotas[index].0,
-                replenish_micros: quotas[index].1,
-            },
-        )
+        tightest_known(limits, now, quotas)
     }
 
     /// [`decide_micros`](Self::decide_micros) for one limit, the common

@@ -82,6 +82,21 @@ pub(crate) fn tightest(
     accepted(limits, now, index, chosen)
 }
 
+/// [`tightest`] when every limit's remaining quota and time to grow are
+/// already worked out: `quotas[index]` is limit `index`'s
+/// `(remaining, replenish_micros)`, as a log counts them.
+pub(crate) fn tightest_known(limits: &[Limit], now: u64, quotas: &[(u32, u64)]) -> Decision {
+    tightest(
+        limits,
+        now,
+        |index| quotas[index].0,
+        |index| Quota::Known {
+            remaining: quotas[index].0,
+            replenish_micros: quotas[index].1,
+        },
+    )
+}
+
 /// An acceptance that limit `index` speaks for, with its `quota`.
 pub(crate) fn accepted(limits: &[Limit], now: u64, index: usize, quota: Quota) -> Decision {
     Decision {

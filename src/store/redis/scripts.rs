@@ -3,9 +3,9 @@
 //! into decisions, through the same core code the memory store runs.
 
 use crate::core::log::{blocked_for, quota};
-use crate::core::refusal::{tightest, Verdict};
+use crate::core::refusal::{tightest_known, Verdict};
 use crate::core::{FixedWindow, SlidingCounter};
-use crate::decision::{Decision, Quota};
+use crate::decision::Decision;
 use crate::policy::{Algorithm, Policy};
 use crate::store::StoreError;
 
@@ -179,13 +179,5 @@ pub(super) fn log_decision(policy: &Policy, bytes: &[u8]) -> Result<Decision, St
         let oldest = optional(2 + 2 * index)?;
         quotas.push(quota(in_window, oldest, now, limit));
     }
-    Ok(tightest(
-        limits,
-        now,
-        |index| quotas[index].0,
-        |index| Quota::Known {
-            remaining: quotas[index].0,
-            replenish_micros: quotas[index].1,
-        },
-    ))
+    Ok(tightest_known(limits, now, &quotas))
 }

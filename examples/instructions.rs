@@ -6,8 +6,12 @@
 //!
 //! `cargo run --release --example instructions --features axum -- WHAT N [KEYS]`
 //! with WHAT one of `governor`, `counter`, `counter-wide`, `counter2`, `fixed`, `log` (store,
-//! over KEYS keys) or `bare`, `governor-layer`, `ours-on`, `ours-off`,
-//! `ours-inner-on`, `ours-inner-off` (router; see `SlidingWindowLayer::inner_body`).
+//! over KEYS keys), `log-gaps-G` (a log of 100 on a clock one microsecond
+//! further each call, whose window spans G rounds of the keys: every key
+//! holds G + 1 stamps inside it at each call, as the store bench's "10 in
+//! window" (G = 9), "4 in window" (3) and "full ring" (99) rows) or `bare`,
+//! `governor-layer`, `ours-on`, `ours-off`, `ours-inner-on`,
+//! `ours-inner-off` (router; see `SlidingWindowLayer::inner_body`).
 
 use std::future::Future;
 use std::hint::black_box;
@@ -105,6 +109,31 @@ fn main() {
     if what == "governor" {
         let limiter = RateLimiter::keyed(Quota::per_second(NonZeroU32::MAX));
         prime_and_measure(n, keys, |key| limiter.check_key(&key).is_ok());
+    } else if let Some(gaps) = what
+        .strip_prefix("log-gaps-")
+        .and_then(|gaps| gaps.parse::<u64>().ok())
+    {
+        let clock = tower_sliding_window::ManualClock::new();
+        let store = MemoryStore::with_clock(clock.clone());
+        let policy = Policy::new(
+            Algorithm::SlidingLog,
+            [Limit::new(100, Duration::from_micros(gaps * keys))
+                .expect("a window of one microsecond or more")],
+        )
+        .unwrap();
+        let call = |key| {
+            clock.advance(Duration::from_micros(1));
+            store.decide_now(key, &policy).is_allowed()
+        };
+        // Every key's log filled first, as the store bench fills them. The
+        // store sweeps every 5 s of its time, 5,000,000 calls here: priming
+        // ends at 10.1 s, and the measured calls fall between two sweeps.
+        for _ in 0..100 {
+            for key in 0..keys {
+                assert!(call(key), "every call must be accepted");
+            }
+        }
+        prime_and_measure(n, keys, call);
     } else if let Some(policy) = store_policy(&what, keys) {
         let store = MemoryStore::new();
         prime_and_measure(n, keys, |key| store.decide_now(key, &policy).is_allowed());

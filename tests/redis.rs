@@ -199,6 +199,46 @@ async fn steady_traffic_reads_the_logs_ring_rarely() {
     }
 }
 
+/// A fresh log key costs one write: its header and first stamp in one `SET`
+/// with the TTL, whether its ring is read whole or in ranges. The next
+/// stamp grows the ring: rewritten whole (one `SET`) or in place (two
+/// `SETRANGE`). A key that gets a few requests before it expires pays for
+/// that first write again and again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fresh_log_key_is_written_in_one_call() {
+    let server = tokio::task::spawn_blocking(Server::start).await.unwrap();
+    let clock = ManualClock::new();
+    let store = store_at(&server.url(), &clock).await;
+    for (limits, second_sets, second_setranges) in [
+        ([(10, 1_000), (100, 60_000)], 1, 0),
+        ([(10, 1_000), (1_000, 60_000)], 0, 2),
+    ] {
+        let policy = policy(Algorithm::SlidingLog, &limits);
+        server.cli(&["CONFIG", "RESETSTAT"]);
+        clock.advance(Duration::from_millis(1));
+        assert!(store.decide("fresh", &policy).await.unwrap().is_allowed());
+        let calls = |command| server.command_calls(command);
+        assert_eq!(
+            (calls("set"), calls("setrange"), calls("pexpire")),
+            (1, 0, 0),
+            "{limits:?}: the first stamp"
+        );
+        let ttl: i64 = server
+            .cli(&["PTTL", &store.key_name(&"fresh", &policy)])
+            .unwrap()
+            .parse()
+            .unwrap();
+        assert!(ttl > 60_000 && ttl <= 120_000, "{limits:?}: PTTL {ttl}");
+        clock.advance(Duration::from_millis(1));
+        assert!(store.decide("fresh", &policy).await.unwrap().is_allowed());
+        assert_eq!(
+            (calls("set"), calls("setrange")),
+            (1 + second_sets, second_setranges),
+            "{limits:?}: the second stamp"
+        );
+    }
+}
+
 /// Scripted traffic on a window's edge, where the header's next stamp and
 /// a cursor's first probe decide whether it moves (a stamp exactly one
 /// window old still counts, one a microsecond older does not), read whole

@@ -41,10 +41,11 @@
 //!   `SET`, saves a call but builds the whole string in Lua and copies it
 //!   into Redis: a full ring of 128 stamps read whole took 37 % more
 //!   instructions a call written whole than in place, and the two were
-//!   even only at four stamps. A ring that grows is written in place if
-//!   read in ranges, and rewritten whole (one `SET`) if read whole: a
-//!   string grown in place gets spare room from Redis, up to as much again,
-//!   which for a small ring is a large share of its memory.
+//!   even only at four stamps. A ring read whole is rewritten whole while
+//!   it grows, so that Redis allocates the string to size (grown in place,
+//!   it gets spare room, up to as much again). A ring read in ranges grows
+//!   in place, except its first stamp: a fresh key is written in one `SET`
+//!   with its TTL.
 //! * **Cursors.** Windows only move forward, so cursors do too: a cursor
 //!   whose stamp is still inside its window stays put without a read; one
 //!   whose next stamp (kept in the header) is inside moves one without a
@@ -311,23 +312,26 @@ pub(super) fn source(policy: &Policy, record: bool) -> String {
         "local header_bytes = struct.pack('{header_format}', {})",
         state.replace("newest", "now")
     ));
+    // A fresh key's first stamp is written with its header in one `SET`
+    // that also sets the TTL, instead of three calls: a key that gets only a
+    // few requests before it expires starts afresh every time.
     if whole {
-        // A string grown in place gets spare room from Redis, up to as much
-        // again; rewritten whole it is allocated to size. A small ring is
-        // rewritten while it grows, and written in place once full.
         line("if grows then");
         line(&format!(
             "  whole = header_bytes .. string.sub(whole, {}, {header} + slot * 8) .. struct.pack('<i8', now)",
             header + 1
         ));
-        line("  if renew then");
-        line(&format!("    redis.call('SET', key, whole, 'PX', '{ttl}')"));
-        line("  else");
-        line("    redis.call('SET', key, whole, 'KEEPTTL')");
-        line("  end");
-        line("  return reply");
-        line("end");
+    } else {
+        line("if slot == 0 and grows then");
+        line("  local whole = header_bytes .. struct.pack('<i8', now)");
     }
+    line("  if renew then");
+    line(&format!("    redis.call('SET', key, whole, 'PX', '{ttl}')"));
+    line("  else");
+    line("    redis.call('SET', key, whole, 'KEEPTTL')");
+    line("  end");
+    line("  return reply");
+    line("end");
     line("redis.call('SETRANGE', key, '0', header_bytes)");
     line(&format!(
         "redis.call('SETRANGE', key, format('%d', {header} + slot * 8), struct.pack('<i8', now))"

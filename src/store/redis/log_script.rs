@@ -74,7 +74,7 @@ use super::scripts::{per_limit, preamble, ttl_millis};
 /// The largest ring read whole, and rewritten whole while it grows.
 ///
 /// Full rings of 64 and 128 stamps read whole took 3 % and 18 % more
-/// instructions a call than read a few bytes at a time (6 % fewer at 24),
+/// instructions a call than read a few bytes at a time (5 % fewer at 24),
 /// but rings read in ranges grow in place, and Redis gives a string grown
 /// in place spare room: 13.5 bytes a stamp at limit 100 against 9.7.
 pub(super) const READ_WHOLE_UP_TO: u32 = 128;

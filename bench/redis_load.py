@@ -6,7 +6,7 @@ for counter-time.
 
 Usage: python3 bench/redis_load.py PORT WHICH N
 WHICH is baseline, counter (two limits), counter1 (one limit), counter-packed
-(two small limits, stored as one integer), log, log-steady, log-whole, or
+(two small limits, stored as one integer), log, log-steady, log-100, or
 counter-time (two limits, the time read from the server's TIME).
 
 The log's TTL runs on the server's clock, its windows on the client's:
@@ -14,8 +14,8 @@ under valgrind "log"'s keys (TTL 21 ms, 1,000 keys) expire between calls,
 and it measures fresh rings. log-steady is a log whose keys outlive the
 run: 500 in 5 s beside 5,000 in 1,000 s (TTL 2,000 s), on 10 keys with the
 client's time 5 ms further each call, so that each key's 5 s window holds
-100 stamps and every call moves its cursor by one. log-whole is paced the
-same way: one limit of 100 in 4 s, a ring read whole, full and wrapping,
+100 stamps and every call moves its cursor by one. log-100 is paced the
+same way: one limit of 100 in 4 s, its ring full and wrapping,
 80 stamps in its window.
 """
 import re
@@ -63,7 +63,7 @@ def main():
             return [read() for _ in range(int(line[1:]))]
         return line[1:-2]
 
-    keys, step = (10, 5000) if which in ("log-steady", "log-whole") else (1000, 5)
+    keys, step = (10, 5000) if which in ("log-steady", "log-100") else (1000, 5)
     connection.sendall(command("SCRIPT", "LOAD", script(which)))
     sha = read()
     start = int(time.time() * 1e6)

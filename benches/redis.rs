@@ -127,9 +127,9 @@ async fn main() {
         ],
     )
     .unwrap();
-    // The common shape: one limit of 100, a ring small enough to be read
-    // whole. A key gets about 45 calls a round, in well under a second, and
-    // its ring is full (filled below) and wrapping. The TTL of 2 s outlives
+    // The common shape: one limit of 100. A key gets about 45 calls a
+    // round, in well under a second, and its ring is full (filled below)
+    // and wrapping. The TTL of 2 s outlives
     // the other rows' turns, which a shorter window's would not: the rings
     // would start afresh every round.
     let small_log_policy = Policy::new(Algorithm::SlidingLog, [Limit::per_second(100)]).unwrap();

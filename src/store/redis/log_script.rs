@@ -37,15 +37,18 @@
 //!   however large the limit: copying a large ring into Lua costs more than
 //!   the calls it saves, chiefly in garbage collection.
 //! * **Writing.** A full ring is written in place, whatever its size: the
-//!   header and the new stamp, one `SETRANGE` each. Rewriting it whole, one
-//!   `SET`, saves a call but builds the whole string in Lua and copies it
-//!   into Redis: a full ring of 128 stamps read whole took 37 % more
-//!   instructions a call written whole than in place, and the two were
-//!   even only at four stamps. A ring read whole is rewritten whole while
-//!   it grows, so that Redis allocates the string to size (grown in place,
-//!   it gets spare room, up to as much again). A ring read in ranges grows
-//!   in place, except its first stamp: a fresh key is written in one `SET`
-//!   with its TTL.
+//!   header and the new stamp, one `SETRANGE` each (and a `PEXPIRE` when
+//!   the TTL is renewed). Rewriting it whole, one `SET`, saves a call but
+//!   builds the whole string in Lua and copies it into Redis: a full ring
+//!   of 128 stamps read whole took 37 % more instructions a call written
+//!   whole than in place, and the two were even only at four stamps.
+//!   Rewritten whole, a string is allocated to size; grown in place, Redis
+//!   gives it spare room, up to as much again. So a ring read whole is
+//!   rewritten whole while it grows. A ring read in ranges grows in place,
+//!   but is rewritten whole twice: a fresh key (none, expired, or one whose
+//!   header does not hold together) gets its header and first stamp in one
+//!   `SET` with the TTL, and the stamp that fills the ring rewrites it to
+//!   size, once in the key's life.
 //! * **Cursors.** Windows only move forward, so cursors do too: a cursor
 //!   whose stamp is still inside its window stays put without a read; one
 //!   whose next stamp (kept in the header) is inside moves one without a
@@ -58,10 +61,10 @@
 //!   window; the request is refused if any limit is full.
 //! * **Recording.** An accepted request's stamp goes after the newest; a
 //!   full ring drops its oldest stamp, which (the request fitting) is
-//!   outside every window. The TTL is renewed only when the newest stamp
-//!   enters a new span of the longest window: a stamp is then at most one
-//!   window younger than the renewal, and the TTL of two windows outlives it
-//!   by one.
+//!   outside every window. The TTL is set on a fresh key, and renewed only
+//!   when the newest stamp enters a new span of the longest window: a stamp
+//!   is then at most one window younger than the renewal, and the TTL of two
+//!   windows outlives it by one.
 //! * **Reply.** One string: a byte for the verdict (1 accepted), now (8
 //!   bytes), then 8 signed bytes per limit: when refused, the stamp that
 //!   blocks it (or -1); when accepted, the stamps inside its window counting
@@ -73,11 +76,11 @@ use super::scripts::{per_limit, preamble, ttl_millis};
 
 /// The largest ring read whole, and rewritten whole while it grows.
 ///
-/// Full rings of 64 and 128 stamps read whole took 3 % and 18 % more
-/// instructions a call than read a few bytes at a time (5 % fewer at 24),
-/// but rings read in ranges grow in place, and Redis gives a string grown
-/// in place spare room: 13.5 bytes a stamp at limit 100 against 9.7.
-pub(super) const READ_WHOLE_UP_TO: u32 = 128;
+/// Under callgrind, full rings read whole took about 5 % fewer
+/// redis-server instructions a call than read a few bytes at a time at 24
+/// stamps, about 3 % fewer at 32, about as many at 48 and 64, and 18 % more
+/// at 128 (a limit of 100: 55.7k against 49.3k).
+pub(super) const READ_WHOLE_UP_TO: u32 = 32;
 
 /// The script judging requests under `policy` (a sliding log), recording
 /// those it accepts if `record`.
@@ -312,9 +315,11 @@ pub(super) fn source(policy: &Policy, record: bool) -> String {
         "local header_bytes = struct.pack('{header_format}', {})",
         state.replace("newest", "now")
     ));
-    // A fresh key's first stamp is written with its header in one `SET`
-    // that also sets the TTL, instead of three calls: a key that gets only a
-    // few requests before it expires starts afresh every time.
+    // Whole rewrites, as the module's docs give them: every growing write
+    // of a ring read whole; of one read in ranges, a fresh key's first
+    // stamp (three calls in one, and the write most keys of sparse clients
+    // get, starting afresh each time their key expires) and the stamp that
+    // fills the ring (so that no room grown for it stays).
     if whole {
         line("if grows then");
         line(&format!(
@@ -322,8 +327,15 @@ pub(super) fn source(policy: &Policy, record: bool) -> String {
             header + 1
         ));
     } else {
-        line("if slot == 0 and grows then");
-        line("  local whole = header_bytes .. struct.pack('<i8', now)");
+        line(&format!("if grows and (slot == 0 or len == {cap}) then"));
+        line("  local whole = header_bytes");
+        line("  if slot > 0 then");
+        line(&format!(
+            "    whole = whole .. string.sub(redis.call('GET', key), {}, {header} + slot * 8)",
+            header + 1
+        ));
+        line("  end");
+        line("  whole = whole .. struct.pack('<i8', now)");
     }
     line("  if renew then");
     line(&format!("    redis.call('SET', key, whole, 'PX', '{ttl}')"));

@@ -33,8 +33,8 @@
 //!   so that a clock stepping back cannot make recorded requests look newer.
 //! * **Reading.** Rings up to [`READ_WHOLE_UP_TO`] stamps are read whole,
 //!   in one `GET`. Larger ones are read a few bytes at a time with
-//!   `GETRANGE`, so that a decision stays O(1) amortised (O(log n) at worst,
-//!   but for the one rewrite below) however large the limit: copying a large ring into Lua costs more than
+//!   `GETRANGE`, so that a decision stays O(1) amortised (O(log n) at worst)
+//!   however large the limit: copying a large ring into Lua costs more than
 //!   the calls it saves, chiefly in garbage collection.
 //! * **Writing.** A full ring is written in place, whatever its size: the
 //!   header and the new stamp, one `SETRANGE` each (and a `PEXPIRE` when
@@ -46,11 +46,11 @@
 //!   Rewritten whole, a string is allocated to size; grown in place, Redis
 //!   gives it spare room, up to as much again. So a ring read whole is
 //!   rewritten whole while it grows. A ring read in ranges grows in place,
-//!   but is rewritten whole twice: a fresh key (none, expired, or one whose
-//!   header does not hold together) gets its header and first stamp in one
-//!   `SET` with the TTL, and the stamp that fills a ring of up to
-//!   [`REWRITE_WHEN_FULL_UP_TO`] stamps rewrites it to size, once in the
-//!   key's life.
+//!   but is rewritten whole at most twice: a fresh key (none, expired, or
+//!   one whose header does not hold together) gets its header and first
+//!   stamp in one `SET` with the TTL, and the stamp that fills a ring of up
+//!   to [`REWRITE_WHEN_FULL_UP_TO`] stamps rewrites it to size, once in the
+//!   key's life: that one decision costs time linear in the ring.
 //! * **Cursors.** Windows only move forward, so cursors do too: a cursor
 //!   whose stamp is still inside its window stays put without a read; one
 //!   whose next stamp (kept in the header) is inside moves one without a
@@ -81,14 +81,16 @@ use super::scripts::{per_limit, preamble, ttl_millis};
 /// Under callgrind, full rings read whole took about 5 % fewer
 /// redis-server instructions a call than read a few bytes at a time at 24
 /// stamps, about 3 % fewer at 32, about as many at 48 and 64, and 18 % more
-/// at 128 (a limit of 100: 55.7k against 49.3k).
+/// at 128. For one limit of 100, ring full: 55.7k read whole, 49.3k in
+/// ranges, 13 % more.
 pub(super) const READ_WHOLE_UP_TO: u32 = 32;
 
 /// The largest ring read in ranges that the stamp filling it rewrites to
 /// size. The rewrite copies the whole string in and out of Lua while Redis
-/// serves no one else: 86 µs for 1,024 stamps, 231 µs for 4,096, 741 µs
-/// for 16,384 and 5.6 ms for 131,072, single timings with `SLOWLOG` (the
-/// same two calls on a 36-byte string showed about 40 µs). A larger
+/// serves no one else: timed with `SLOWLOG` (seven runs each), 82–156 µs
+/// for 1,024 stamps, 227–294 µs for 4,096, 0.74–2.2 ms for 16,384 and
+/// 5.6–10.1 ms for 131,072, where the same two calls on a 36-byte string
+/// took 38–51 µs. A larger
 /// ring keeps the room it grew in place (Redis adds at most as much again,
 /// and at most 1 MiB).
 pub(super) const REWRITE_WHEN_FULL_UP_TO: u32 = 4_096;

@@ -343,17 +343,18 @@ pub(super) fn source(policy: &Policy, record: bool) -> String {
     } else {
         if cap <= REWRITE_WHEN_FULL_UP_TO {
             line(&format!("if grows and (slot == 0 or len == {cap}) then"));
+            line("  local whole = header_bytes");
+            line("  if slot > 0 then");
+            line(&format!(
+                "    whole = whole .. string.sub(redis.call('GET', key), {}, {header} + slot * 8)",
+                header + 1
+            ));
+            line("  end");
+            line("  whole = whole .. struct.pack('<i8', now)");
         } else {
             line("if grows and slot == 0 then");
+            line("  local whole = header_bytes .. struct.pack('<i8', now)");
         }
-        line("  local whole = header_bytes");
-        line("  if slot > 0 then");
-        line(&format!(
-            "    whole = whole .. string.sub(redis.call('GET', key), {}, {header} + slot * 8)",
-            header + 1
-        ));
-        line("  end");
-        line("  whole = whole .. struct.pack('<i8', now)");
     }
     line("  if renew then");
     line(&format!("    redis.call('SET', key, whole, 'PX', '{ttl}')"));

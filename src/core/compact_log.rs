@@ -250,6 +250,7 @@ mod tests {
     use proptest::prelude::*;
 
     use super::*;
+    use crate::core::log::tests::{capacity_and_longest, limit_sets};
 
     #[test]
     fn stamps_and_tag_take_a_word_each() {
@@ -311,10 +312,7 @@ mod tests {
         /// sweeps in between, with the clock stepping back at times.
         #[test]
         fn decides_as_the_core_log(
-            limits in prop::collection::vec(
-                (1u32..40, prop_oneof![Just(1_000u64), 1u64..5_000]),
-                1..=3,
-            ),
+            limits in limit_sets(),
             // Sometimes close to the end of the clock's range, where
             // windows and waits saturate.
             start in prop_oneof![3 => Just(10_000u64), 1 => Just(u64::MAX - 20_000)],
@@ -332,12 +330,7 @@ mod tests {
                 1..300,
             ),
         ) {
-            let limits: Vec<Limit> = limits
-                .into_iter()
-                .map(|(max, window)| Limit::new(max, Duration::from_micros(window)).unwrap())
-                .collect();
-            let capacity = limits.iter().map(Limit::max).max().unwrap();
-            let longest = limits.iter().map(Limit::window_micros).max().unwrap();
+            let (capacity, longest) = capacity_and_longest(&limits);
             let mut two = CompactLog::<FEW_BESIDE_SMALL_KEYS>::default();
             let mut four = CompactLog::<FEW_BESIDE_LARGER_KEYS>::default();
             let mut core = SlidingLog::new();

@@ -475,10 +475,31 @@ pub(crate) fn quota(in_window: u32, oldest: Option<u64>, now: u64, limit: &Limit
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use proptest::prelude::*;
 
     use super::*;
+
+    /// One to three limits of 1 to 39 requests over windows of up to 5 ms
+    /// (often exactly 1 ms), for the property tests of the logs.
+    pub(crate) fn limit_sets() -> impl Strategy<Value = Vec<Limit>> {
+        prop::collection::vec((1u32..40, prop_oneof![Just(1_000u64), 1u64..5_000]), 1..=3).prop_map(
+            |limits| {
+                limits
+                    .into_iter()
+                    .map(|(max, window)| Limit::new(max, Duration::from_micros(window)).unwrap())
+                    .collect()
+            },
+        )
+    }
+
+    /// What a store passes beside `limits`: the ring's capacity, the
+    /// largest `max`, and the longest window.
+    pub(crate) fn capacity_and_longest(limits: &[Limit]) -> (u32, u64) {
+        let capacity = limits.iter().map(Limit::max).max().unwrap();
+        let longest = limits.iter().map(Limit::window_micros).max().unwrap();
+        (capacity, longest)
+    }
 
     /// Sheds stamps outside the longest window at the newest stamp, keeps
     /// one exactly a window old (the window is closed), and decides after
@@ -527,10 +548,7 @@ mod tests {
         /// step back.
         #[test]
         fn a_shed_log_decides_as_the_unshed_one(
-            limits in prop::collection::vec(
-                (1u32..40, prop_oneof![Just(1_000u64), 1u64..5_000]),
-                1..=3,
-            ),
+            limits in limit_sets(),
             before in prop::collection::vec(
                 prop_oneof![
                     3 => Just(0i64),
@@ -550,12 +568,7 @@ mod tests {
                 1..100,
             ),
         ) {
-            let limits: Vec<Limit> = limits
-                .into_iter()
-                .map(|(max, window)| Limit::new(max, Duration::from_micros(window)).unwrap())
-                .collect();
-            let capacity = limits.iter().map(Limit::max).max().unwrap();
-            let longest = limits.iter().map(Limit::window_micros).max().unwrap();
+            let (capacity, longest) = capacity_and_longest(&limits);
             let mut log = SlidingLog::new();
             let mut now = 10_000u64;
             for step in before {

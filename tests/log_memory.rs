@@ -26,13 +26,13 @@ const MAX: u32 = 100;
 const PER_KEY: isize = 200;
 
 /// Bytes a key may take with no ring: its entry (32 bytes for a `u64` key)
-/// and the map's spare room. A ring would add at least 88 (its handle,
-/// header and first slots).
+/// and the map's spare room. A ring would add at least 64 (its header and
+/// first slots, one allocation).
 const INLINE_PER_KEY: isize = 80;
 
 /// Bytes an IP-address key may take with no ring: its entry (a whole
 /// cache line, four stamps beside the address) and the map's spare room.
-/// A ring would add at least 88.
+/// A ring would add at least 64.
 const INLINE_PER_IP_KEY: isize = 160;
 
 #[test]

@@ -2,7 +2,7 @@
 //! stamps keeps them beside its key, and only a busier key a ring on the
 //! heap.
 
-use super::log::{blocked_for, quota, SlidingLog};
+use super::log::{blocked_for, idle_from, quota, SlidingLog};
 use super::refusal::{accepted, tightest_known, Verdict};
 use crate::decision::{Decision, Quota};
 use crate::limit::Limit;
@@ -63,10 +63,12 @@ impl EntryLine for CompactLog<FEW_BESIDE_LARGER_KEYS> {
 pub(crate) enum CompactLog<const FEW: usize> {
     /// The first `len` of `stamps`, oldest first.
     Few { len: u32, stamps: [u64; FEW] },
-    /// More stamps inside the longest window than `Few` holds. Boxed:
-    /// unboxed, the ring's 24-byte handle would make every entry a word
-    /// larger, and a key that needs a ring has many stamps to read besides.
-    Ring(Box<SlidingLog>),
+    /// More stamps inside the longest window than `Few` holds: a
+    /// [`SlidingLog`]'s parts, laid out here so that its position in the
+    /// ring and the pointer to its one allocation take the room `Few`'s
+    /// length and stamps do (in a `SlidingLog` they would take a word
+    /// more, the log's padding).
+    Ring { at: u32, buf: Box<[u64]> },
 }
 
 impl<const FEW: usize> Default for CompactLog<FEW> {
@@ -106,11 +108,13 @@ impl<const FEW: usize> CompactLog<FEW> {
             Self::Few { len, stamps } if limits.len() <= Policy::MAX_LIMITS => (len, stamps),
             Self::Few { len, stamps } => {
                 let stamps = stamps[..*len as usize].to_vec();
-                let log = Box::new(SlidingLog::holding(limits, &stamps, capacity));
-                *self = Self::Ring(log);
+                let log = SlidingLog::holding(limits, &stamps, capacity);
+                *self = Self::ring(log);
                 return self.decide_micros(now, limits, capacity, forget_after);
             }
-            Self::Ring(log) => return ring_decides(log, now, limits, capacity, forget_after),
+            Self::Ring { at, buf } => {
+                return ring_decides(at, buf, now, limits, capacity, forget_after)
+            }
         };
         let held = *len as usize;
         // A clock that stepped back is judged at the newest time recorded.
@@ -138,9 +142,9 @@ impl<const FEW: usize> CompactLog<FEW> {
             // The oldest stamp may still count: the key needs a ring. The
             // ring judges the request again, with the same stamps and so
             // the same verdict.
-            let mut log = Box::new(SlidingLog::holding(limits, &stamps[..held], capacity));
-            let decision = ring_decides(&mut log, now, limits, capacity, forget_after);
-            *self = Self::Ring(log);
+            let mut log = SlidingLog::holding(limits, &stamps[..held], capacity);
+            let decision = log.decide_micros(now, limits, capacity, forget_after);
+            *self = Self::ring(log);
             return decision;
         } else {
             // The oldest stamp can be let go. Either it is more than the
@@ -183,7 +187,7 @@ impl<const FEW: usize> CompactLog<FEW> {
             Self::Few { len, stamps } => stamps[*len as usize - 1]
                 .saturating_add(longest)
                 .saturating_add(1),
-            Self::Ring(log) => log.idle_from_micros(longest),
+            Self::Ring { at, buf } => idle_from(buf, *at, longest),
         }
     }
 
@@ -193,9 +197,10 @@ impl<const FEW: usize> CompactLog<FEW> {
     /// longer fills. Every later decision is judged at the newest stamp or
     /// after it, so a stamp outside the window never counts again.
     pub(crate) fn shed(&mut self, limits: usize, longest: u64) {
-        let Self::Ring(log) = self else {
+        let Self::Ring { at, buf } = self else {
             return;
         };
+        let mut log = SlidingLog::from_parts(std::mem::take(buf), *at);
         let mut stamps = [0; FEW];
         match log.recent_stamps(limits, longest, &mut stamps) {
             Some(len) => {
@@ -204,8 +209,17 @@ impl<const FEW: usize> CompactLog<FEW> {
                     stamps,
                 }
             }
-            None => log.shed_slots(limits, longest),
+            None => {
+                log.shed_slots(limits, longest);
+                *self = Self::ring(log);
+            }
         }
+    }
+
+    /// A ring holding `log`'s stamps.
+    fn ring(log: SlidingLog) -> Self {
+        let (buf, at) = log.into_parts();
+        Self::Ring { at, buf }
     }
 
     /// Whether the stamps are held without a ring.
@@ -219,13 +233,18 @@ impl<const FEW: usize> CompactLog<FEW> {
 /// carry the ring's code in its own.
 #[inline(never)]
 fn ring_decides(
-    log: &mut SlidingLog,
+    at: &mut u32,
+    buf: &mut Box<[u64]>,
     now: u64,
     limits: &[Limit],
     capacity: u32,
     forget_after: u64,
 ) -> Decision {
-    log.decide_micros(now, limits, capacity, forget_after)
+    // Taking the buffer out and putting it back moves a pointer, no stamp.
+    let mut log = SlidingLog::from_parts(std::mem::take(buf), *at);
+    let decision = log.decide_micros(now, limits, capacity, forget_after);
+    (*buf, *at) = log.into_parts();
+    decision
 }
 
 /// Remaining quota under `limit` at `now` with `stamps` (oldest first)

@@ -49,18 +49,19 @@ pub struct SlidingLog {
     /// by doubling up to the largest limit (and shrunk at a store's sweep).
     /// Empty until the first decision.
     buf: Box<[u64]>,
-    /// The ring index of the oldest stamp once the ring has wrapped, over
-    /// its first `len` slots, for want of a free one; zero until then, the
-    /// stamps filling the slots in order.
-    head: u32,
-    /// The number of stamps held.
-    len: u32,
+    /// Where the ring stands: with fewer stamps than slots, their number,
+    /// filling the slots in order from the first; with every slot taken,
+    /// the number of slots plus the slot of the oldest stamp. A ring wraps
+    /// only once every slot is taken, and never has more slots than its
+    /// capacity, so this one number says both.
+    at: u32,
 }
 
-// Where a decision finds its stamps is known from the log's own fields
-// (the ring's position, `head` and `len`), not from the heap header: over
-// many keys the header's and the stamp's cache misses then overlap instead
-// of following one another. The log stays 24 bytes, as a `Vec` would be.
+// Where a decision finds its stamps is known from `at` and the buffer's
+// length, not from the heap header: over many keys the header's and the
+// stamp's cache misses then overlap instead of following one another. A
+// store's entry keeps `at` and the buffer's pointer beside its key, so a
+// busy key's state is one allocation behind its entry.
 
 /// Words before the windows.
 const HEADER: usize = 2;
@@ -97,12 +98,31 @@ impl SlidingLog {
 
     /// The number of timestamps held.
     pub fn len(&self) -> usize {
-        self.len as usize
+        self.ring(self.limits()).1
     }
 
     /// Whether no request has been recorded.
     pub fn is_empty(&self) -> bool {
-        self.len == 0
+        self.len() == 0
+    }
+
+    /// The ring's oldest slot and its number of stamps, in a buffer laid
+    /// out for `limits` limits.
+    #[inline]
+    fn ring(&self, limits: usize) -> (usize, usize) {
+        ring_in(&self.buf, self.at, limits)
+    }
+
+    /// A log of `buf` with its ring at `at`, as [`into_parts`](Self::into_parts)
+    /// gave them.
+    pub(crate) fn from_parts(buf: Box<[u64]>, at: u32) -> Self {
+        Self { buf, at }
+    }
+
+    /// The buffer and where its ring stands, for a store's entry to keep
+    /// beside its key.
+    pub(crate) fn into_parts(self) -> (Box<[u64]>, u32) {
+        (self.buf, self.at)
     }
 
     fn total(&self) -> u64 {
@@ -117,19 +137,12 @@ impl SlidingLog {
     /// The `i`-th oldest timestamp held, in a buffer laid out for `limits`
     /// limits.
     fn stamp(&self, limits: usize, i: usize) -> u64 {
-        // A ring wraps only over its first `len` slots.
-        let at = self.head as usize + i;
-        let len = self.len();
-        self.buf[first_slot(limits) + if at >= len { at - len } else { at }]
+        stamp_in(&self.buf, self.at, limits, i)
     }
 
     fn newest(&self, limits: usize) -> Option<u64> {
-        (!self.is_empty()).then(|| self.stamp(limits, self.len() - 1))
-    }
-
-    /// The record number of the oldest stamp still held.
-    fn oldest_record(&self) -> u64 {
-        self.total() - u64::from(self.len)
+        let (_, len) = self.ring(limits);
+        (len > 0).then(|| self.stamp(limits, len - 1))
     }
 
     /// Judges a request at `now` (µs) against every limit, recording it if
@@ -151,11 +164,12 @@ impl SlidingLog {
         // A clock that stepped back must not make recorded requests look newer
         // than they are: judge at the newest time seen instead.
         let now = self.newest(count).map_or(now, |newest| newest.max(now));
+        let (_, len) = self.ring(count);
         let mut verdict = Verdict::default();
         for (index, limit) in limits.iter().enumerate() {
             let max = limit.max() as usize;
-            if self.len() >= max {
-                if let Some(wait) = blocked_for(self.stamp(count, self.len() - max), now, limit) {
+            if len >= max {
+                if let Some(wait) = blocked_for(self.stamp(count, len - max), now, limit) {
                     verdict.refuse(index, wait);
                 }
             }
@@ -193,8 +207,9 @@ impl SlidingLog {
         self.fit(limits, capacity);
         let now = self.newest(1).map_or(now, |newest| newest.max(now));
         let max = limit.max() as usize;
-        if self.len() >= max {
-            if let Some(wait) = blocked_for(self.stamp(1, self.len() - max), now, limit) {
+        let (_, len) = self.ring(1);
+        if len >= max {
+            if let Some(wait) = blocked_for(self.stamp(1, len - max), now, limit) {
                 return refused(limits, now, 0, wait);
             }
         }
@@ -256,10 +271,9 @@ impl SlidingLog {
         stamps.drain(..stamps.len().saturating_sub(capacity));
         let total = total.max(stamps.len() as u64);
         let oldest = total - stamps.len() as u64;
-        self.len = stamps.len() as u32;
-        self.head = 0;
         // A new key gets its first slots now rather than at its first record.
         let spare = FIRST_SLOTS.min(capacity).saturating_sub(stamps.len());
+        self.at = stamps.len() as u32;
         self.buf = [total, limits.len() as u64]
             .into_iter()
             .chain(limits.iter().map(Limit::window_micros))
@@ -271,18 +285,18 @@ impl SlidingLog {
 
     /// Whether the buffer is laid out for `limits` and at most `capacity`
     /// stamps already: the case of every decision but a key's first, when
-    /// a store judges each key under one policy. A ring wraps only when it
-    /// has no room left, in its slots or under `capacity`.
+    /// a store judges each key under one policy. A ring has no more slots
+    /// than `capacity`, so it wraps only once they are all taken.
     fn laid_out_for(&self, limits: &[Limit], capacity: usize) -> bool {
         let Some([count, windows @ ..]) = self.buf.get(1..HEADER + limits.len()) else {
             return false;
         };
-        let len = self.len();
         *count == limits.len() as u64
-            && len <= capacity
-            && (self.head == 0
-                || len == capacity
-                || first_slot(limits.len()) + len == self.buf.len())
+            && self
+                .buf
+                .len()
+                .checked_sub(first_slot(limits.len()))
+                .is_some_and(|slots| slots <= capacity)
             && windows
                 .iter()
                 .zip(limits)
@@ -296,23 +310,26 @@ impl SlidingLog {
     // could grow a wrapped ring, and the call cost 20 instructions more.
     #[inline(always)]
     fn record(&mut self, limits: usize, now: u64, capacity: usize, forget_after: u64) {
-        let len = self.len();
+        let (head, len) = self.ring(limits);
         let first = first_slot(limits);
-        let head = self.head as usize;
-        let room = (self.buf.len() - first).min(capacity);
-        if len < room {
+        let slots = self.buf.len() - first;
+        debug_assert!(slots <= capacity, "laid out for at most `capacity` slots");
+        if len < slots {
             debug_assert!(head == 0, "only a ring without room wraps");
             self.buf[first + len] = now;
-            self.len += 1;
+            // One more stamp; taking the last slot makes `at` say "full,
+            // oldest first".
+            self.at += 1;
         } else if len < capacity
             && (len == 0 || self.buf[first + head].saturating_add(forget_after) >= now)
         {
             self.grow(limits, capacity);
             self.buf[first + len] = now;
-            self.len += 1;
+            self.at += 1;
         } else if len > 0 {
             self.buf[first + head] = now;
-            self.head = if head + 1 == len { 0 } else { head as u32 + 1 };
+            let head = if head + 1 == len { 0 } else { head + 1 };
+            self.at = (slots + head) as u32;
         }
         self.buf[0] += 1;
     }
@@ -321,7 +338,7 @@ impl SlidingLog {
     /// taken, laying its stamps out in order from the first slot.
     #[cold]
     fn grow(&mut self, limits: usize, capacity: usize) {
-        let slots = (2 * self.len()).max(FIRST_SLOTS).min(capacity);
+        let slots = (2 * self.ring(limits).1).max(FIRST_SLOTS).min(capacity);
         self.relay(limits, 0, slots);
     }
 
@@ -334,9 +351,8 @@ impl SlidingLog {
         buf.extend_from_slice(&self.buf[..first]);
         buf.extend((from..self.len()).map(|i| self.stamp(limits, i)));
         buf.resize(first + slots, 0);
+        self.at = (self.len() - from) as u32;
         self.buf = buf.into_boxed_slice();
-        self.head = 0;
-        self.len -= from as u32;
     }
 
     /// Gives back the slots of a ring, laid out for `limits` limits, of at
@@ -417,15 +433,17 @@ impl SlidingLog {
     #[inline]
     fn quota(&mut self, limits: usize, index: usize, now: u64, limit: &Limit) -> (u32, u64) {
         let oldest_counted = now.saturating_sub(limit.window_micros());
-        let (oldest_record, total) = (self.oldest_record(), self.total());
+        let (head, len) = self.ring(limits);
+        let total = self.total();
+        let oldest_record = total - len as u64;
         let at = HEADER + limits + index;
         let mut cursor = self.buf[at].max(oldest_record);
         // Every stamp held lies in the first `len` slots (a ring wraps only
         // over those), so the walk steps through slot positions rather than
         // working each one out from the record number again.
         let first = first_slot(limits);
-        let ring = &self.buf[first..first + self.len()];
-        let mut slot = self.head as usize + (cursor - oldest_record) as usize;
+        let ring = &self.buf[first..first + len];
+        let mut slot = head + (cursor - oldest_record) as usize;
         if slot >= ring.len() {
             slot -= ring.len();
         }
@@ -442,11 +460,41 @@ impl SlidingLog {
         self.buf[at] = cursor;
         quota((total - cursor) as u32, oldest, now, limit)
     }
+}
 
-    pub(crate) fn idle_from_micros(&self, longest_window: u64) -> u64 {
-        self.newest(self.limits()).map_or(0, |newest| {
-            newest.saturating_add(longest_window).saturating_add(1)
-        })
+/// The oldest slot of the ring at `at` in `buf`, laid out for `limits`
+/// limits, and its number of stamps.
+#[inline]
+fn ring_in(buf: &[u64], at: u32, limits: usize) -> (usize, usize) {
+    let slots = buf.len().saturating_sub(first_slot(limits));
+    let at = at as usize;
+    if at < slots {
+        (0, at)
+    } else {
+        (at - slots, slots)
+    }
+}
+
+/// The `i`-th oldest stamp of the ring at `at` in `buf`, laid out for
+/// `limits` limits.
+#[inline]
+fn stamp_in(buf: &[u64], at: u32, limits: usize, i: usize) -> u64 {
+    // A ring wraps only over its first `len` slots.
+    let (head, len) = ring_in(buf, at, limits);
+    let at = head + i;
+    buf[first_slot(limits) + if at >= len { at - len } else { at }]
+}
+
+/// From when (µs) a log, its ring at `at` in `buf`, judges as a fresh one
+/// would: one tick past the longest window (`longest_window` µs) from its
+/// newest stamp. A store's entry asks it of the parts it keeps.
+pub(crate) fn idle_from(buf: &[u64], at: u32, longest_window: u64) -> u64 {
+    let limits = buf.get(1).map_or(0, |&count| count as usize);
+    match ring_in(buf, at, limits) {
+        (_, 0) => 0,
+        (_, len) => stamp_in(buf, at, limits, len - 1)
+            .saturating_add(longest_window)
+            .saturating_add(1),
     }
 }
 
@@ -532,7 +580,7 @@ pub(crate) mod tests {
         for now in (0..32).chain([1_500, 3_000, 3_001]) {
             assert!(decide(&mut log, now).is_allowed());
         }
-        assert_eq!(log.head, 3);
+        assert_eq!(log.ring(1).0, 3);
         let mut shed = log.clone();
         shed.shed_slots(1, 1_000);
         assert_eq!(shed.len(), 2, "kept the stamps at 3,000 and 3,001 µs");

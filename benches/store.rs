@@ -73,6 +73,13 @@ impl Clock for SteppingClock {
     }
 }
 
+impl SteppingClock {
+    /// Moves the clock `steps` ahead at once, as if that many calls went by.
+    fn leap(&self, steps: u64) {
+        self.0.fetch_add(steps, Ordering::Relaxed);
+    }
+}
+
 /// A log (limit 100) whose every key holds `gaps + 1` stamps inside its
 /// window at each call, the call's own included, and still accepts every
 /// call: keys are visited in turn, one clock step apart, so each key's
@@ -81,22 +88,42 @@ impl Clock for SteppingClock {
 /// full ring of 100 stamps; with 9, ten inside its window, in a ring of 16
 /// slots; with 3, four, in a ring for a `u64` key and in the entry for an
 /// IP address (see [`OursByIp`]).
-fn stepping_log(keys: u64, gaps: u64) -> Ours<SteppingClock> {
+fn stepping_log(keys: u64, gaps: u64) -> (Ours<SteppingClock>, SteppingClock) {
     let limit = Limit::new(100, Duration::from_micros(gaps * keys)).unwrap();
-    Ours {
-        store: MemoryStore::with_clock(SteppingClock::default()),
+    let clock = SteppingClock::default();
+    let log = Ours {
+        store: MemoryStore::with_clock(clock.clone()),
         policy: Policy::new(Algorithm::SlidingLog, [limit]).unwrap(),
-    }
+    };
+    (log, clock)
 }
 
-/// `limiter`, its every key's log filled before anything is timed.
-fn filled<L: Limiter>(limiter: L, keys: u64) -> MustAccept<L> {
+/// `limiter`, on `clock`, its every key's log filled before anything is
+/// timed.
+///
+/// Filled in a scattered order: keys then take their heap memory in that
+/// order, and the bench, visiting them in order, finds each key's ring
+/// far from the last one's, as a service's unrelated clients would. Filled
+/// in the order visited, a ring sat next to the last key's, and how well
+/// the processor's prefetching followed depended on the rings' sizes.
+fn filled<L: Limiter>(limiter: L, clock: &SteppingClock, keys: u64) -> MustAccept<L> {
     for _ in 0..100 {
-        for key in 0..keys {
-            assert!(limiter.check(key));
+        for i in 0..keys {
+            assert!(limiter.check(scattered(i, keys)));
         }
     }
+    // A whole cycle of quiet: a key's first call in order then comes at
+    // least a cycle after its last, and finds no more stamps inside its
+    // window than it will from then on.
+    clock.leap(keys);
     MustAccept(limiter)
+}
+
+/// The `i`-th of `keys` keys in a fixed order far from counting: a
+/// multiple of a prime that divides no power of ten, so every key once.
+fn scattered(i: u64, keys: u64) -> u64 {
+    debug_assert!(!keys.is_multiple_of(7_919), "the step must be prime to the keys");
+    i * 7_919 % keys
 }
 
 /// A limiter that stops the bench if it refuses: a refusal writes nothing
@@ -219,8 +246,14 @@ fn contenders(keys: u64, threads: u64) -> Vec<(&'static str, Box<dyn Limiter>)> 
         ),
     ];
     if threads == 1 {
-        let log = |gaps| filled(stepping_log(keys, gaps), keys);
-        let log_by_ip = |gaps| filled(OursByIp(stepping_log(keys, gaps)), keys);
+        let log = |gaps| {
+            let (log, clock) = stepping_log(keys, gaps);
+            filled(log, &clock, keys)
+        };
+        let log_by_ip = |gaps| {
+            let (log, clock) = stepping_log(keys, gaps);
+            filled(OursByIp(log), &clock, keys)
+        };
         contenders.push(("ours log, full ring", Box::new(log(99))));
         contenders.push(("ours log, 10 in window", Box::new(log(9))));
         contenders.push(("ours log, 4 in window", Box::new(log(3))));

@@ -2,7 +2,7 @@
 //! stamps keeps them beside its key, and only a busier key a ring on the
 //! heap.
 
-use super::log::{blocked_for, idle_from, quota, SlidingLog};
+use super::log::{blocked_for, idle_from, quota, LogMut, SlidingLog};
 use super::refusal::{accepted, tightest_known, Verdict};
 use crate::decision::{Decision, Quota};
 use crate::limit::Limit;
@@ -112,9 +112,7 @@ impl<const FEW: usize> CompactLog<FEW> {
                 *self = Self::ring(log);
                 return self.decide_micros(now, limits, capacity, forget_after);
             }
-            Self::Ring { at, buf } => {
-                return ring_decides(at, buf, now, limits, capacity, forget_after)
-            }
+            Self::Ring { .. } => return self.ring_decides(now, limits, capacity, forget_after),
         };
         let held = *len as usize;
         // A clock that stepped back is judged at the newest time recorded.
@@ -200,7 +198,7 @@ impl<const FEW: usize> CompactLog<FEW> {
         let Self::Ring { at, buf } = self else {
             return;
         };
-        let mut log = SlidingLog::from_parts(std::mem::take(buf), *at);
+        let mut log = LogMut::new(buf, at);
         let mut stamps = [0; FEW];
         match log.recent_stamps(limits, longest, &mut stamps) {
             Some(len) => {
@@ -209,10 +207,27 @@ impl<const FEW: usize> CompactLog<FEW> {
                     stamps,
                 }
             }
-            None => {
-                log.shed_slots(limits, longest);
-                *self = Self::ring(log);
+            None => log.shed_slots(limits, longest),
+        }
+    }
+
+    /// A ring's decision, out of line, so that a key of few stamps does
+    /// not carry the ring's code in its own: called with the arguments of
+    /// [`decide_micros`](Self::decide_micros), in the same order, it costs
+    /// that path a jump.
+    #[inline(never)]
+    fn ring_decides(
+        &mut self,
+        now: u64,
+        limits: &[Limit],
+        capacity: u32,
+        forget_after: u64,
+    ) -> Decision {
+        match self {
+            Self::Ring { at, buf } => {
+                LogMut::new(buf, at).decide_micros(now, limits, capacity, forget_after)
             }
+            Self::Few { .. } => self.decide_micros(now, limits, capacity, forget_after),
         }
     }
 
@@ -227,24 +242,6 @@ impl<const FEW: usize> CompactLog<FEW> {
     fn is_few(&self) -> bool {
         matches!(self, Self::Few { .. })
     }
-}
-
-/// A ring's decision, out of line, so that a key of few stamps does not
-/// carry the ring's code in its own.
-#[inline(never)]
-fn ring_decides(
-    at: &mut u32,
-    buf: &mut Box<[u64]>,
-    now: u64,
-    limits: &[Limit],
-    capacity: u32,
-    forget_after: u64,
-) -> Decision {
-    // Taking the buffer out and putting it back moves a pointer, no stamp.
-    let mut log = SlidingLog::from_parts(std::mem::take(buf), *at);
-    let decision = log.decide_micros(now, limits, capacity, forget_after);
-    (*buf, *at) = log.into_parts();
-    decision
 }
 
 /// Remaining quota under `limit` at `now` with `stamps` (oldest first)

@@ -98,7 +98,7 @@ impl SlidingLog {
 
     /// The number of timestamps held.
     pub fn len(&self) -> usize {
-        self.ring(self.limits()).1
+        ring_in(&self.buf, self.at, limits_in(&self.buf)).1
     }
 
     /// Whether no request has been recorded.
@@ -106,17 +106,26 @@ impl SlidingLog {
         self.len() == 0
     }
 
-    /// The ring's oldest slot and its number of stamps, in a buffer laid
-    /// out for `limits` limits.
-    #[inline]
-    fn ring(&self, limits: usize) -> (usize, usize) {
-        ring_in(&self.buf, self.at, limits)
+    /// Judges a request as [`LogMut::decide_micros`] does.
+    pub(crate) fn decide_micros(
+        &mut self,
+        now: u64,
+        limits: &[Limit],
+        capacity: u32,
+        forget_after: u64,
+    ) -> Decision {
+        self.as_mut()
+            .decide_micros(now, limits, capacity, forget_after)
     }
 
-    /// A log of `buf` with its ring at `at`, as [`into_parts`](Self::into_parts)
-    /// gave them.
-    pub(crate) fn from_parts(buf: Box<[u64]>, at: u32) -> Self {
-        Self { buf, at }
+    /// A log laid out for `limits` and at most `capacity` stamps, holding
+    /// `stamps` (oldest first, none newer than the next decision's time) as
+    /// if they were all it ever recorded.
+    pub(crate) fn holding(limits: &[Limit], stamps: &[u64], capacity: u32) -> Self {
+        let mut log = Self::default();
+        log.as_mut()
+            .lay_out_holding(limits, stamps.to_vec(), 0, capacity as usize);
+        log
     }
 
     /// The buffer and where its ring stands, for a store's entry to keep
@@ -125,19 +134,52 @@ impl SlidingLog {
         (self.buf, self.at)
     }
 
+    pub(crate) fn as_mut(&mut self) -> LogMut<'_> {
+        LogMut::new(&mut self.buf, &mut self.at)
+    }
+}
+
+/// A [`SlidingLog`]'s buffer and ring position, borrowed from wherever they
+/// are kept: the log itself, or a store's entry, beside its key. Every
+/// decision works through it, so that neither place moves its parts
+/// around a decision.
+pub(crate) struct LogMut<'a> {
+    buf: &'a mut Box<[u64]>,
+    at: &'a mut u32,
+}
+
+impl<'a> LogMut<'a> {
+    /// The log kept as `buf` and `at`, as [`SlidingLog::into_parts`] gave
+    /// them.
+    pub(crate) fn new(buf: &'a mut Box<[u64]>, at: &'a mut u32) -> Self {
+        Self { buf, at }
+    }
+
+    /// The ring's oldest slot and its number of stamps, in a buffer laid
+    /// out for `limits` limits.
+    #[inline]
+    fn ring(&self, limits: usize) -> (usize, usize) {
+        ring_in(self.buf, *self.at, limits)
+    }
+
+    /// The number of timestamps held.
+    fn len(&self) -> usize {
+        ring_in(self.buf, *self.at, self.limits()).1
+    }
+
     fn total(&self) -> u64 {
         self.buf.first().copied().unwrap_or(0)
     }
 
     /// The number of limits the buffer is laid out for.
     fn limits(&self) -> usize {
-        self.buf.get(1).map_or(0, |&count| count as usize)
+        limits_in(self.buf)
     }
 
     /// The `i`-th oldest timestamp held, in a buffer laid out for `limits`
     /// limits.
     fn stamp(&self, limits: usize, i: usize) -> u64 {
-        stamp_in(&self.buf, self.at, limits, i)
+        stamp_in(self.buf, *self.at, limits, i)
     }
 
     fn newest(&self, limits: usize) -> Option<u64> {
@@ -149,8 +191,12 @@ impl SlidingLog {
     /// all accept in a ring of at most `capacity` stamps, which may drop a
     /// stamp more than `forget_after` µs old instead of growing
     /// ([`KEEP_EVERY_STAMP`] for never).
+    ///
+    /// Takes the view by value: two pointers, kept in registers, rather
+    /// than a pointer to them.
+    #[inline(never)]
     pub(crate) fn decide_micros(
-        &mut self,
+        mut self,
         now: u64,
         limits: &[Limit],
         capacity: u32,
@@ -249,15 +295,6 @@ impl SlidingLog {
         self.lay_out_holding(limits, stamps, total, capacity);
     }
 
-    /// A log laid out for `limits` and at most `capacity` stamps, holding
-    /// `stamps` (oldest first, none newer than the next decision's time) as
-    /// if they were all it ever recorded.
-    pub(crate) fn holding(limits: &[Limit], stamps: &[u64], capacity: u32) -> Self {
-        let mut log = Self::default();
-        log.lay_out_holding(limits, stamps.to_vec(), 0, capacity as usize);
-        log
-    }
-
     /// Lays the buffer out for `limits`, holding the newest `capacity` of
     /// `stamps`, `total` records having been made (at least as many as
     /// `stamps`).
@@ -273,8 +310,8 @@ impl SlidingLog {
         let oldest = total - stamps.len() as u64;
         // A new key gets its first slots now rather than at its first record.
         let spare = FIRST_SLOTS.min(capacity).saturating_sub(stamps.len());
-        self.at = stamps.len() as u32;
-        self.buf = [total, limits.len() as u64]
+        *self.at = stamps.len() as u32;
+        *self.buf = [total, limits.len() as u64]
             .into_iter()
             .chain(limits.iter().map(Limit::window_micros))
             .chain(std::iter::repeat_n(oldest, limits.len()))
@@ -319,17 +356,17 @@ impl SlidingLog {
             self.buf[first + len] = now;
             // One more stamp; taking the last slot makes `at` say "full,
             // oldest first".
-            self.at += 1;
+            *self.at += 1;
         } else if len < capacity
             && (len == 0 || self.buf[first + head].saturating_add(forget_after) >= now)
         {
             self.grow(limits, capacity);
             self.buf[first + len] = now;
-            self.at += 1;
+            *self.at += 1;
         } else if len > 0 {
             self.buf[first + head] = now;
             let head = if head + 1 == len { 0 } else { head + 1 };
-            self.at = (slots + head) as u32;
+            *self.at = (slots + head) as u32;
         }
         self.buf[0] += 1;
     }
@@ -347,12 +384,21 @@ impl SlidingLog {
     /// the same header, in a buffer laid out for `limits` limits.
     fn relay(&mut self, limits: usize, from: usize, slots: usize) {
         let first = first_slot(limits);
+        let (head, len) = self.ring(limits);
+        // Oldest first: from the head to the end, then the wrapped start.
+        let (wrapped, oldest) = self.buf[first..first + len].split_at(head);
         let mut buf = Vec::with_capacity(first + slots);
         buf.extend_from_slice(&self.buf[..first]);
-        buf.extend((from..self.len()).map(|i| self.stamp(limits, i)));
+        match oldest.get(from..) {
+            Some(kept) => {
+                buf.extend_from_slice(kept);
+                buf.extend_from_slice(wrapped);
+            }
+            None => buf.extend_from_slice(&wrapped[from - oldest.len()..]),
+        }
         buf.resize(first + slots, 0);
-        self.at = (self.len() - from) as u32;
-        self.buf = buf.into_boxed_slice();
+        *self.at = (len - from) as u32;
+        *self.buf = buf.into_boxed_slice();
     }
 
     /// Gives back the slots of a ring, laid out for `limits` limits, of at
@@ -462,6 +508,11 @@ impl SlidingLog {
     }
 }
 
+/// The number of limits `buf` is laid out for.
+fn limits_in(buf: &[u64]) -> usize {
+    buf.get(1).map_or(0, |&count| count as usize)
+}
+
 /// The oldest slot of the ring at `at` in `buf`, laid out for `limits`
 /// limits, and its number of stamps.
 #[inline]
@@ -489,7 +540,7 @@ fn stamp_in(buf: &[u64], at: u32, limits: usize, i: usize) -> u64 {
 /// would: one tick past the longest window (`longest_window` µs) from its
 /// newest stamp. A store's entry asks it of the parts it keeps.
 pub(crate) fn idle_from(buf: &[u64], at: u32, longest_window: u64) -> u64 {
-    let limits = buf.get(1).map_or(0, |&count| count as usize);
+    let limits = limits_in(buf);
     match ring_in(buf, at, limits) {
         (_, 0) => 0,
         (_, len) => stamp_in(buf, at, limits, len - 1)
@@ -561,7 +612,7 @@ pub(crate) mod tests {
             assert!(decide(&mut log, now).is_allowed());
         }
         let mut shed = log.clone();
-        shed.shed_slots(1, 1_000);
+        shed.as_mut().shed_slots(1, 1_000);
         assert_eq!(shed.len(), 2, "kept the stamps at 1,000 and 2,000 µs");
         assert_eq!(shed.buf.len(), first_slot(1) + FIRST_SLOTS);
         for now in [2_000, 2_000, 2_500, 3_000, 3_001] {
@@ -580,9 +631,9 @@ pub(crate) mod tests {
         for now in (0..32).chain([1_500, 3_000, 3_001]) {
             assert!(decide(&mut log, now).is_allowed());
         }
-        assert_eq!(log.ring(1).0, 3);
+        assert_eq!(ring_in(&log.buf, log.at, 1).0, 3);
         let mut shed = log.clone();
-        shed.shed_slots(1, 1_000);
+        shed.as_mut().shed_slots(1, 1_000);
         assert_eq!(shed.len(), 2, "kept the stamps at 3,000 and 3,001 µs");
         for now in [3_001, 3_500, 4_000, 4_001, 4_002] {
             assert_eq!(decide(&mut shed, now), decide(&mut log, now), "at {now} µs");
@@ -624,7 +675,7 @@ pub(crate) mod tests {
                 log.decide_micros(now, &limits, capacity, longest);
             }
             let mut shed = log.clone();
-            shed.shed_slots(limits.len(), longest);
+            shed.as_mut().shed_slots(limits.len(), longest);
             for step in after {
                 now = now.saturating_add_signed(step);
                 prop_assert_eq!(
@@ -645,7 +696,7 @@ pub(crate) mod tests {
             log.decide_micros(now, &limits, 100, 1_000);
         }
         let before = log.buf.clone();
-        log.shed_slots(1, 1_000);
+        log.as_mut().shed_slots(1, 1_000);
         assert_eq!(log.buf, before);
     }
 }

@@ -122,7 +122,10 @@ fn filled<L: Limiter>(limiter: L, clock: &SteppingClock, keys: u64) -> MustAccep
 /// The `i`-th of `keys` keys in a fixed order far from counting: a
 /// multiple of a prime that divides no power of ten, so every key once.
 fn scattered(i: u64, keys: u64) -> u64 {
-    debug_assert!(!keys.is_multiple_of(7_919), "the step must be prime to the keys");
+    debug_assert!(
+        !keys.is_multiple_of(7_919),
+        "the step must be prime to the keys"
+    );
     i * 7_919 % keys
 }
 

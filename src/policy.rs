@@ -54,6 +54,8 @@ struct PolicyInner {
     algorithm: Algorithm,
     limits: Box<[Limit]>,
     largest_max: u32,
+    /// `largest_max`, at most the slots a memory store's log ring takes.
+    log_capacity: u32,
     longest_window_micros: u64,
     signature: String,
     name: Option<String>,
@@ -106,11 +108,13 @@ impl Policy {
             return Err(ConfigError::TooManyLimits(limits.len()));
         }
         static NEXT_ID: AtomicU64 = AtomicU64::new(1);
+        let largest_max = limits.iter().map(Limit::max).max().unwrap_or(1);
         Ok(Self {
             inner: Arc::new(PolicyInner {
                 id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
                 algorithm,
-                largest_max: limits.iter().map(Limit::max).max().unwrap_or(1),
+                largest_max,
+                log_capacity: largest_max.min(crate::core::MAX_SLOTS as u32),
                 longest_window_micros: limits.iter().map(Limit::window_micros).max().unwrap_or(1),
                 signature: signature(algorithm, &limits),
                 limits,
@@ -135,6 +139,7 @@ impl Policy {
                 algorithm: inner.algorithm,
                 limits: inner.limits.clone(),
                 largest_max: inner.largest_max,
+                log_capacity: inner.log_capacity,
                 longest_window_micros: inner.longest_window_micros,
                 signature: inner.signature.clone(),
                 name: Some(name.into()),
@@ -168,6 +173,12 @@ impl Policy {
     /// per key.
     pub fn largest_max(&self) -> u32 {
         self.inner.largest_max
+    }
+
+    /// The most stamps a memory store's log keeps for a key under this
+    /// policy: [`largest_max`](Self::largest_max), up to the ring's bound.
+    pub(crate) fn log_capacity(&self) -> u32 {
+        self.inner.log_capacity
     }
 
     pub(crate) fn longest_window_micros(&self) -> u64 {

@@ -65,9 +65,9 @@ pub(crate) enum CompactLog<const FEW: usize> {
     Few { len: u32, stamps: [u64; FEW] },
     /// More stamps inside the longest window than `Few` holds: a
     /// [`SlidingLog`]'s parts, laid out here so that its position in the
-    /// ring and the pointer to its one allocation take the room `Few`'s
-    /// length and stamps do (in a `SlidingLog` they would take a word
-    /// more, the log's padding).
+    /// ring and the pointer and length of its one allocation take the room
+    /// `Few`'s length and stamps do (in a `SlidingLog` they would take a
+    /// word more, the log's padding).
     Ring { at: u32, buf: Box<[u64]> },
 }
 
@@ -211,10 +211,11 @@ impl<const FEW: usize> CompactLog<FEW> {
         }
     }
 
-    /// A ring's decision, out of line, so that a key of few stamps does
-    /// not carry the ring's code in its own: called with the arguments of
-    /// [`decide_micros`](Self::decide_micros), in the same order, it costs
-    /// that path a jump.
+    /// A ring's decision. Out of line, taking the arguments of
+    /// [`decide_micros`](Self::decide_micros) in the same order, so that
+    /// the few-stamps path reaches a ring with a jump rather than setting
+    /// up the call to [`LogMut::decide_micros`] itself. Its one caller
+    /// matched `Ring`; the `Few` arm only keeps it total.
     #[inline(never)]
     fn ring_decides(
         &mut self,
@@ -299,6 +300,26 @@ mod tests {
         assert!(log.is_few(), "7,000 and 7,600 µs are all that count");
         assert_eq!(decide(&mut log, 8_000).remaining(), 7);
         assert!(!log.is_few(), "all three count at 8,000 µs");
+    }
+
+    /// A ring's idle time runs from its newest stamp, wherever the ring
+    /// has wrapped it to: a store's sweep drops the key from then on.
+    #[test]
+    fn a_rings_idle_time_follows_its_newest_stamp() {
+        let limits = [Limit::new(10, Duration::from_micros(1_000)).unwrap()];
+        let mut log = CompactLog::<2>::default();
+        for now in [0, 100, 200, 300] {
+            assert!(log.decide_micros(now, &limits, 10, 1_000).is_allowed());
+        }
+        assert!(!log.is_few(), "four stamps inside the window: a full ring");
+        assert_eq!(log.idle_from_micros(1_000), 1_301);
+        // Each of these overwrites the oldest stamp, over 1,000 µs old:
+        // the newest then sits before the oldest in the ring's slots.
+        for now in [1_200, 1_250, 1_390] {
+            assert!(log.decide_micros(now, &limits, 10, 1_000).is_allowed());
+            assert!(!log.is_few());
+            assert_eq!(log.idle_from_micros(1_000), now + 1_001, "at {now} µs");
+        }
     }
 
     /// More limits than a policy may have (the store never passes them)

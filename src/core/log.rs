@@ -52,16 +52,23 @@ pub struct SlidingLog {
     /// Where the ring stands: with fewer stamps than slots, their number,
     /// filling the slots in order from the first; with every slot taken,
     /// the number of slots plus the slot of the oldest stamp. A ring wraps
-    /// only once every slot is taken, and never has more slots than its
-    /// capacity, so this one number says both.
+    /// only once every slot is taken, and never has more slots than the
+    /// capacity it is judged under (it is laid out again otherwise), so
+    /// this one number says both. It stays below twice the slots, which
+    /// are at most [`MAX_SLOTS`].
     at: u32,
 }
 
 // Where a decision finds its stamps is known from `at` and the buffer's
 // length, not from the heap header: over many keys the header's and the
 // stamp's cache misses then overlap instead of following one another. A
-// store's entry keeps `at` and the buffer's pointer beside its key, so a
-// busy key's state is one allocation behind its entry.
+// store's entry keeps `at` and the buffer's pointer and length beside its
+// key, so a busy key's state is one allocation behind its entry.
+
+/// The most stamps a ring holds, so that `at` fits in 32 bits: 16 GiB of
+/// stamps, for one key. A limit with a larger `max` is judged as if its
+/// ring could hold no more; no machine would hold such a ring anyway.
+pub(crate) const MAX_SLOTS: usize = 1 << 31;
 
 /// Words before the windows.
 const HEADER: usize = 2;
@@ -93,6 +100,7 @@ impl SlidingLog {
     pub fn decide(&mut self, now: Duration, limits: &[Limit]) -> Decision {
         assert!(!limits.is_empty(), "a decision needs at least one limit");
         let capacity = limits.iter().map(Limit::max).max().unwrap_or(0);
+        let capacity = capacity.min(MAX_SLOTS as u32);
         self.decide_micros(micros(now), limits, capacity, KEEP_EVERY_STAMP)
     }
 
@@ -114,7 +122,7 @@ impl SlidingLog {
         capacity: u32,
         forget_after: u64,
     ) -> Decision {
-        self.as_mut()
+        self.view()
             .decide_micros(now, limits, capacity, forget_after)
     }
 
@@ -123,7 +131,7 @@ impl SlidingLog {
     /// if they were all it ever recorded.
     pub(crate) fn holding(limits: &[Limit], stamps: &[u64], capacity: u32) -> Self {
         let mut log = Self::default();
-        log.as_mut()
+        log.view()
             .lay_out_holding(limits, stamps.to_vec(), 0, capacity as usize);
         log
     }
@@ -134,7 +142,8 @@ impl SlidingLog {
         (self.buf, self.at)
     }
 
-    pub(crate) fn as_mut(&mut self) -> LogMut<'_> {
+    /// The log's parts, lent to the code that judges and sheds it.
+    pub(crate) fn view(&mut self) -> LogMut<'_> {
         LogMut::new(&mut self.buf, &mut self.at)
     }
 }
@@ -193,7 +202,9 @@ impl<'a> LogMut<'a> {
     /// ([`KEEP_EVERY_STAMP`] for never).
     ///
     /// Takes the view by value: two pointers, kept in registers, rather
-    /// than a pointer to them.
+    /// than a pointer to them. Out of line: inlined into the store's ring
+    /// path, the compiler left other parts of it out of line instead, at
+    /// 8 to 58 instructions more a decision (`docs/bench-run.txt`).
     #[inline(never)]
     pub(crate) fn decide_micros(
         mut self,
@@ -202,6 +213,7 @@ impl<'a> LogMut<'a> {
         capacity: u32,
         forget_after: u64,
     ) -> Decision {
+        debug_assert!(capacity as usize <= MAX_SLOTS, "a ring's slots fit `at`");
         if let [limit] = limits {
             return self.decide_one(now, limit, capacity as usize, forget_after);
         }
@@ -272,12 +284,13 @@ impl<'a> LogMut<'a> {
         )
     }
 
-    /// Lays the buffer out for `limits` and at most `capacity` stamps,
-    /// keeping the newest stamps if the limits changed. A wrapped ring that
-    /// a larger `capacity` would give room is laid out in order again (one
-    /// without room is, by `grow`, when it grows), and cursors start over
-    /// from the oldest stamp when their windows changed: a cursor moved for
-    /// a shorter window may have passed stamps a longer one still counts.
+    /// Lays the buffer out for `limits` and at most `capacity` slots,
+    /// keeping the newest stamps, when the limits changed or the ring has
+    /// more slots than `capacity` (a smaller largest limit). Cursors start
+    /// over from the oldest stamp when their windows changed: a cursor
+    /// moved for a shorter window may have passed stamps a longer one still
+    /// counts. A wrapped ring given a larger `capacity` is laid out in
+    /// order by `grow`, when it grows.
     #[inline]
     fn fit(&mut self, limits: &[Limit], capacity: usize) {
         if !self.laid_out_for(limits, capacity) {
@@ -285,8 +298,9 @@ impl<'a> LogMut<'a> {
         }
     }
 
-    /// The slow part of [`fit`](Self::fit): a key's first decision, or
-    /// limits the buffer's layout no longer fits.
+    /// The slow part of [`fit`](Self::fit): a key's first decision, limits
+    /// the buffer's layout no longer fits, or a `capacity` smaller than its
+    /// slots.
     #[cold]
     fn lay_out(&mut self, limits: &[Limit], capacity: usize) {
         let held = self.limits();
@@ -321,7 +335,7 @@ impl<'a> LogMut<'a> {
     }
 
     /// Whether the buffer is laid out for `limits` and at most `capacity`
-    /// stamps already: the case of every decision but a key's first, when
+    /// slots already: the case of every decision but a key's first, when
     /// a store judges each key under one policy. A ring has no more slots
     /// than `capacity`, so it wraps only once they are all taken.
     fn laid_out_for(&self, limits: &[Limit], capacity: usize) -> bool {
@@ -366,6 +380,7 @@ impl<'a> LogMut<'a> {
         } else if len > 0 {
             self.buf[first + head] = now;
             let head = if head + 1 == len { 0 } else { head + 1 };
+            debug_assert!(slots <= MAX_SLOTS, "`at` below 2^32");
             *self.at = (slots + head) as u32;
         }
         self.buf[0] += 1;
@@ -485,8 +500,9 @@ impl<'a> LogMut<'a> {
         let at = HEADER + limits + index;
         let mut cursor = self.buf[at].max(oldest_record);
         // Every stamp held lies in the first `len` slots (a ring wraps only
-        // over those), so the walk steps through slot positions rather than
-        // working each one out from the record number again.
+        // once every slot is taken), so the walk steps through slot
+        // positions rather than working each one out from the record
+        // number again.
         let first = first_slot(limits);
         let ring = &self.buf[first..first + len];
         let mut slot = head + (cursor - oldest_record) as usize;
@@ -530,7 +546,8 @@ fn ring_in(buf: &[u64], at: u32, limits: usize) -> (usize, usize) {
 /// `limits` limits.
 #[inline]
 fn stamp_in(buf: &[u64], at: u32, limits: usize, i: usize) -> u64 {
-    // A ring wraps only over its first `len` slots.
+    // A ring wraps only once every slot is taken, and then `len` is the
+    // number of slots.
     let (head, len) = ring_in(buf, at, limits);
     let at = head + i;
     buf[first_slot(limits) + if at >= len { at - len } else { at }]
@@ -603,6 +620,20 @@ pub(crate) mod tests {
     /// Sheds stamps outside the longest window at the newest stamp, keeps
     /// one exactly a window old (the window is closed), and decides after
     /// as the unshed log does, at that newest time and later.
+    /// A ring never takes more slots than `at` can count, whatever the
+    /// limit: a policy's and the core's capacity stop at [`MAX_SLOTS`].
+    #[test]
+    fn a_ring_is_bounded_so_its_position_fits_32_bits() {
+        let huge = [Limit::new(u32::MAX, Duration::from_secs(1)).unwrap()];
+        let policy = crate::Policy::new(crate::Algorithm::SlidingLog, huge).unwrap();
+        assert_eq!(policy.largest_max(), u32::MAX);
+        assert_eq!(policy.log_capacity() as usize, MAX_SLOTS);
+        assert_eq!(2 * MAX_SLOTS - 1, u32::MAX as usize, "the largest `at`");
+        let mut log = SlidingLog::new();
+        assert!(log.decide(Duration::ZERO, &huge).is_allowed());
+        assert_eq!(log.len(), 1);
+    }
+
     #[test]
     fn shedding_keeps_every_stamp_a_later_decision_counts() {
         let limits = [Limit::new(100, Duration::from_micros(1_000)).unwrap()];
@@ -612,7 +643,7 @@ pub(crate) mod tests {
             assert!(decide(&mut log, now).is_allowed());
         }
         let mut shed = log.clone();
-        shed.as_mut().shed_slots(1, 1_000);
+        shed.view().shed_slots(1, 1_000);
         assert_eq!(shed.len(), 2, "kept the stamps at 1,000 and 2,000 µs");
         assert_eq!(shed.buf.len(), first_slot(1) + FIRST_SLOTS);
         for now in [2_000, 2_000, 2_500, 3_000, 3_001] {
@@ -633,7 +664,7 @@ pub(crate) mod tests {
         }
         assert_eq!(ring_in(&log.buf, log.at, 1).0, 3);
         let mut shed = log.clone();
-        shed.as_mut().shed_slots(1, 1_000);
+        shed.view().shed_slots(1, 1_000);
         assert_eq!(shed.len(), 2, "kept the stamps at 3,000 and 3,001 µs");
         for now in [3_001, 3_500, 4_000, 4_001, 4_002] {
             assert_eq!(decide(&mut shed, now), decide(&mut log, now), "at {now} µs");
@@ -675,7 +706,7 @@ pub(crate) mod tests {
                 log.decide_micros(now, &limits, capacity, longest);
             }
             let mut shed = log.clone();
-            shed.as_mut().shed_slots(limits.len(), longest);
+            shed.view().shed_slots(limits.len(), longest);
             for step in after {
                 now = now.saturating_add_signed(step);
                 prop_assert_eq!(
@@ -696,7 +727,7 @@ pub(crate) mod tests {
             log.decide_micros(now, &limits, 100, 1_000);
         }
         let before = log.buf.clone();
-        log.as_mut().shed_slots(1, 1_000);
+        log.view().shed_slots(1, 1_000);
         assert_eq!(log.buf, before);
     }
 }

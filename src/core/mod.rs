@@ -40,6 +40,7 @@ pub use self::fixed::FixedWindow;
 pub(crate) use self::fixed::PackedFixed;
 pub use self::log::SlidingLog;
 use self::log::KEEP_EVERY_STAMP;
+pub(crate) use self::log::MAX_SLOTS;
 pub(crate) use self::window_base::WindowBase;
 use crate::clock::micros;
 use crate::decision::Decision;
@@ -150,7 +151,7 @@ where
         self.decide_micros(
             now,
             policy.limits(),
-            policy.largest_max(),
+            policy.log_capacity(),
             policy.longest_window_micros(),
         )
     }

@@ -33,6 +33,10 @@ use crate::limit::Limit;
 /// [`decide`](Self::decide), whose caller may lengthen the windows at the
 /// next call, the log keeps its largest limit's newest stamps.
 ///
+/// A log holds at most 2^31 stamps (16 GiB): a limit whose `max` is
+/// larger is judged as if that were its `max`'s reach, which no machine
+/// would hold for one key anyway.
+///
 /// Judged under other limits than the last call's, the log keeps its
 /// newest stamps and lays its buffer out again, in time linear in them.
 ///

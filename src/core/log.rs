@@ -33,9 +33,8 @@ use crate::limit::Limit;
 /// [`decide`](Self::decide), whose caller may lengthen the windows at the
 /// next call, the log keeps its largest limit's newest stamps.
 ///
-/// A log holds at most 2^31 stamps (16 GiB): a limit whose `max` is
-/// larger is judged as if that were its `max`'s reach, which no machine
-/// would hold for one key anyway.
+/// A log holds at most 2^31 stamps (16 GiB for one key, which no machine
+/// would hold anyway), so a limit whose `max` is larger never refuses.
 ///
 /// Judged under other limits than the last call's, the log keeps its
 /// newest stamps and lays its buffer out again, in time linear in them.
@@ -70,8 +69,8 @@ pub struct SlidingLog {
 // key, so a busy key's state is one allocation behind its entry.
 
 /// The most stamps a ring holds, so that `at` fits in 32 bits: 16 GiB of
-/// stamps, for one key. A limit with a larger `max` is judged as if its
-/// ring could hold no more; no machine would hold such a ring anyway.
+/// stamps, for one key. A limit with a larger `max` never refuses; no
+/// machine would hold such a ring anyway.
 pub(crate) const MAX_SLOTS: usize = 1 << 31;
 
 /// Words before the windows.

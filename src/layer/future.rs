@@ -133,6 +133,27 @@ where
         }
     }
 
+    /// A future for a request the limits let through, already passed on.
+    #[inline(always)]
+    pub(crate) fn called(
+        call: S::Future,
+        decision: Decision,
+        config: Arc<LayerConfig>,
+        chosen: Chosen,
+        recorder: Option<Recorder>,
+    ) -> Self {
+        Self {
+            state: State::Call {
+                call,
+                decision: Some(decision),
+            },
+            config,
+            chosen,
+            recorder,
+            body: PhantomData,
+        }
+    }
+
     pub(crate) fn pass(call: S::Future, config: Arc<LayerConfig>) -> Self {
         Self {
             state: State::Call {
@@ -159,6 +180,20 @@ where
     }
 }
 
+/// Readies a request the limits let through for the inner service.
+#[inline(always)]
+pub(crate) fn admit<B>(
+    request: &mut Request<B>,
+    decision: &Decision,
+    config: &LayerConfig,
+    chosen: &Chosen,
+) {
+    observe::decided(chosen.get(config), decision);
+    if config.decision_extension {
+        request.extensions_mut().insert(*decision);
+    }
+}
+
 /// What follows a decision: calling the inner service, or answering.
 #[inline(always)]
 fn next_state<F, S, B>(
@@ -174,16 +209,14 @@ where
     let policy = chosen.get(config);
     match outcome {
         Ok(decision) => {
-            observe::decided(policy, &decision);
             if decision.is_allowed() {
-                if config.decision_extension {
-                    request.extensions_mut().insert(decision);
-                }
+                admit(&mut request, &decision, config, chosen);
                 State::Call {
                     call: inner.call(request),
                     decision: Some(decision),
                 }
             } else {
+                observe::decided(policy, &decision);
                 State::Answer {
                     response: Some(Box::new(rejection(
                         &decision,

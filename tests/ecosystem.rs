@@ -247,10 +247,12 @@ async fn count_only_overshoots_by_at_most_the_requests_in_flight() {
     assert_eq!(next.status(), StatusCode::TOO_MANY_REQUESTS);
 }
 
-/// A login endpoint that fails when `x-wrong` is sent, behind `count_only`.
+/// A login endpoint that fails when `x-wrong` is sent, behind `count_only`,
+/// with the RateLimit headers on accepted requests or without.
 fn counting_failures(
     store: MemoryStore<ManualClock>,
     limit: u32,
+    headers: bool,
 ) -> impl tower::Service<
     Request<()>,
     Response = Response<tower_sliding_window::ResponseBody<String>>,
@@ -259,6 +261,7 @@ fn counting_failures(
 > + Clone {
     let layer = SlidingWindowLayer::new(Limit::per_minute(limit), api_key)
         .count_only(|status, _| status == StatusCode::UNAUTHORIZED)
+        .rate_limit_headers(headers)
         .store(store);
     ServiceBuilder::new()
         .layer(layer)
@@ -282,8 +285,32 @@ fn login(key: &str, wrong: bool) -> Request<()> {
 }
 
 #[tokio::test]
+async fn count_only_counts_with_the_headers_off() {
+    let svc = counting_failures(MemoryStore::with_clock(ManualClock::new()), 2, false);
+    for _ in 0..3 {
+        let success = svc.clone().oneshot(login("k", false)).await.unwrap();
+        assert_eq!(
+            success.status(),
+            StatusCode::OK,
+            "successes are not counted"
+        );
+        assert!(!success.headers().contains_key("ratelimit"));
+    }
+    for _ in 0..2 {
+        let failure = svc.clone().oneshot(login("k", true)).await.unwrap();
+        assert_eq!(failure.status(), StatusCode::UNAUTHORIZED);
+    }
+    let refused = svc.clone().oneshot(login("k", false)).await.unwrap();
+    assert_eq!(
+        refused.status(),
+        StatusCode::TOO_MANY_REQUESTS,
+        "the two failures were counted"
+    );
+}
+
+#[tokio::test]
 async fn count_only_headers_show_what_was_counted() {
-    let svc = counting_failures(MemoryStore::with_clock(ManualClock::new()), 3);
+    let svc = counting_failures(MemoryStore::with_clock(ManualClock::new()), 3, true);
     let success = svc.clone().oneshot(login("k", false)).await.unwrap();
     assert_eq!(
         success.headers()["ratelimit"],
@@ -305,7 +332,7 @@ async fn count_only_refuses_new_keys_when_the_store_is_full() {
     let store = MemoryStore::with_clock(ManualClock::new())
         .with_max_keys(16)
         .unwrap();
-    let svc = counting_failures(store, 3);
+    let svc = counting_failures(store, 3, true);
     for user in 0..16 {
         let response = svc
             .clone()

@@ -87,13 +87,11 @@ where
     }
 
     fn call(&mut self, request: Request<B>) -> Self::Future {
-        let config = Arc::clone(&self.config);
+        let config = &self.config;
         let Some(key) = self.extractor.extract(&request) else {
             return match config.missing_key {
-                MissingKey::Allow => ResponseFuture::pass(self.inner.call(request), config),
-                MissingKey::Reject => {
-                    ResponseFuture::answer(missing_key(is_grpc(&request)), config)
-                }
+                MissingKey::Allow => ResponseFuture::pass(self.inner.call(request)),
+                MissingKey::Reject => ResponseFuture::answer(missing_key(is_grpc(&request))),
             };
         };
         let chosen_policy = self.plan.policy(&request, &key, &config.policy);
@@ -127,7 +125,7 @@ where
             if let Ok(decision) = outcome {
                 if decision.is_allowed() {
                     let mut request = request;
-                    admit(&mut request, &decision, &config, &chosen);
+                    admit(&mut request, &decision, config, &chosen);
                     let call = self.inner.call(request);
                     return ResponseFuture::called(call, decision, config, chosen, recorder);
                 }
@@ -136,7 +134,7 @@ where
                 outcome,
                 &mut self.inner,
                 request,
-                config,
+                Arc::clone(config),
                 chosen,
                 recorder,
             );
@@ -145,6 +143,6 @@ where
         // the clone left behind will be polled before it is called.
         let clone = self.inner.clone();
         let inner = std::mem::replace(&mut self.inner, clone);
-        ResponseFuture::check(check, inner, request, config, chosen, recorder)
+        ResponseFuture::check(check, inner, request, Arc::clone(config), chosen, recorder)
     }
 }

@@ -2,6 +2,7 @@
 
 use std::convert::Infallible;
 use std::sync::{Arc, RwLock};
+use std::time::Duration;
 
 use bytes::Bytes;
 use http::{Request, Response, StatusCode};
@@ -78,6 +79,21 @@ async fn plans_pick_limits_per_key_and_can_change_while_running() {
             .store(MemoryStore::with_clock(clock.clone()))
     };
     let svc = ServiceBuilder::new().layer(layer).service(service_fn(ok));
+
+    // An accepted request's headers describe the plan it was judged by.
+    let accepted = svc.clone().oneshot(with_key("acme")).await.unwrap();
+    assert_eq!(accepted.status(), StatusCode::OK);
+    assert_eq!(
+        accepted.headers()["ratelimit-policy"],
+        "\"1s\";q=20;w=1, \"60s\";q=500;w=60"
+    );
+    assert_eq!(
+        accepted.headers()["ratelimit"].to_str().unwrap(),
+        "\"1s\";r=19;t=2"
+    );
+    // The stamp counts for the closed second after it: two seconds on, acme
+    // starts afresh.
+    clock.advance(Duration::from_secs(2));
 
     assert_eq!(admitted(&svc, "acme", 30).await, 20, "paid: 20 per second");
     assert_eq!(admitted(&svc, "bob", 30).await, 2, "free: 2 per second");

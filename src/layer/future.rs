@@ -49,8 +49,10 @@ pin_project! {
     {
         #[pin]
         state: State<F, S, S::Future, B, S::Response>,
-        // `None` where nothing left to do needs it: most futures then take
-        // no reference count, two atomic operations a request fewer.
+        // Kept only while something left to do reads it: a pending check,
+        // or an accepted request under `LayerConfig::read_after_response`.
+        // Without it a request takes no reference count, two atomic
+        // operations fewer.
         config: Option<Arc<LayerConfig>>,
         chosen: Chosen,
         recorder: Option<Recorder>,
@@ -112,24 +114,22 @@ where
     }
 
     /// A future for a request whose decision is already known: the inner
-    /// service (polled ready) is called now if the request may pass.
-    // Inlined with `next_state` into the service's `call`, for refusals and
-    // store errors: otherwise the large request and futures take extra
-    // moves through each frame. (When accepted requests went this way too,
-    // inlining saved 137 instructions a request in `bench/callgrind.sh`.)
-    #[inline(always)]
+    /// service (polled ready) is called now if the request may pass. The
+    /// service's `call` passes accepted requests on itself (see
+    /// [`called`](Self::called)), so refusals and store errors come here.
     pub(crate) fn decided(
         outcome: Result<Decision, StoreError>,
         inner: &mut S,
         request: Request<B>,
-        config: Arc<LayerConfig>,
+        config: &Arc<LayerConfig>,
         chosen: Chosen,
         recorder: Option<Recorder>,
     ) -> Self {
-        let state = next_state(outcome, inner, request, &config, &chosen);
+        let state = next_state(outcome, inner, request, config, &chosen);
+        let kept = matches!(state, State::Call { .. }) && config.read_after_response();
         Self {
             state,
-            config: Some(config),
+            config: kept.then(|| Arc::clone(config)),
             chosen,
             recorder,
             body: PhantomData,
@@ -138,7 +138,6 @@ where
 
     /// A future for a request the limits let through, already passed on.
     /// It keeps the layer's configuration only if the response needs it.
-    #[inline(always)]
     pub(crate) fn called(
         call: S::Future,
         decision: Decision,
@@ -146,13 +145,12 @@ where
         chosen: Chosen,
         recorder: Option<Recorder>,
     ) -> Self {
-        let needed = config.headers_on_success || config.count_only.is_some();
         Self {
             state: State::Call {
                 call,
                 decision: Some(decision),
             },
-            config: needed.then(|| Arc::clone(config)),
+            config: config.read_after_response().then(|| Arc::clone(config)),
             chosen,
             recorder,
             body: PhantomData,
@@ -186,7 +184,6 @@ where
 }
 
 /// Readies a request the limits let through for the inner service.
-#[inline(always)]
 pub(crate) fn admit<B>(
     request: &mut Request<B>,
     decision: &Decision,
@@ -200,7 +197,6 @@ pub(crate) fn admit<B>(
 }
 
 /// What follows a decision: calling the inner service, or answering.
-#[inline(always)]
 fn next_state<F, S, B>(
     outcome: Result<Decision, StoreError>,
     inner: &mut S,

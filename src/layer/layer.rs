@@ -54,6 +54,16 @@ pub(crate) struct LayerConfig {
     pub(crate) count_only: Option<CountOnly>,
 }
 
+impl LayerConfig {
+    /// Whether the future of an accepted request reads this configuration
+    /// once the inner service has answered: for the RateLimit headers, or
+    /// to match the response for `count_only`. Otherwise the future does
+    /// without it, and the request takes no reference count.
+    pub(crate) fn read_after_response(&self) -> bool {
+        self.headers_on_success || self.count_only.is_some()
+    }
+}
+
 type ResponseMatches = dyn Fn(StatusCode, &HeaderMap) -> bool + Send + Sync;
 
 /// The predicate of [`SlidingWindowLayer::count_only`].

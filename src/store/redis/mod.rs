@@ -258,7 +258,7 @@ impl RedisStore {
             .await
             .map_err(|e| error("Redis script failed".into(), e))?;
         match policy.algorithm() {
-            Algorithm::SlidingLog => scripts::log_decision(policy, &reply),
+            Algorithm::SlidingLog => scripts::log_decision(policy, &reply, record),
             Algorithm::SlidingCounter | Algorithm::FixedWindow => {
                 scripts::window_decision(policy, &reply, record)
             }

@@ -6,8 +6,11 @@ use crate::core::log::{blocked_for, quota};
 use crate::core::refusal::{tightest_known, Verdict};
 use crate::core::{FixedWindow, SlidingCounter};
 use crate::decision::Decision;
+use crate::limit::Limit;
 use crate::policy::{Algorithm, Policy};
 use crate::store::StoreError;
+
+use super::log_script;
 
 /// A script's first lines: a comment naming what it judges (`kind`, for
 /// `policy`, recording or not), then `now`, in microseconds, from
@@ -144,9 +147,19 @@ pub(super) fn window_decision(
     Ok(decision)
 }
 
-/// Turns the log script's reply into a decision.
-pub(super) fn log_decision(policy: &Policy, bytes: &[u8]) -> Result<Decision, StoreError> {
+/// Turns the log script's reply into a decision; a request accepted and
+/// `recorded` is answered with the header the script wrote.
+pub(super) fn log_decision(
+    policy: &Policy,
+    bytes: &[u8],
+    recorded: bool,
+) -> Result<Decision, StoreError> {
     let limits = policy.limits();
+    // No other reply has the header's length: a refusal takes 9 + 8 bytes a
+    // limit, an acceptance judged only 9 + 16.
+    if recorded && bytes.len() == log_script::header_len(limits.len()) {
+        return log_header_decision(limits, bytes);
+    }
     let allowed = bytes.first() == Some(&1);
     let words = if allowed {
         1 + 2 * limits.len()
@@ -180,4 +193,114 @@ pub(super) fn log_decision(policy: &Policy, bytes: &[u8]) -> Result<Decision, St
         quotas.push(quota(in_window, oldest, now, limit));
     }
     Ok(tightest_known(limits, now, &quotas))
+}
+
+/// The decision for a request the log script accepted and recorded, from
+/// the header it wrote: now is the newest stamp, and each limit's window
+/// holds the stamps from its cursor on (this request's among them), the
+/// oldest being the cursor's stamp.
+fn log_header_decision(limits: &[Limit], bytes: &[u8]) -> Result<Decision, StoreError> {
+    let malformed = || Reply { bytes }.malformed();
+    let word = |at: usize| -> Option<[u8; 8]> { bytes.get(at..at + 8)?.try_into().ok() };
+    let count = |at: usize| -> Option<u32> {
+        Some(u32::from_le_bytes(bytes.get(at..at + 4)?.try_into().ok()?))
+    };
+    // A stamp is never negative; -1 and -2 stand for none and unknown.
+    let stamp = |at: usize| u64::try_from(i64::from_le_bytes(word(at)?)).ok();
+    let len = count(4).ok_or_else(malformed)?;
+    let now = stamp(8).ok_or_else(malformed)?;
+    let mut quotas = Vec::with_capacity(limits.len());
+    for (index, limit) in limits.iter().enumerate() {
+        let at = log_script::LIMITS_AT + log_script::PER_LIMIT * index;
+        let cursor = count(at).ok_or_else(malformed)?;
+        let oldest = stamp(at + 4).ok_or_else(malformed)?;
+        // The request just recorded is inside every window.
+        let in_window = len
+            .checked_sub(cursor)
+            .filter(|&n| n > 0)
+            .ok_or_else(malformed)?;
+        quotas.push(quota(in_window, Some(oldest), now, limit));
+    }
+    Ok(tightest_known(limits, now, &quotas))
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+
+    fn log_policy() -> Policy {
+        let limit = |max, secs| Limit::new(max, Duration::from_secs(secs)).unwrap();
+        Policy::new(Algorithm::SlidingLog, [limit(100, 1), limit(1_000, 10)]).unwrap()
+    }
+
+    /// A header as the script packs it: head, length, newest, then per
+    /// limit a cursor, its stamp and the next.
+    fn header(len: u32, newest: i64, limits: &[(u32, i64, i64)]) -> Vec<u8> {
+        let mut bytes = Vec::new();
+        bytes.extend_from_slice(&0u32.to_le_bytes());
+        bytes.extend_from_slice(&len.to_le_bytes());
+        bytes.extend_from_slice(&newest.to_le_bytes());
+        for &(cursor, stamp, next) in limits {
+            bytes.extend_from_slice(&cursor.to_le_bytes());
+            bytes.extend_from_slice(&stamp.to_le_bytes());
+            bytes.extend_from_slice(&next.to_le_bytes());
+        }
+        bytes
+    }
+
+    fn summary(decision: &Decision) -> (bool, usize, u32, Duration, Duration) {
+        (
+            decision.is_allowed(),
+            decision.limit_index(),
+            decision.remaining(),
+            decision.replenish_after(),
+            decision.decided_at(),
+        )
+    }
+
+    #[test]
+    fn a_recorded_header_decides_as_the_judging_reply_does() {
+        let policy = log_policy();
+        // Five stamps; the first limit's window holds the last three, the
+        // second's all five.
+        let written = header(
+            5,
+            2_000_000,
+            &[(2, 1_500_000, 1_600_000), (0, 1_000_000, 1_100_000)],
+        );
+        let mut judged = vec![1];
+        for word in [2_000_000i64, 3, 1_500_000, 5, 1_000_000] {
+            judged.extend_from_slice(&word.to_le_bytes());
+        }
+        let from_header = log_decision(&policy, &written, true).unwrap();
+        let from_reply = log_decision(&policy, &judged, false).unwrap();
+        assert_eq!(summary(&from_header), summary(&from_reply));
+        assert_eq!(
+            summary(&from_header),
+            (
+                true,
+                0,
+                97,
+                Duration::from_micros(500_001),
+                Duration::from_secs(2)
+            )
+        );
+    }
+
+    #[test]
+    fn a_header_that_cannot_follow_a_recorded_request_is_an_error() {
+        let policy = log_policy();
+        let fine = (0, 1_000_000, -1);
+        // A cursor past every stamp: the request just recorded is missing.
+        assert!(log_decision(&policy, &header(5, 2_000_000, &[(5, -1, -1), fine]), true).is_err());
+        // A negative time, or a negative stamp under a cursor.
+        assert!(log_decision(&policy, &header(5, -1, &[fine, fine]), true).is_err());
+        assert!(log_decision(&policy, &header(5, 2_000_000, &[(4, -1, -1), fine]), true).is_err());
+        // The same bytes from a script that only judges are no reply of its.
+        let valid = header(5, 2_000_000, &[fine, fine]);
+        assert!(log_decision(&policy, &valid, true).is_ok());
+        assert!(log_decision(&policy, &valid, false).is_err());
+    }
 }

@@ -1,7 +1,7 @@
 //! What the Redis store keeps for a counter or fixed window, and how it
 //! reads what it finds: the state packed into one integer for policies with
 //! small counts, an index wrapping around its modulus, and values that are
-//! no state at all; and log headers that contradict themselves. Each run is
+//! no state at all; and log trailers that contradict themselves. Each run is
 //! checked against the memory store on the same clock.
 #![cfg(feature = "redis")]
 
@@ -194,31 +194,32 @@ async fn a_value_that_is_no_state_reads_as_a_fresh_key() {
     }
 }
 
-/// A log header whose next stamp contradicts its cursor (one said to be
+/// A log trailer whose next stamp contradicts its cursor (one said to be
 /// missing where a stamp follows, one said to be unknown where none does,
 /// a value no script writes) reads as a fresh key, whether the ring is read
-/// whole or in ranges; the same header with a consistent next stamp is
+/// whole or in ranges; the same trailer with a consistent next stamp is
 /// read as it stands.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_log_header_that_contradicts_itself_reads_as_a_fresh_key() {
+async fn a_log_trailer_that_contradicts_itself_reads_as_a_fresh_key() {
     let clock = ManualClock::new();
     clock.set(Duration::from_micros(6));
     let redis = store_at(&clock).await;
     let memory = MemoryStore::with_clock(clock.clone());
     let mut connection = connection().await;
-    // One limit: head, length and newest stamp, then the cursor, its stamp
-    // and the next (4, 4, 8, 4, 8 and 8 bytes), then the ring.
+    // One limit: the ring, then the trailer: head, length and newest
+    // stamp, then the cursor, its stamp and the next (4, 4, 8, 4, 8 and 8
+    // bytes).
     let state = |len: u32, cursor: u32, at: i64, next: i64, ring: &[i64]| -> Vec<u8> {
         let mut bytes = Vec::new();
+        for stamp in ring {
+            bytes.extend_from_slice(&stamp.to_le_bytes());
+        }
         bytes.extend_from_slice(&0u32.to_le_bytes());
         bytes.extend_from_slice(&len.to_le_bytes());
         bytes.extend_from_slice(&ring.last().copied().unwrap_or(-1).to_le_bytes());
         bytes.extend_from_slice(&cursor.to_le_bytes());
         bytes.extend_from_slice(&at.to_le_bytes());
         bytes.extend_from_slice(&next.to_le_bytes());
-        for stamp in ring {
-            bytes.extend_from_slice(&stamp.to_le_bytes());
-        }
         bytes
     };
     let contradictions = [
@@ -254,7 +255,7 @@ async fn a_log_header_that_contradicts_itself_reads_as_a_fresh_key() {
                 "limit {max}, {what}: fresh"
             );
         }
-        // The consistent header: two stamps inside the second, this request
+        // The consistent trailer: two stamps inside the second, this request
         // the third.
         let key = "consistent".to_owned();
         let () = connection

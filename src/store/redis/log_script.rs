@@ -11,15 +11,23 @@
 //!
 //! The state under `KEYS[1]` is one string:
 //!
-//! * a header: the ring index of the oldest stamp and the number of stamps
-//!   (4 bytes each), the newest stamp (8 bytes), then per limit a cursor (4
-//!   bytes: how many stamps, oldest first, are known to be outside its
-//!   window), the stamp at that cursor (8 bytes; -1 if none) and the stamp
-//!   after it (8 bytes; -1 if none, -2 if not known);
-//! * the ring: 8 bytes per stamp, as many slots as the largest limit, in
-//!   microseconds. Integers are little-endian.
+//! * the ring: 8 bytes per stamp, in microseconds, up to as many slots as
+//!   the largest limit; a ring that is not full starts at slot 0 and holds
+//!   no empty slot;
+//! * then a trailer: the ring index of the oldest stamp and the number of
+//!   stamps (4 bytes each), the newest stamp (8 bytes), then per limit a
+//!   cursor (4 bytes: how many stamps, oldest first, are known to be
+//!   outside its window), the stamp at that cursor (8 bytes; -1 if none)
+//!   and the stamp after it (8 bytes; -1 if none, -2 if not known).
+//!   Integers are little-endian.
 //!
-//! A header that does not hold together (a ring larger than its slots, a
+//! The fixed part comes last so that a growing ring's new stamp and the
+//! trailer are one write at the string's end: `GETRANGE` finds the trailer
+//! from the end (negative offsets) without knowing the ring's length. (With
+//! the fixed part first, as this script had it before, every growing write
+//! took two `SETRANGE`s.)
+//!
+//! A trailer that does not hold together (a ring larger than its slots, a
 //! cursor past the stamps, a next stamp where there is none or none where
 //! there is one, or, for a ring read whole, a length that does not match)
 //! reads as a fresh key. Nothing in the layout names its version: a state
@@ -37,8 +45,9 @@
 //!   however large the limit: copying a large ring into Lua costs more than
 //!   the calls it saves, chiefly in garbage collection.
 //! * **Writing.** A full ring is written in place, whatever its size: the
-//!   header and the new stamp, one `SETRANGE` each (and a `PEXPIRE` when
-//!   the TTL is renewed). Rewriting it whole, one `SET`, saves a call but
+//!   new stamp and the trailer, one `SETRANGE` each, or one for both when
+//!   the stamp goes in the last slot (and a `PEXPIRE` when the TTL is
+//!   renewed). Rewriting it whole, one `SET`, saves a call but
 //!   builds the whole string in Lua and copies it into Redis: when rings up
 //!   to 128 stamps were read whole, a full ring of 128 took 37 % more
 //!   instructions a call written whole than in place, and the two were
@@ -46,14 +55,15 @@
 //!   Rewritten whole, a string is allocated to size; grown in place, Redis
 //!   gives it spare room, up to as much again. So a ring read whole is
 //!   rewritten whole while it grows. A ring read in ranges grows in place,
-//!   but is rewritten whole at most twice: a fresh key (none, expired, or
-//!   one whose header does not hold together) gets its header and first
-//!   stamp in one `SET` with the TTL, and the stamp that fills a ring of up
+//!   the new stamp and the trailer in one `SETRANGE`, but is rewritten
+//!   whole at most twice: a fresh key (none, expired, or one whose trailer
+//!   does not hold together) gets its first stamp and trailer in one `SET`
+//!   with the TTL, and the stamp that fills a ring of up
 //!   to [`REWRITE_WHEN_FULL_UP_TO`] stamps rewrites it to size, once in the
 //!   key's life: that one decision costs time linear in the ring.
 //! * **Cursors.** Windows only move forward, so cursors do too: a cursor
 //!   whose stamp is still inside its window stays put without a read; one
-//!   whose next stamp (kept in the header) is inside moves one without a
+//!   whose next stamp (kept in the trailer) is inside moves one without a
 //!   read; else it gallops forward, then halves, to the oldest stamp
 //!   inside, and a first probe that finds the window reads the stamp after
 //!   it in the same call. A cursor moving one stamp at a time therefore
@@ -69,7 +79,7 @@
 //!   windows outlives it by one.
 //! * **Reply.** One string. Refused: a byte for the verdict (0), now (8
 //!   bytes), then per limit the stamp that blocks it (or -1), 8 signed
-//!   bytes each. Accepted and recorded: the header just written, which
+//!   bytes each. Accepted and recorded: the trailer just written, which
 //!   holds all the client needs (now is the newest stamp; a limit's count,
 //!   this request included, is the stamps from its cursor on, the oldest
 //!   of them the cursor's stamp), so no reply is packed: 5–8 % fewer
@@ -101,17 +111,17 @@ pub(super) const READ_WHOLE_UP_TO: u32 = 32;
 /// and at most 1 MiB).
 pub(super) const REWRITE_WHEN_FULL_UP_TO: u32 = 4_096;
 
-/// Where the header's part for each limit starts: after the ring's head and
-/// length (4 bytes each) and the newest stamp (8).
+/// Where the trailer's part for each limit starts: after the ring's head
+/// and length (4 bytes each) and the newest stamp (8).
 pub(super) const LIMITS_AT: usize = 16;
 
-/// Bytes of the header per limit: a cursor (4), its stamp and the next (8
+/// Bytes of the trailer per limit: a cursor (4), its stamp and the next (8
 /// each).
 pub(super) const PER_LIMIT: usize = 20;
 
-/// Bytes in the header of a log of `limits` limits, and in the reply to a
-/// request accepted and recorded (which is that header).
-pub(super) const fn header_len(limits: usize) -> usize {
+/// Bytes in the trailer of a log of `limits` limits, and in the reply to a
+/// request accepted and recorded (which is that trailer).
+pub(super) const fn trailer_len(limits: usize) -> usize {
     LIMITS_AT + PER_LIMIT * limits
 }
 
@@ -127,8 +137,8 @@ pub(super) fn source(policy: &Policy, record: bool) -> String {
     let cap = limits.iter().map(|&(max, _)| max).max().unwrap_or(0);
     let longest = policy.longest_window_micros();
     let ttl = ttl_millis(policy);
-    let header = header_len(n);
-    let header_format = format!("<I4I4i8{}", "I4i8i8".repeat(n));
+    let trailer = trailer_len(n);
+    let trailer_format = format!("<I4I4i8{}", "I4i8i8".repeat(n));
     let whole = cap <= READ_WHOLE_UP_TO;
     let each = |template: &str| per_limit(n, template);
     let state = format!("head, len, newest, {}", each("u#, s#, t#"));
@@ -141,25 +151,29 @@ pub(super) fn source(policy: &Policy, record: bool) -> String {
     };
     line("local key = KEYS[1]");
     line("local format = string.format");
+    line(&format!("local {state}"));
     if whole {
         line("local whole = redis.call('GET', key) or ''");
-        line("local header = whole");
-    } else {
+        line(&format!("if #whole >= {trailer} then"));
         line(&format!(
-            "local header = redis.call('GETRANGE', key, '0', '{}')",
-            header - 1
+            "  {state} = struct.unpack('{trailer_format}', whole, #whole - {} + 1)",
+            trailer
+        ));
+    } else {
+        // The last bytes, wherever the string ends.
+        line(&format!(
+            "local trailer = redis.call('GETRANGE', key, '-{trailer}', '-1')"
+        ));
+        line(&format!("if #trailer >= {trailer} then"));
+        line(&format!(
+            "  {state} = struct.unpack('{trailer_format}', trailer)"
         ));
     }
-    line(&format!("local {state}"));
-    line(&format!("if #header >= {header} then"));
-    line(&format!(
-        "  {state} = struct.unpack('{header_format}', header)"
-    ));
     line("end");
     let mut valid =
         format!("len and len <= {cap} and head < {cap} and (len == {cap} or head == 0)");
     if whole {
-        valid.push_str(&format!(" and #whole == {header} + 8 * len"));
+        valid.push_str(&format!(" and #whole == 8 * len + {trailer}"));
     }
     // A next stamp is known only where there is one.
     for i in 1..=n {
@@ -179,12 +193,9 @@ pub(super) fn source(policy: &Policy, record: bool) -> String {
             format!("if at >= {cap} then at = at - {cap} end"),
         ];
         if whole {
-            lines.push(format!(
-                "{var} = struct.unpack('<i8', whole, {} + at * 8)",
-                header + 1
-            ));
+            lines.push(format!("{var} = struct.unpack('<i8', whole, 1 + at * 8)"));
         } else {
-            lines.push(format!("at = {header} + at * 8"));
+            lines.push("at = at * 8".to_owned());
             lines.push(format!(
                 "{var} = struct.unpack('<i8', redis.call('GETRANGE', key, format('%d', at), format('%d', at + 7)))"
             ));
@@ -199,19 +210,13 @@ pub(super) fn source(policy: &Policy, record: bool) -> String {
     let read_two = |var: &str, next: &str, index: &str, indent: &str| -> String {
         let (two, one) = if whole {
             (
-                format!(
-                    "{var}, {next} = struct.unpack('<i8i8', whole, {} + at * 8)",
-                    header + 1
-                ),
-                format!(
-                    "{var} = struct.unpack('<i8', whole, {} + at * 8)",
-                    header + 1
-                ),
+                format!("{var}, {next} = struct.unpack('<i8i8', whole, 1 + at * 8)"),
+                format!("{var} = struct.unpack('<i8', whole, 1 + at * 8)"),
             )
         } else {
             (
-                format!("{var}, {next} = struct.unpack('<i8i8', redis.call('GETRANGE', key, format('%d', {header} + at * 8), format('%d', {header} + 15 + at * 8)))"),
-                format!("{var} = struct.unpack('<i8', redis.call('GETRANGE', key, format('%d', {header} + at * 8), format('%d', {header} + 7 + at * 8)))"),
+                format!("{var}, {next} = struct.unpack('<i8i8', redis.call('GETRANGE', key, format('%d', at * 8), format('%d', 15 + at * 8)))"),
+                format!("{var} = struct.unpack('<i8', redis.call('GETRANGE', key, format('%d', at * 8), format('%d', 7 + at * 8)))"),
             )
         };
         [
@@ -303,7 +308,7 @@ pub(super) fn source(policy: &Policy, record: bool) -> String {
     line("end");
 
     // Accepted, judged only: each window's count with this request, and
-    // its oldest stamp. A recorded request's reply is the header it writes.
+    // its oldest stamp. A recorded request's reply is the trailer it writes.
     if !record {
         line(&format!(
             "local {} = {}",
@@ -345,9 +350,10 @@ pub(super) fn source(policy: &Policy, record: bool) -> String {
     line(&format!("  {} = {}", each("u#"), each("u# - 1")));
     line("end");
     line(&format!(
-        "local header_bytes = struct.pack('{header_format}', {})",
+        "local trailer_bytes = struct.pack('{trailer_format}', {})",
         state.replace("newest", "now")
     ));
+    line("local stamp = struct.pack('<i8', now)");
     // Whole rewrites, as the module's docs give them: every growing write
     // of a ring read whole; of one read in ranges, a fresh key's first
     // stamp (three calls in one, and the write most keys of sparse clients
@@ -356,24 +362,17 @@ pub(super) fn source(policy: &Policy, record: bool) -> String {
     // room grown for it stays).
     if whole {
         line("if grows then");
-        line(&format!(
-            "  whole = header_bytes .. string.sub(whole, {}, {header} + slot * 8) .. struct.pack('<i8', now)",
-            header + 1
-        ));
+        line("  whole = string.sub(whole, 1, slot * 8) .. stamp .. trailer_bytes");
     } else {
         if cap <= REWRITE_WHEN_FULL_UP_TO {
             line(&format!("if grows and (slot == 0 or len == {cap}) then"));
-            line("  local whole = header_bytes");
+            line("  local whole = stamp .. trailer_bytes");
             line("  if slot > 0 then");
-            line(&format!(
-                "    whole = whole .. string.sub(redis.call('GET', key), {}, {header} + slot * 8)",
-                header + 1
-            ));
+            line("    whole = string.sub(redis.call('GET', key), 1, slot * 8) .. whole");
             line("  end");
-            line("  whole = whole .. struct.pack('<i8', now)");
         } else {
             line("if grows and slot == 0 then");
-            line("  local whole = header_bytes .. struct.pack('<i8', now)");
+            line("  local whole = stamp .. trailer_bytes");
         }
     }
     line("  if renew then");
@@ -381,15 +380,23 @@ pub(super) fn source(policy: &Policy, record: bool) -> String {
     line("  else");
     line("    redis.call('SET', key, whole, 'KEEPTTL')");
     line("  end");
-    line("  return header_bytes");
+    line("  return trailer_bytes");
     line("end");
-    line("redis.call('SETRANGE', key, '0', header_bytes)");
+    // In place. A stamp in the last slot a ring has (the one it grows
+    // into, or a full ring's last) lies right before the trailer, and the
+    // two go in one write.
+    line(&format!("if grows or slot == {} then", cap - 1));
+    line("  redis.call('SETRANGE', key, format('%d', slot * 8), stamp .. trailer_bytes)");
+    line("else");
+    line("  redis.call('SETRANGE', key, format('%d', slot * 8), stamp)");
     line(&format!(
-        "redis.call('SETRANGE', key, format('%d', {header} + slot * 8), struct.pack('<i8', now))"
+        "  redis.call('SETRANGE', key, '{}', trailer_bytes)",
+        u64::from(cap) * 8
     ));
+    line("end");
     line(&format!(
         "if renew then redis.call('PEXPIRE', key, '{ttl}') end"
     ));
-    line("return header_bytes");
+    line("return trailer_bytes");
     lua
 }

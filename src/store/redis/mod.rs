@@ -52,7 +52,7 @@ use crate::policy::{Algorithm, Policy};
 ///   expire on Redis's time and their TTL is renewed only when a new window
 ///   starts.
 /// * **Compact.** The log keeps a ring of 8-byte timestamps (as many as the
-///   largest limit) in one string, behind a header of 16 bytes and 20 per
+///   largest limit) in one string, followed by a trailer of 16 bytes and 20 per
 ///   limit (a cursor, its stamp and the next). The counter and fixed
 ///   window keep one integer below 2^53 where the counts are small enough to share it with the
 ///   window index (ten a second and a hundred a minute take 22 bits of

@@ -148,17 +148,17 @@ pub(super) fn window_decision(
 }
 
 /// Turns the log script's reply into a decision; a request accepted and
-/// `recorded` is answered with the header the script wrote.
+/// `recorded` is answered with the trailer the script wrote.
 pub(super) fn log_decision(
     policy: &Policy,
     bytes: &[u8],
     recorded: bool,
 ) -> Result<Decision, StoreError> {
     let limits = policy.limits();
-    // No other reply has the header's length: a refusal takes 9 + 8 bytes a
+    // No other reply has the trailer's length: a refusal takes 9 + 8 bytes a
     // limit, an acceptance judged only 9 + 16.
-    if recorded && bytes.len() == log_script::header_len(limits.len()) {
-        return log_header_decision(limits, bytes);
+    if recorded && bytes.len() == log_script::trailer_len(limits.len()) {
+        return log_trailer_decision(limits, bytes);
     }
     let allowed = bytes.first() == Some(&1);
     let words = if allowed {
@@ -196,10 +196,10 @@ pub(super) fn log_decision(
 }
 
 /// The decision for a request the log script accepted and recorded, from
-/// the header it wrote: now is the newest stamp, and each limit's window
+/// the trailer it wrote: now is the newest stamp, and each limit's window
 /// holds the stamps from its cursor on (this request's among them), the
 /// oldest being the cursor's stamp.
-fn log_header_decision(limits: &[Limit], bytes: &[u8]) -> Result<Decision, StoreError> {
+fn log_trailer_decision(limits: &[Limit], bytes: &[u8]) -> Result<Decision, StoreError> {
     let malformed = || Reply { bytes }.malformed();
     let word = |at: usize| -> Option<[u8; 8]> { bytes.get(at..at + 8)?.try_into().ok() };
     let count = |at: usize| -> Option<u32> {
@@ -235,9 +235,9 @@ mod tests {
         Policy::new(Algorithm::SlidingLog, [limit(100, 1), limit(1_000, 10)]).unwrap()
     }
 
-    /// A header as the script packs it: head, length, newest, then per
+    /// A trailer as the script packs it: head, length, newest, then per
     /// limit a cursor, its stamp and the next.
-    fn header(len: u32, newest: i64, limits: &[(u32, i64, i64)]) -> Vec<u8> {
+    fn trailer(len: u32, newest: i64, limits: &[(u32, i64, i64)]) -> Vec<u8> {
         let mut bytes = Vec::new();
         bytes.extend_from_slice(&0u32.to_le_bytes());
         bytes.extend_from_slice(&len.to_le_bytes());
@@ -261,11 +261,11 @@ mod tests {
     }
 
     #[test]
-    fn a_recorded_header_decides_as_the_judging_reply_does() {
+    fn a_recorded_trailer_decides_as_the_judging_reply_does() {
         let policy = log_policy();
         // Five stamps; the first limit's window holds the last three, the
         // second's all five.
-        let written = header(
+        let written = trailer(
             5,
             2_000_000,
             &[(2, 1_500_000, 1_600_000), (0, 1_000_000, 1_100_000)],
@@ -274,11 +274,11 @@ mod tests {
         for word in [2_000_000i64, 3, 1_500_000, 5, 1_000_000] {
             judged.extend_from_slice(&word.to_le_bytes());
         }
-        let from_header = log_decision(&policy, &written, true).unwrap();
+        let from_trailer = log_decision(&policy, &written, true).unwrap();
         let from_reply = log_decision(&policy, &judged, false).unwrap();
-        assert_eq!(summary(&from_header), summary(&from_reply));
+        assert_eq!(summary(&from_trailer), summary(&from_reply));
         assert_eq!(
-            summary(&from_header),
+            summary(&from_trailer),
             (
                 true,
                 0,
@@ -290,16 +290,16 @@ mod tests {
     }
 
     #[test]
-    fn a_header_that_cannot_follow_a_recorded_request_is_an_error() {
+    fn a_trailer_that_cannot_follow_a_recorded_request_is_an_error() {
         let policy = log_policy();
         let fine = (0, 1_000_000, -1);
         // A cursor past every stamp: the request just recorded is missing.
-        assert!(log_decision(&policy, &header(5, 2_000_000, &[(5, -1, -1), fine]), true).is_err());
+        assert!(log_decision(&policy, &trailer(5, 2_000_000, &[(5, -1, -1), fine]), true).is_err());
         // A negative time, or a negative stamp under a cursor.
-        assert!(log_decision(&policy, &header(5, -1, &[fine, fine]), true).is_err());
-        assert!(log_decision(&policy, &header(5, 2_000_000, &[(4, -1, -1), fine]), true).is_err());
+        assert!(log_decision(&policy, &trailer(5, -1, &[fine, fine]), true).is_err());
+        assert!(log_decision(&policy, &trailer(5, 2_000_000, &[(4, -1, -1), fine]), true).is_err());
         // The same bytes from a script that only judges are no reply of its.
-        let valid = header(5, 2_000_000, &[fine, fine]);
+        let valid = trailer(5, 2_000_000, &[fine, fine]);
         assert!(log_decision(&policy, &valid, true).is_ok());
         assert!(log_decision(&policy, &valid, false).is_err());
     }

@@ -79,14 +79,15 @@
 //!   windows outlives it by one.
 //! * **Reply.** One string. Refused: a byte for the verdict (0), now (8
 //!   bytes), then per limit the stamp that blocks it (or -1), 8 signed
-//!   bytes each. Accepted and recorded: the trailer just written, which
+//!   bytes each. Accepted and recorded: the trailer as packed for writing,
+//!   after the new stamp where the two were packed and written together
+//!   (every write but a full ring's away from its last slot). The trailer
 //!   holds all the client needs (now is the newest stamp; a limit's count,
 //!   this request included, is the stamps from its cursor on, the oldest
-//!   of them the cursor's stamp), so no reply is packed: 5–8 % fewer
-//!   redis-server instructions a call than packing one. Accepted by the
-//!   script that only judges: the verdict (1), now, then per limit the
-//!   stamps inside its window counting this request and the oldest of
-//!   them.
+//!   of them the cursor's stamp), so no reply is packed of its own.
+//!   Accepted by the script that only judges: the verdict (1), now, then
+//!   per limit the stamps inside its window counting this request and the
+//!   oldest of them.
 
 use crate::policy::Policy;
 
@@ -119,8 +120,9 @@ pub(super) const LIMITS_AT: usize = 16;
 /// each).
 pub(super) const PER_LIMIT: usize = 20;
 
-/// Bytes in the trailer of a log of `limits` limits, and in the reply to a
-/// request accepted and recorded (which is that trailer).
+/// Bytes in the trailer of a log of `limits` limits: the reply to a
+/// request accepted and recorded, after the request's stamp where the two
+/// were written together.
 pub(super) const fn trailer_len(limits: usize) -> usize {
     LIMITS_AT + PER_LIMIT * limits
 }
@@ -308,7 +310,8 @@ pub(super) fn source(policy: &Policy, record: bool) -> String {
     line("end");
 
     // Accepted, judged only: each window's count with this request, and
-    // its oldest stamp. A recorded request's reply is the trailer it writes.
+    // its oldest stamp. A recorded request's reply is the trailer as
+    // written (after its stamp, where the two were written together).
     if !record {
         line(&format!(
             "local {} = {}",
@@ -349,11 +352,15 @@ pub(super) fn source(policy: &Policy, record: bool) -> String {
     // The oldest stamp goes, so every cursor counts one fewer before it.
     line(&format!("  {} = {}", each("u#"), each("u# - 1")));
     line("end");
+    // A stamp in the last slot a ring has (the one it grows into, or a full
+    // ring's last) lies right before the trailer: the two are packed and
+    // written at once, and make the reply.
+    line(&format!("if grows or slot == {} then", cap - 1));
     line(&format!(
-        "local trailer_bytes = struct.pack('{trailer_format}', {})",
+        "  local written = struct.pack('<i8{}', now, {})",
+        &trailer_format[1..],
         state.replace("newest", "now")
     ));
-    line("local stamp = struct.pack('<i8', now)");
     // Whole rewrites, as the module's docs give them: every growing write
     // of a ring read whole; of one read in ranges, a fresh key's first
     // stamp (three calls in one, and the write most keys of sparse clients
@@ -361,42 +368,47 @@ pub(super) fn source(policy: &Policy, record: bool) -> String {
     // small enough to copy at once, the stamp that fills it (so that no
     // room grown for it stays).
     if whole {
-        line("if grows then");
-        line("  whole = string.sub(whole, 1, slot * 8) .. stamp .. trailer_bytes");
+        line("  if grows then");
+        line("    local whole = string.sub(whole, 1, slot * 8) .. written");
+    } else if cap <= REWRITE_WHEN_FULL_UP_TO {
+        line(&format!("  if grows and (slot == 0 or len == {cap}) then"));
+        line("    local whole = written");
+        line("    if slot > 0 then");
+        line("      whole = string.sub(redis.call('GET', key), 1, slot * 8) .. whole");
+        line("    end");
     } else {
-        if cap <= REWRITE_WHEN_FULL_UP_TO {
-            line(&format!("if grows and (slot == 0 or len == {cap}) then"));
-            line("  local whole = stamp .. trailer_bytes");
-            line("  if slot > 0 then");
-            line("    whole = string.sub(redis.call('GET', key), 1, slot * 8) .. whole");
-            line("  end");
-        } else {
-            line("if grows and slot == 0 then");
-            line("  local whole = stamp .. trailer_bytes");
-        }
+        line("  if grows and slot == 0 then");
+        line("    local whole = written");
     }
-    line("  if renew then");
-    line(&format!("    redis.call('SET', key, whole, 'PX', '{ttl}')"));
-    line("  else");
-    line("    redis.call('SET', key, whole, 'KEEPTTL')");
-    line("  end");
-    line("  return trailer_bytes");
-    line("end");
-    // In place. A stamp in the last slot a ring has (the one it grows
-    // into, or a full ring's last) lies right before the trailer, and the
-    // two go in one write.
-    line(&format!("if grows or slot == {} then", cap - 1));
-    line("  redis.call('SETRANGE', key, format('%d', slot * 8), stamp .. trailer_bytes)");
-    line("else");
-    line("  redis.call('SETRANGE', key, format('%d', slot * 8), stamp)");
+    line("    if renew then");
     line(&format!(
-        "  redis.call('SETRANGE', key, '{}', trailer_bytes)",
+        "      redis.call('SET', key, whole, 'PX', '{ttl}')"
+    ));
+    line("    else");
+    line("      redis.call('SET', key, whole, 'KEEPTTL')");
+    line("    end");
+    line("    return written");
+    line("  end");
+    line("  redis.call('SETRANGE', key, format('%d', slot * 8), written)");
+    line(&format!(
+        "  if renew then redis.call('PEXPIRE', key, '{ttl}') end"
+    ));
+    line("  return written");
+    line("end");
+    // A full ring's other slots: the stamp and the trailer apart, and the
+    // trailer alone as the reply.
+    line(&format!(
+        "local written = struct.pack('{trailer_format}', {})",
+        state.replace("newest", "now")
+    ));
+    line("redis.call('SETRANGE', key, format('%d', slot * 8), struct.pack('<i8', now))");
+    line(&format!(
+        "redis.call('SETRANGE', key, '{}', written)",
         u64::from(cap) * 8
     ));
-    line("end");
     line(&format!(
         "if renew then redis.call('PEXPIRE', key, '{ttl}') end"
     ));
-    line("return trailer_bytes");
+    line("return written");
     lua
 }

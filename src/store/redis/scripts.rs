@@ -148,17 +148,19 @@ pub(super) fn window_decision(
 }
 
 /// Turns the log script's reply into a decision; a request accepted and
-/// `recorded` is answered with the trailer the script wrote.
+/// `recorded` is answered with the trailer the script wrote, after the
+/// request's stamp where it wrote the two together.
 pub(super) fn log_decision(
     policy: &Policy,
     bytes: &[u8],
     recorded: bool,
 ) -> Result<Decision, StoreError> {
     let limits = policy.limits();
-    // No other reply has the trailer's length: a refusal takes 9 + 8 bytes a
+    // No other reply has these lengths: a refusal takes 9 + 8 bytes a
     // limit, an acceptance judged only 9 + 16.
-    if recorded && bytes.len() == log_script::trailer_len(limits.len()) {
-        return log_trailer_decision(limits, bytes);
+    let trailer = log_script::trailer_len(limits.len());
+    if recorded && (bytes.len() == trailer || bytes.len() == 8 + trailer) {
+        return log_recorded_decision(limits, bytes, bytes.len() - trailer);
     }
     let allowed = bytes.first() == Some(&1);
     let words = if allowed {
@@ -196,10 +198,15 @@ pub(super) fn log_decision(
 }
 
 /// The decision for a request the log script accepted and recorded, from
-/// the trailer it wrote: now is the newest stamp, and each limit's window
-/// holds the stamps from its cursor on (this request's among them), the
-/// oldest being the cursor's stamp.
-fn log_trailer_decision(limits: &[Limit], bytes: &[u8]) -> Result<Decision, StoreError> {
+/// the trailer the script wrote, at `trailer` in its reply (8 where the
+/// request's stamp comes first): now is the newest stamp, and each limit's
+/// window holds the stamps from its cursor on (this request's among them),
+/// the oldest being the cursor's stamp.
+fn log_recorded_decision(
+    limits: &[Limit],
+    bytes: &[u8],
+    trailer: usize,
+) -> Result<Decision, StoreError> {
     let malformed = || Reply { bytes }.malformed();
     let word = |at: usize| -> Option<[u8; 8]> { bytes.get(at..at + 8)?.try_into().ok() };
     let count = |at: usize| -> Option<u32> {
@@ -207,11 +214,13 @@ fn log_trailer_decision(limits: &[Limit], bytes: &[u8]) -> Result<Decision, Stor
     };
     // A stamp is never negative; -1 and -2 stand for none and unknown.
     let stamp = |at: usize| u64::try_from(i64::from_le_bytes(word(at)?)).ok();
-    let len = count(4).ok_or_else(malformed)?;
-    let now = stamp(8).ok_or_else(malformed)?;
+    let len = count(trailer + 4).ok_or_else(malformed)?;
+    let now = stamp(trailer + 8)
+        .filter(|&now| trailer == 0 || stamp(0) == Some(now))
+        .ok_or_else(malformed)?;
     let mut quotas = Vec::with_capacity(limits.len());
     for (index, limit) in limits.iter().enumerate() {
-        let at = log_script::LIMITS_AT + log_script::PER_LIMIT * index;
+        let at = trailer + log_script::LIMITS_AT + log_script::PER_LIMIT * index;
         let cursor = count(at).ok_or_else(malformed)?;
         let oldest = stamp(at + 4).ok_or_else(malformed)?;
         // The request just recorded is inside every window.
@@ -235,10 +244,12 @@ mod tests {
         Policy::new(Algorithm::SlidingLog, [limit(100, 1), limit(1_000, 10)]).unwrap()
     }
 
-    /// A trailer as the script packs it: head, length, newest, then per
-    /// limit a cursor, its stamp and the next.
-    fn trailer(len: u32, newest: i64, limits: &[(u32, i64, i64)]) -> Vec<u8> {
+    /// A recorded request's reply as the script packs it: the new stamp,
+    /// then the trailer (head, length, newest, then per limit a cursor, its
+    /// stamp and the next).
+    fn written(stamp: i64, len: u32, newest: i64, limits: &[(u32, i64, i64)]) -> Vec<u8> {
         let mut bytes = Vec::new();
+        bytes.extend_from_slice(&stamp.to_le_bytes());
         bytes.extend_from_slice(&0u32.to_le_bytes());
         bytes.extend_from_slice(&len.to_le_bytes());
         bytes.extend_from_slice(&newest.to_le_bytes());
@@ -261,11 +272,12 @@ mod tests {
     }
 
     #[test]
-    fn a_recorded_trailer_decides_as_the_judging_reply_does() {
+    fn a_recorded_reply_decides_as_the_judging_reply_does() {
         let policy = log_policy();
         // Five stamps; the first limit's window holds the last three, the
         // second's all five.
-        let written = trailer(
+        let recorded = written(
+            2_000_000,
             5,
             2_000_000,
             &[(2, 1_500_000, 1_600_000), (0, 1_000_000, 1_100_000)],
@@ -274,11 +286,15 @@ mod tests {
         for word in [2_000_000i64, 3, 1_500_000, 5, 1_000_000] {
             judged.extend_from_slice(&word.to_le_bytes());
         }
-        let from_trailer = log_decision(&policy, &written, true).unwrap();
-        let from_reply = log_decision(&policy, &judged, false).unwrap();
-        assert_eq!(summary(&from_trailer), summary(&from_reply));
+        let from_recorded = log_decision(&policy, &recorded, true).unwrap();
+        let from_judged = log_decision(&policy, &judged, false).unwrap();
+        assert_eq!(summary(&from_recorded), summary(&from_judged));
+        // The trailer alone, as a full ring's write away from its last
+        // slot answers.
+        let from_trailer = log_decision(&policy, &recorded[8..], true).unwrap();
+        assert_eq!(summary(&from_trailer), summary(&from_judged));
         assert_eq!(
-            summary(&from_trailer),
+            summary(&from_recorded),
             (
                 true,
                 0,
@@ -290,17 +306,22 @@ mod tests {
     }
 
     #[test]
-    fn a_trailer_that_cannot_follow_a_recorded_request_is_an_error() {
+    fn a_recorded_reply_that_cannot_be_true_is_an_error() {
         let policy = log_policy();
         let fine = (0, 1_000_000, -1);
+        let now = 2_000_000;
+        let decide = |bytes: Vec<u8>| log_decision(&policy, &bytes, true);
+        assert!(decide(written(now, 5, now, &[fine, fine])).is_ok());
         // A cursor past every stamp: the request just recorded is missing.
-        assert!(log_decision(&policy, &trailer(5, 2_000_000, &[(5, -1, -1), fine]), true).is_err());
+        assert!(decide(written(now, 5, now, &[(5, -1, -1), fine])).is_err());
         // A negative time, or a negative stamp under a cursor.
-        assert!(log_decision(&policy, &trailer(5, -1, &[fine, fine]), true).is_err());
-        assert!(log_decision(&policy, &trailer(5, 2_000_000, &[(4, -1, -1), fine]), true).is_err());
+        assert!(decide(written(-1, 5, -1, &[fine, fine])).is_err());
+        assert!(decide(written(now, 5, now, &[(4, -1, -1), fine])).is_err());
+        // A stamp that is not the trailer's newest.
+        assert!(decide(written(now, 5, now - 1, &[fine, fine])).is_err());
+        assert!(decide(written(now, 5, now, &[(5, -1, -1), fine])[8..].to_vec()).is_err());
         // The same bytes from a script that only judges are no reply of its.
-        let valid = trailer(5, 2_000_000, &[fine, fine]);
-        assert!(log_decision(&policy, &valid, true).is_ok());
+        let valid = written(now, 5, now, &[fine, fine]);
         assert!(log_decision(&policy, &valid, false).is_err());
     }
 }

@@ -10,6 +10,8 @@
 #
 # Usage: bash bench/http.sh [ROUNDS] [SECONDS]   (needs wrk: apt-get install wrk)
 # OURS=ours-noheaders loads our layer with the RateLimit headers off instead.
+# REFERENCE=1 also loads the bare router sending the same two RateLimit
+# headers as static text: what sending them costs any server, layer or not.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 rounds=${1:-25}
@@ -19,7 +21,9 @@ cargo build --release -q --example bench_server --features axum
 server=target/release/examples/bench_server
 ours=${OURS:-ours}
 modes=(bare "$ours" governor)
-declare -A port=([bare]=3191 [$ours]=3192 [governor]=3193)
+[[ -n ${REFERENCE:-} ]] && modes+=(bare-headers)
+count=${#modes[@]}
+declare -A port=([bare]=3191 [$ours]=3192 [governor]=3193 [bare-headers]=3194)
 
 pids=()
 trap 'kill "${pids[@]}" 2>/dev/null || true' EXIT
@@ -41,19 +45,31 @@ median() { printf '%s\n' "$@" | sort -n | awk '{a[NR]=$1} END {print a[int((NR+1
 # One untimed run each: connections, caches and the page cache warm up.
 for mode in "${modes[@]}"; do rps "$mode" >/dev/null; done
 
+ratio() { awk -v a="$1" -v b="$2" 'BEGIN {printf "%.3f", a / b}'; }
+
 ours_ratios=()
 governor_ratios=()
+reference_ratios=()
 for i in $(seq "$rounds"); do
   # A rotating order, so that no server always runs first in its round.
   declare -A got=()
-  for offset in 0 1 2; do
-    mode=${modes[$(((i + offset) % 3))]}
+  for offset in $(seq 0 $((count - 1))); do
+    mode=${modes[$(((i + offset) % count))]}
     got[$mode]=$(rps "$mode")
   done
-  ours_ratio=$(awk -v o="${got[$ours]}" -v b="${got[bare]}" 'BEGIN {printf "%.3f", o / b}')
-  governor_ratio=$(awk -v g="${got[governor]}" -v b="${got[bare]}" 'BEGIN {printf "%.3f", g / b}')
+  ours_ratio=$(ratio "${got[$ours]}" "${got[bare]}")
+  governor_ratio=$(ratio "${got[governor]}" "${got[bare]}")
   ours_ratios+=("$ours_ratio")
   governor_ratios+=("$governor_ratio")
-  echo "round $i: bare ${got[bare]}, ours ${got[$ours]} ($ours_ratio), tower_governor ${got[governor]} ($governor_ratio) req/s"
+  line="round $i: bare ${got[bare]}, ours ${got[$ours]} ($ours_ratio), tower_governor ${got[governor]} ($governor_ratio)"
+  if [[ -n ${REFERENCE:-} ]]; then
+    reference_ratios+=("$(ratio "${got[bare-headers]}" "${got[bare]}")")
+    line+=", bare with static headers ${got[bare-headers]} (${reference_ratios[-1]})"
+  fi
+  echo "$line req/s"
 done
-echo "median over $rounds rounds: ours/bare $(median "${ours_ratios[@]}"), tower_governor/bare $(median "${governor_ratios[@]}")"
+summary="median over $rounds rounds: ours/bare $(median "${ours_ratios[@]}"), tower_governor/bare $(median "${governor_ratios[@]}")"
+if [[ -n ${REFERENCE:-} ]]; then
+  summary+=", bare with static headers/bare $(median "${reference_ratios[@]}")"
+fi
+echo "$summary"

@@ -4,9 +4,11 @@
 //! passed through), with limits
 //! high enough that every request is accepted.
 //!
-//! `ours-noheaders` is the same layer with the headers off.
+//! `ours-noheaders` is the same layer with the headers off, and
+//! `bare-headers` the bare router sending two RateLimit headers of the same
+//! length as ours as static text.
 //!
-//! `cargo run --release --example bench_server --features axum -- bare|ours|ours-noheaders|governor PORT`
+//! `cargo run --release --example bench_server --features axum -- bare|bare-headers|ours|ours-noheaders|governor PORT`
 
 use std::net::SocketAddr;
 
@@ -22,6 +24,23 @@ fn main() -> std::io::Result<()> {
     let bare = Router::new().route("/", get(|| async { "hello" }));
     let app = match mode.as_str() {
         "bare" => bare,
+        // The bare router sending two RateLimit headers as long as ours, as
+        // static text: what the headers cost any server (`REFERENCE=1`).
+        "bare-headers" => Router::new().route(
+            "/",
+            get(|| async {
+                (
+                    [
+                        (
+                            "ratelimit-policy",
+                            "\"1s\";q=4294967295;w=1, \"60s\";q=2147483647;w=60",
+                        ),
+                        ("ratelimit", "\"60s\";r=2147483646;t=120"),
+                    ],
+                    "hello",
+                )
+            }),
+        ),
         // As the README sets it up for axum: answers in axum's own body.
         "ours" => bare.layer(
             SlidingWindowLayer::new(Limit::per_second(u32::MAX), PeerIp::new())
@@ -45,7 +64,9 @@ fn main() -> std::io::Result<()> {
             )))
         }
         other => {
-            eprintln!("mode must be bare, ours, ours-noheaders or governor, not {other:?}");
+            eprintln!(
+                "mode must be bare, bare-headers, ours, ours-noheaders or governor, not {other:?}"
+            );
             std::process::exit(2);
         }
     };

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Every benchmark, in one run: the in-memory store against governor, the
 # layer on an axum router against tower_governor, the Redis scripts against a
-# minimal script, the loopback HTTP run (RateLimit headers on, then off),
+# minimal script, the loopback HTTP run (RateLimit headers on, beside the
+# bare router sending them as static text, then off),
 # and instruction counts under
 # callgrind (in process, and in redis-server per script call). Redis benches
 # start their own redis-server; the HTTP run needs wrk, the counts valgrind
@@ -16,7 +17,7 @@ cargo bench --no-run --features axum,redis -q
 cargo bench --bench store 2>&1 | sed -n '/ns per operation/,$p'
 cargo bench --features axum --bench layer 2>&1 | sed -n '/ns per operation/,$p'
 cargo bench --features redis --bench redis 2>&1 | grep -vE '^\s*(Compiling|Finished|Running)'
-bash bench/http.sh "${1:-25}" "${2:-2}"
+REFERENCE=1 bash bench/http.sh "${1:-25}" "${2:-2}"
 OURS=ours-noheaders bash bench/http.sh "${1:-25}" "${2:-2}"
 bash bench/callgrind.sh
 bash bench/redis-callgrind.sh

@@ -352,15 +352,18 @@ async fn log_cursors_on_window_edges_decide_alike_in_redis_and_memory() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn full_log_rings_wrap_and_refuse_alike_in_redis_and_memory() {
     let (mut accepted, mut refused) = (0, 0);
-    for (seed, limits) in [
-        (3u64, [(31u32, 2_000u64), (32, 60_000)]),
-        (5, [(33, 2_000), (34, 60_000)]),
-        (7, [(127, 2_000), (128, 60_000)]),
-    ] {
+    // A ring of one slot too: every stamp goes in its last slot.
+    let cases: [(u64, &[(u32, u64)]); 4] = [
+        (3, &[(31, 2_000), (32, 60_000)]),
+        (5, &[(33, 2_000), (34, 60_000)]),
+        (7, &[(127, 2_000), (128, 60_000)]),
+        (11, &[(1, 2_000)]),
+    ];
+    for (seed, limits) in cases {
         let clock = ManualClock::new();
         let redis = store_at(&shared_url(), &clock).await;
         let memory = MemoryStore::with_clock(clock.clone());
-        let policy = policy(Algorithm::SlidingLog, &limits);
+        let policy = policy(Algorithm::SlidingLog, limits);
         let mut rng = XorShift(seed.wrapping_mul(0x9e37_79b9_7f4a_7c15));
         let mut now = 0u64;
         let (mut recorded, mut refused_here) = (0, 0);
@@ -387,7 +390,7 @@ async fn full_log_rings_wrap_and_refuse_alike_in_redis_and_memory() {
         }
         // The ring took more stamps than it holds, so it wrapped, and it
         // refused too.
-        let slots = limits[1].0;
+        let slots = limits.iter().map(|&(max, _)| max).max().unwrap();
         assert!(
             recorded > slots && refused_here > 10,
             "{limits:?}: {recorded} recorded, {refused_here} refused"

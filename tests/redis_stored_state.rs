@@ -270,3 +270,59 @@ async fn a_log_trailer_that_contradicts_itself_reads_as_a_fresh_key() {
         );
     }
 }
+
+/// A log string longer than its trailer says: a trailer that holds
+/// together, after bytes no script wrote. A ring read whole checks its
+/// length and reads it as a fresh key. A ring read in ranges finds its
+/// trailer from the end, so the first write, landing after the stamps the
+/// trailer counts, finds the string's length wrong and starts the key
+/// afresh with that request's stamp: else the trailer would never be
+/// overwritten, and every request would be judged by it until the key
+/// expired. Either way the key decides as a fresh one in memory does.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_log_string_longer_than_its_trailer_says_starts_afresh() {
+    let clock = ManualClock::new();
+    clock.set(Duration::from_micros(6));
+    let redis = store_at(&clock).await;
+    let memory = MemoryStore::with_clock(clock.clone());
+    let mut connection = connection().await;
+    // 100 stray bytes, then a trailer of one limit: head 0, one stamp (at
+    // 1 µs, the newest), the cursor on it, no next.
+    let mut value = vec![0xab_u8; 100];
+    for word in [
+        &0u32.to_le_bytes()[..],
+        &1u32.to_le_bytes(),
+        &1i64.to_le_bytes(),
+    ] {
+        value.extend_from_slice(word);
+    }
+    for word in [
+        &0u32.to_le_bytes()[..],
+        &1i64.to_le_bytes(),
+        &(-1i64).to_le_bytes(),
+    ] {
+        value.extend_from_slice(word);
+    }
+    // 4 a second is read whole, 200 a second in ranges.
+    for max in [4u32, 200] {
+        let policy = Policy::new(
+            Algorithm::SlidingLog,
+            [Limit::new(max, Duration::from_secs(1)).unwrap()],
+        )
+        .unwrap();
+        let key = format!("too-long-{max}");
+        let name = redis.key_name(&key, &policy);
+        let () = connection.set(&name, value.as_slice()).await.unwrap();
+        for _ in 0..6 {
+            clock.advance(Duration::from_millis(1));
+            let from_memory = memory.decide(key.clone(), &policy).await.unwrap();
+            let from_redis = redis.decide(key.clone(), &policy).await.unwrap();
+            assert_eq!(from_redis, from_memory, "limit {max}");
+        }
+        // The stamps accepted, one slot each, then the trailer.
+        let length: u64 = connection.strlen(&name).await.unwrap();
+        assert_eq!(length, 8 * u64::from(max.min(6)) + 36, "limit {max}");
+        let ttl: i64 = connection.ttl(&name).await.unwrap();
+        assert!(ttl > 0, "limit {max}: TTL {ttl}");
+    }
+}

@@ -30,7 +30,11 @@
 //! A trailer that does not hold together (a ring larger than its slots, a
 //! cursor past the stamps, a next stamp where there is none or none where
 //! there is one, or, for a ring read whole, a length that does not match)
-//! reads as a fresh key. Nothing in the layout names its version: a state
+//! reads as a fresh key. So does a ring read whole whose string is not as
+//! long as its trailer says; a ring read in ranges is not read whole, and
+//! a string longer than its trailer says is found at its first write
+//! (`SETRANGE` answers with the length), which starts the key afresh with
+//! that request's stamp. Nothing in the layout names its version: a state
 //! written in an earlier layout may pass these checks and be misread
 //! until it expires.
 //!
@@ -352,6 +356,21 @@ pub(super) fn source(policy: &Policy, record: bool) -> String {
     // The oldest stamp goes, so every cursor counts one fewer before it.
     line(&format!("  {} = {}", each("u#"), each("u# - 1")));
     line("end");
+    // A key whose string turns out to be no state of ours starts afresh,
+    // holding this request's stamp alone.
+    let restart = |indent: &str| -> String {
+        [
+            format!(
+                "written = struct.pack('<i8{}', now, 0, 1, now, {})",
+                &trailer_format[1..],
+                vec!["0, now, -1"; n].join(", ")
+            ),
+            format!("redis.call('SET', key, written, 'PX', '{ttl}')"),
+            "return written".to_owned(),
+        ]
+        .map(|text| format!("{indent}{text}"))
+        .join("\n")
+    };
     // A stamp in the last slot a ring has (the one it grows into, or a full
     // ring's last) lies right before the trailer: the two are packed and
     // written at once, and make the reply.
@@ -389,7 +408,15 @@ pub(super) fn source(policy: &Policy, record: bool) -> String {
     line("    end");
     line("    return written");
     line("  end");
-    line("  redis.call('SETRANGE', key, format('%d', slot * 8), written)");
+    // SETRANGE answers with the string's length, which shows a string
+    // longer than its trailer says (written by no script of ours): its
+    // trailer, read from the end, would never be overwritten, and the key
+    // would be judged by it until it expired.
+    line(&format!(
+        "  if redis.call('SETRANGE', key, format('%d', slot * 8), written) ~= 8 * len + {trailer} then"
+    ));
+    line(&restart("    "));
+    line("  end");
     line(&format!(
         "  if renew then redis.call('PEXPIRE', key, '{ttl}') end"
     ));
@@ -403,9 +430,12 @@ pub(super) fn source(policy: &Policy, record: bool) -> String {
     ));
     line("redis.call('SETRANGE', key, format('%d', slot * 8), struct.pack('<i8', now))");
     line(&format!(
-        "redis.call('SETRANGE', key, '{}', written)",
-        u64::from(cap) * 8
+        "if redis.call('SETRANGE', key, '{}', written) ~= {} then",
+        u64::from(cap) * 8,
+        u64::from(cap) * 8 + trailer as u64
     ));
+    line(&restart("  "));
+    line("end");
     line(&format!(
         "if renew then redis.call('PEXPIRE', key, '{ttl}') end"
     ));

@@ -163,6 +163,10 @@ pub(super) fn log_decision(
         return log_recorded_decision(limits, bytes, bytes.len() - trailer);
     }
     let allowed = bytes.first() == Some(&1);
+    // The recording script answers an acceptance with its trailer alone.
+    if recorded && allowed {
+        return Err(Reply { bytes }.malformed());
+    }
     let words = if allowed {
         1 + 2 * limits.len()
     } else {
@@ -198,14 +202,14 @@ pub(super) fn log_decision(
 }
 
 /// The decision for a request the log script accepted and recorded, from
-/// the trailer the script wrote, at `trailer` in its reply (8 where the
+/// the trailer the script wrote, found `at` in its reply (8 where the
 /// request's stamp comes first): now is the newest stamp, and each limit's
 /// window holds the stamps from its cursor on (this request's among them),
 /// the oldest being the cursor's stamp.
 fn log_recorded_decision(
     limits: &[Limit],
     bytes: &[u8],
-    trailer: usize,
+    at: usize,
 ) -> Result<Decision, StoreError> {
     let malformed = || Reply { bytes }.malformed();
     let word = |at: usize| -> Option<[u8; 8]> { bytes.get(at..at + 8)?.try_into().ok() };
@@ -214,6 +218,7 @@ fn log_recorded_decision(
     };
     // A stamp is never negative; -1 and -2 stand for none and unknown.
     let stamp = |at: usize| u64::try_from(i64::from_le_bytes(word(at)?)).ok();
+    let trailer = at;
     let len = count(trailer + 4).ok_or_else(malformed)?;
     let now = stamp(trailer + 8)
         .filter(|&now| trailer == 0 || stamp(0) == Some(now))
@@ -222,11 +227,14 @@ fn log_recorded_decision(
     for (index, limit) in limits.iter().enumerate() {
         let at = trailer + log_script::LIMITS_AT + log_script::PER_LIMIT * index;
         let cursor = count(at).ok_or_else(malformed)?;
-        let oldest = stamp(at + 4).ok_or_else(malformed)?;
-        // The request just recorded is inside every window.
+        // The oldest stamp inside the window, and no more stamps there than
+        // the limit allows, the request just recorded among them.
+        let oldest = stamp(at + 4)
+            .filter(|&oldest| oldest <= now && now - oldest <= limit.window_micros())
+            .ok_or_else(malformed)?;
         let in_window = len
             .checked_sub(cursor)
-            .filter(|&n| n > 0)
+            .filter(|&n| n > 0 && n <= limit.max())
             .ok_or_else(malformed)?;
         quotas.push(quota(in_window, Some(oldest), now, limit));
     }
@@ -317,11 +325,28 @@ mod tests {
         // A negative time, or a negative stamp under a cursor.
         assert!(decide(written(-1, 5, -1, &[fine, fine])).is_err());
         assert!(decide(written(now, 5, now, &[(4, -1, -1), fine])).is_err());
+        // More stamps inside a window than its limit allows, and an oldest
+        // stamp outside its window or after now.
+        assert!(decide(written(now, 101, now, &[(0, 1_000_000, -1), fine])).is_err());
+        assert!(decide(written(now, 5, now, &[(0, 999_999, -1), fine])).is_err());
+        assert!(decide(written(now, 5, now, &[(0, now + 1, -1), fine])).is_err());
+        // Lengths no reply has.
+        let valid = written(now, 5, now, &[fine, fine]);
+        for len in [0, 1, 55, 57, 63] {
+            assert!(decide(valid[..len].to_vec()).is_err());
+        }
+        assert!(decide([valid.as_slice(), &[0]].concat()).is_err());
         // A stamp that is not the trailer's newest.
         assert!(decide(written(now, 5, now - 1, &[fine, fine])).is_err());
         assert!(decide(written(now, 5, now, &[(5, -1, -1), fine])[8..].to_vec()).is_err());
-        // The same bytes from a script that only judges are no reply of its.
-        let valid = written(now, 5, now, &[fine, fine]);
+        // The same bytes from a script that only judges are no reply of its,
+        // and its acceptance none of the recording script's.
         assert!(log_decision(&policy, &valid, false).is_err());
+        let mut judged = vec![1];
+        for word in [now, 1, now, 1, now] {
+            judged.extend_from_slice(&word.to_le_bytes());
+        }
+        assert!(log_decision(&policy, &judged, false).is_ok());
+        assert!(log_decision(&policy, &judged, true).is_err());
     }
 }

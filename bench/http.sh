@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Loopback HTTP benchmark: the bare axum router against the same router
-# behind the layer and behind tower_governor. The three servers run side by
+# behind the layer and behind tower_governor (and, with REFERENCE=1, the
+# bare router sending the headers as static text). The servers run side by
 # side for the whole benchmark, all pinned to core 0 (only the one under
 # load is busy); wrk, pinned to core 1, loads them in turn, round after
 # round, in short runs. Short interleaved runs keep a burst of other work on
@@ -10,8 +11,9 @@
 #
 # Usage: bash bench/http.sh [ROUNDS] [SECONDS]   (needs wrk: apt-get install wrk)
 # OURS=ours-noheaders loads our layer with the RateLimit headers off instead.
-# REFERENCE=1 also loads the bare router sending the same two RateLimit
-# headers as static text: what sending them costs any server, layer or not.
+# REFERENCE=1 also loads the bare router sending two RateLimit headers as
+# long as ours (bench_server's bare-headers) as static text: what sending
+# them costs any server, layer or not.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 rounds=${1:-25}
@@ -21,7 +23,8 @@ cargo build --release -q --example bench_server --features axum
 server=target/release/examples/bench_server
 ours=${OURS:-ours}
 modes=(bare "$ours" governor)
-[[ -n ${REFERENCE:-} ]] && modes+=(bare-headers)
+reference=${REFERENCE:-0}
+if [[ $reference == 1 ]]; then modes+=(bare-headers); fi
 count=${#modes[@]}
 declare -A port=([bare]=3191 [$ours]=3192 [governor]=3193 [bare-headers]=3194)
 
@@ -61,15 +64,15 @@ for i in $(seq "$rounds"); do
   governor_ratio=$(ratio "${got[governor]}" "${got[bare]}")
   ours_ratios+=("$ours_ratio")
   governor_ratios+=("$governor_ratio")
-  line="round $i: bare ${got[bare]}, ours ${got[$ours]} ($ours_ratio), tower_governor ${got[governor]} ($governor_ratio)"
-  if [[ -n ${REFERENCE:-} ]]; then
+  line="round $i (req/s): bare ${got[bare]}, ours ${got[$ours]} ($ours_ratio), tower_governor ${got[governor]} ($governor_ratio)"
+  if [[ $reference == 1 ]]; then
     reference_ratios+=("$(ratio "${got[bare-headers]}" "${got[bare]}")")
     line+=", bare with static headers ${got[bare-headers]} (${reference_ratios[-1]})"
   fi
-  echo "$line req/s"
+  echo "$line"
 done
 summary="median over $rounds rounds: ours/bare $(median "${ours_ratios[@]}"), tower_governor/bare $(median "${governor_ratios[@]}")"
-if [[ -n ${REFERENCE:-} ]]; then
+if [[ $reference == 1 ]]; then
   summary+=", bare with static headers/bare $(median "${reference_ratios[@]}")"
 fi
 echo "$summary"

@@ -274,55 +274,72 @@ async fn a_log_trailer_that_contradicts_itself_reads_as_a_fresh_key() {
 /// A log string longer than its trailer says: a trailer that holds
 /// together, after bytes no script wrote. A ring read whole checks its
 /// length and reads it as a fresh key. A ring read in ranges finds its
-/// trailer from the end, so the first write, landing after the stamps the
-/// trailer counts, finds the string's length wrong and starts the key
-/// afresh with that request's stamp: else the trailer would never be
+/// trailer from the end, so the first write, landing where the trailer
+/// says, finds the string's length wrong and starts the key afresh with
+/// that request's stamp and time: else the trailer would never be
 /// overwritten, and every request would be judged by it until the key
-/// expired. Either way the key decides as a fresh one in memory does.
+/// expired. That holds for a ring growing, and for a full one whose new
+/// stamp goes in its last slot (written with the trailer) or in another
+/// (written apart); and a newest stamp an hour ahead does not hold the
+/// fresh key's clock. Either way the key decides as a fresh one in memory
+/// does.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_log_string_longer_than_its_trailer_says_starts_afresh() {
     let clock = ManualClock::new();
-    clock.set(Duration::from_micros(6));
+    clock.set(Duration::from_secs(10));
     let redis = store_at(&clock).await;
     let memory = MemoryStore::with_clock(clock.clone());
     let mut connection = connection().await;
-    // 100 stray bytes, then a trailer of one limit: head 0, one stamp (at
-    // 1 µs, the newest), the cursor on it, no next.
-    let mut value = vec![0xab_u8; 100];
-    for word in [
-        &0u32.to_le_bytes()[..],
-        &1u32.to_le_bytes(),
-        &1i64.to_le_bytes(),
-    ] {
-        value.extend_from_slice(word);
-    }
-    for word in [
-        &0u32.to_le_bytes()[..],
-        &1i64.to_le_bytes(),
-        &(-1i64).to_le_bytes(),
-    ] {
-        value.extend_from_slice(word);
-    }
-    // 4 a second is read whole, 200 a second in ranges.
-    for max in [4u32, 200] {
+    let hour_ahead = 3_610 * SECOND as i64;
+    // Stray bytes (100 more than the ring the trailer describes), then a
+    // trailer of one limit: head, length, newest stamp, then the cursor,
+    // its stamp (9.5 s, inside the window) and an unknown next one.
+    let value = |slots: usize, head: u32, len: u32, newest: i64, cursor: u32| -> Vec<u8> {
+        let mut bytes = vec![0xab_u8; 8 * slots + 100];
+        bytes.extend_from_slice(&head.to_le_bytes());
+        bytes.extend_from_slice(&len.to_le_bytes());
+        bytes.extend_from_slice(&newest.to_le_bytes());
+        bytes.extend_from_slice(&cursor.to_le_bytes());
+        bytes.extend_from_slice(&9_500_000i64.to_le_bytes());
+        let next: i64 = if cursor + 1 < len { -2 } else { -1 };
+        bytes.extend_from_slice(&next.to_le_bytes());
+        bytes
+    };
+    let cases = [
+        // 4 a second, read whole.
+        ("whole", 4, value(1, 0, 1, 9_500_000, 0)),
+        // 200 a second, read in ranges: growing from one stamp.
+        ("growing", 200, value(1, 0, 1, 9_500_000, 0)),
+        // Full, 150 stamps outside the window: the new stamp goes in the
+        // last slot, then in another.
+        ("full, last slot", 200, value(200, 199, 200, 9_500_000, 150)),
+        (
+            "full, another slot",
+            200,
+            value(200, 5, 200, 9_500_000, 150),
+        ),
+        // The same with a newest stamp an hour ahead.
+        ("full, ahead", 200, value(200, 5, 200, hour_ahead, 150)),
+    ];
+    for (i, (what, max, value)) in cases.iter().enumerate() {
         let policy = Policy::new(
             Algorithm::SlidingLog,
-            [Limit::new(max, Duration::from_secs(1)).unwrap()],
+            [Limit::new(*max, Duration::from_secs(1)).unwrap()],
         )
         .unwrap();
-        let key = format!("too-long-{max}");
+        let key = format!("too-long-{i}");
         let name = redis.key_name(&key, &policy);
         let () = connection.set(&name, value.as_slice()).await.unwrap();
         for _ in 0..6 {
             clock.advance(Duration::from_millis(1));
             let from_memory = memory.decide(key.clone(), &policy).await.unwrap();
             let from_redis = redis.decide(key.clone(), &policy).await.unwrap();
-            assert_eq!(from_redis, from_memory, "limit {max}");
+            assert_eq!(from_redis, from_memory, "{what}");
         }
         // The stamps accepted, one slot each, then the trailer.
         let length: u64 = connection.strlen(&name).await.unwrap();
-        assert_eq!(length, 8 * u64::from(max.min(6)) + 36, "limit {max}");
+        assert_eq!(length, 8 * u64::from((*max).min(6)) + 36, "{what}");
         let ttl: i64 = connection.ttl(&name).await.unwrap();
-        assert!(ttl > 0, "limit {max}: TTL {ttl}");
+        assert!(ttl > 0, "{what}: TTL {ttl}");
     }
 }

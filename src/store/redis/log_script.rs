@@ -31,12 +31,16 @@
 //! cursor past the stamps, a next stamp where there is none or none where
 //! there is one, or, for a ring read whole, a length that does not match)
 //! reads as a fresh key. So does a ring read whole whose string is not as
-//! long as its trailer says; a ring read in ranges is not read whole, and
-//! a string longer than its trailer says is found at its first write
+//! long as its trailer says. A ring read in ranges is not read whole: a
+//! string longer than its trailer says is found at its first write
 //! (`SETRANGE` answers with the length), which starts the key afresh with
-//! that request's stamp. Nothing in the layout names its version: a state
-//! written in an earlier layout may pass these checks and be misread
-//! until it expires.
+//! that request's stamp and time (not the trailer's newest stamp, which
+//! could lie in the future); until then, and for as long as it only
+//! refuses (refusals write nothing), it is judged by that trailer. A
+//! shorter one has its end padded with zeros by the next write, or makes
+//! the script fail where it reads a stamp past the end, until it expires.
+//! Nothing in the layout names its version: a state written in an earlier
+//! layout may pass these checks and be misread until it expires.
 //!
 //! What the script does, for each call:
 //!
@@ -85,7 +89,8 @@
 //!   bytes), then per limit the stamp that blocks it (or -1), 8 signed
 //!   bytes each. Accepted and recorded: the trailer as packed for writing,
 //!   after the new stamp where the two were packed and written together
-//!   (every write but a full ring's away from its last slot). The trailer
+//!   (every write but a full ring's away from its last slot, unless that
+//!   write starts the key afresh). The trailer
 //!   holds all the client needs (now is the newest stamp; a limit's count,
 //!   this request included, is the stamps from its cursor on, the oldest
 //!   of them the cursor's stamp), so no reply is packed of its own.
@@ -208,6 +213,9 @@ pub(super) fn source(policy: &Policy, record: bool) -> String {
         }
         format!("{indent}{}", lines.join(&format!("\n{indent}")))
     };
+    // The time asked for, kept for a key that turns out to be no state of
+    // ours, whose newest stamp must not hold its clock.
+    line("local asked = now");
     line("if len > 0 and newest > now then now = newest end");
 
     // The stamp at `index` into `var` and, where the next one lies in the
@@ -357,13 +365,13 @@ pub(super) fn source(policy: &Policy, record: bool) -> String {
     line(&format!("  {} = {}", each("u#"), each("u# - 1")));
     line("end");
     // A key whose string turns out to be no state of ours starts afresh,
-    // holding this request's stamp alone.
+    // holding this request's stamp alone, at the time asked for.
     let restart = |indent: &str| -> String {
         [
             format!(
-                "written = struct.pack('<i8{}', now, 0, 1, now, {})",
+                "written = struct.pack('<i8{}', asked, 0, 1, asked, {})",
                 &trailer_format[1..],
-                vec!["0, now, -1"; n].join(", ")
+                vec!["0, asked, -1"; n].join(", ")
             ),
             format!("redis.call('SET', key, written, 'PX', '{ttl}')"),
             "return written".to_owned(),

@@ -163,7 +163,8 @@ pub(super) fn log_decision(
         return log_recorded_decision(limits, bytes, bytes.len() - trailer);
     }
     let allowed = bytes.first() == Some(&1);
-    // The recording script answers an acceptance with its trailer alone.
+    // The recording script answers an acceptance with its trailer (after
+    // the request's stamp or not), which was read above.
     if recorded && allowed {
         return Err(Reply { bytes }.malformed());
     }
@@ -330,12 +331,26 @@ mod tests {
         assert!(decide(written(now, 101, now, &[(0, 1_000_000, -1), fine])).is_err());
         assert!(decide(written(now, 5, now, &[(0, 999_999, -1), fine])).is_err());
         assert!(decide(written(now, 5, now, &[(0, now + 1, -1), fine])).is_err());
-        // Lengths no reply has.
+        // Lengths no reply has, whatever the first byte says: a refusal's
+        // (25 bytes for two limits, the first limit blocked) is fine, one
+        // byte more or less is not, nor is a trailer's length one byte off.
         let valid = written(now, 5, now, &[fine, fine]);
-        for len in [0, 1, 55, 57, 63] {
-            assert!(decide(valid[..len].to_vec()).is_err());
+        let mut refusal = vec![0];
+        for word in [now, now - 500_000, -1] {
+            refusal.extend_from_slice(&word.to_le_bytes());
+        }
+        assert!(decide(refusal.clone()).is_ok());
+        assert!(decide(refusal[..24].to_vec()).is_err());
+        assert!(decide([refusal.as_slice(), &[0]].concat()).is_err());
+        for len in [55, 57, 63] {
+            for flag in [0, 1] {
+                let mut bytes = valid[..len].to_vec();
+                bytes[0] = flag;
+                assert!(decide(bytes).is_err(), "{len} bytes, flag {flag}");
+            }
         }
         assert!(decide([valid.as_slice(), &[0]].concat()).is_err());
+        assert!(decide(Vec::new()).is_err());
         // A stamp that is not the trailer's newest.
         assert!(decide(written(now, 5, now - 1, &[fine, fine])).is_err());
         assert!(decide(written(now, 5, now, &[(5, -1, -1), fine])[8..].to_vec()).is_err());

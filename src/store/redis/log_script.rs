@@ -364,6 +364,8 @@ pub(super) fn source(policy: &Policy, record: bool) -> String {
     // The oldest stamp goes, so every cursor counts one fewer before it.
     line(&format!("  {} = {}", each("u#"), each("u# - 1")));
     line("end");
+    // The state as recorded: this request's stamp is the newest.
+    let recorded_state = state.replace("newest", "now");
     // A key whose string turns out to be no state of ours starts afresh,
     // holding this request's stamp alone, at the time asked for.
     let restart = |indent: &str| -> String {
@@ -386,7 +388,7 @@ pub(super) fn source(policy: &Policy, record: bool) -> String {
     line(&format!(
         "  local written = struct.pack('<i8{}', now, {})",
         &trailer_format[1..],
-        state.replace("newest", "now")
+        recorded_state
     ));
     // Whole rewrites, as the module's docs give them: every growing write
     // of a ring read whole; of one read in ranges, a fresh key's first
@@ -434,7 +436,7 @@ pub(super) fn source(policy: &Policy, record: bool) -> String {
     // trailer alone as the reply.
     line(&format!(
         "local written = struct.pack('{trailer_format}', {})",
-        state.replace("newest", "now")
+        recorded_state
     ));
     line("redis.call('SETRANGE', key, format('%d', slot * 8), struct.pack('<i8', now))");
     line(&format!(

@@ -61,8 +61,9 @@ pub(super) fn ttl_millis(policy: &Policy) -> u64 {
     span.div_ceil(1_000).saturating_add(1)
 }
 
-/// A script's reply: the verdict byte, then little-endian words, the first
-/// of 8 bytes being the time judged at.
+/// A script's reply led by a verdict byte (every reply but the log's to a
+/// recorded request): then little-endian words, the first of 8 bytes being
+/// the time judged at.
 struct Reply<'a> {
     bytes: &'a [u8],
 }
@@ -203,14 +204,14 @@ pub(super) fn log_decision(
 }
 
 /// The decision for a request the log script accepted and recorded, from
-/// the trailer the script wrote, found `at` in its reply (8 where the
+/// the trailer the script wrote, found at `trailer` in its reply (8 where the
 /// request's stamp comes first): now is the newest stamp, and each limit's
 /// window holds the stamps from its cursor on (this request's among them),
 /// the oldest being the cursor's stamp.
 fn log_recorded_decision(
     limits: &[Limit],
     bytes: &[u8],
-    at: usize,
+    trailer: usize,
 ) -> Result<Decision, StoreError> {
     let malformed = || Reply { bytes }.malformed();
     let word = |at: usize| -> Option<[u8; 8]> { bytes.get(at..at + 8)?.try_into().ok() };
@@ -219,7 +220,6 @@ fn log_recorded_decision(
     };
     // A stamp is never negative; -1 and -2 stand for none and unknown.
     let stamp = |at: usize| u64::try_from(i64::from_le_bytes(word(at)?)).ok();
-    let trailer = at;
     let len = count(trailer + 4).ok_or_else(malformed)?;
     let now = stamp(trailer + 8)
         .filter(|&now| trailer == 0 || stamp(0) == Some(now))

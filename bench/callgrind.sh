@@ -72,6 +72,7 @@ off=$(per_call ours-off)
 inner_on=$(per_call ours-inner-on)
 inner_off=$(per_call ours-inner-off)
 inner_bare=$(per_call ours-inner-bare)
+governor_headers=$(per_call governor-layer-headers)
 echo "instructions per request through an axum router (peer IP key, two limits)"
 printf '  %-30s %6d\n' "bare router" "$bare"
 for pair in "tower_governor=$governor" "ours, headers on=$on" "ours, headers off=$off" \
@@ -80,4 +81,13 @@ for pair in "tower_governor=$governor" "ours, headers on=$on" "ours, headers off
   value=${pair#*=}
   printf '  %-30s %6d  added %5d  %.2fx tower_governor'"'"'s added\n' "${pair%%=*}" "$value" $((value - bare)) \
     "$(awk -v a=$((value - bare)) -v b=$((governor - bare)) 'BEGIN {print a / b}')"
+done
+# For context, not the target's peer: tower_governor writing its own two
+# headers (x-ratelimit-limit, x-ratelimit-remaining) on every response.
+printf '  %-30s %6d  added %5d\n' "tower_governor, its headers" "$governor_headers" \
+  $((governor_headers - bare))
+for pair in "ours, headers on=$on" "ours, inner body, headers on=$inner_on"; do
+  value=${pair#*=}
+  printf '  %-30s %.2fx tower_governor-with-headers'"'"'s added\n' "${pair%%=*}" \
+    "$(awk -v a=$((value - bare)) -v b=$((governor_headers - bare)) 'BEGIN {print a / b}')"
 done

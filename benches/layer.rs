@@ -1,7 +1,9 @@
 //! The cost the layer adds to an axum Router in process (`ready`, `call`
 //! and collecting the body), against a bare router and tower_governor, keyed
 //! by peer IP; and heap allocations per request, counted by a wrapping
-//! global allocator.
+//! global allocator. Every router is driven as `axum::serve` drives it,
+//! its layers applied once. tower_governor also runs with its own headers,
+//! a second peer for the rows with ours.
 //!
 //! `cargo bench --bench layer --features axum`; ratios at the end.
 
@@ -43,7 +45,18 @@ async fn one_request(router: &Router) -> usize {
     body.len()
 }
 
+/// The routers, each as `axum::serve` runs it: `with_state` turns every
+/// handler into a route with its layers applied once, as axum does for
+/// each connection. Called without it, a router applies its layers again
+/// for every request, which no served router does.
 fn routers() -> Vec<(&'static str, Router)> {
+    unserved_routers()
+        .into_iter()
+        .map(|(name, router)| (name, router.with_state(())))
+        .collect()
+}
+
+fn unserved_routers() -> Vec<(&'static str, Router)> {
     let bare = || Router::new().route("/", get(|| async { "hello" }));
     let huge = u32::MAX;
     // Quotas of different sizes, as real per-second and per-minute limits have.
@@ -52,6 +65,12 @@ fn routers() -> Vec<(&'static str, Router)> {
     let governor = GovernorConfigBuilder::default()
         .per_nanosecond(1)
         .burst_size(huge)
+        .finish()
+        .unwrap();
+    let governor_headers = GovernorConfigBuilder::default()
+        .per_nanosecond(1)
+        .burst_size(huge)
+        .use_headers()
         .finish()
         .unwrap();
     vec![
@@ -77,6 +96,13 @@ fn routers() -> Vec<(&'static str, Router)> {
                     .decision_extension(false),
             ),
         ),
+        // A peer that also writes two headers on every response (its own
+        // `x-ratelimit-limit` and `x-ratelimit-remaining`), for context: the
+        // target compares ours with the plain tower_governor below.
+        (
+            "tower_governor, headers",
+            bare().layer(GovernorLayer::new(Arc::new(governor_headers))),
+        ),
         (
             "tower_governor",
             bare().layer(GovernorLayer::new(Arc::new(governor))),
@@ -84,15 +110,18 @@ fn routers() -> Vec<(&'static str, Router)> {
     ]
 }
 
-const IDS: [&str; 7] = [
+/// The bare router first, the plain tower_governor (every ratio's peer) last.
+const IDS: [&str; 8] = [
     "bare router",
     "ours, headers on",
     "ours, headers off",
     "ours, inner body, headers on",
     "ours, inner body, headers off",
     "ours, inner body, bare",
+    "tower_governor, headers",
     "tower_governor",
 ];
+const GOVERNOR_HEADERS: usize = IDS.len() - 2;
 
 fn main() {
     let mut c = Criterion::default()
@@ -145,19 +174,24 @@ fn main() {
         Duration::from_millis(20),
         0,
     );
-    println!("\nadded over the bare router, paired (median over rounds; ratio = median over rounds of added ns / tower_governor's added ns)");
+    println!("\nadded over the bare router, paired (median over rounds; ratio = median over rounds of added ns / the peer's added ns; peers: tower_governor, and tower_governor with its headers)");
     let governor = IDS.len() - 1;
+    let ratio_to = |i: usize, peer: usize| -> f64 {
+        report::median(
+            (0..rounds[0].len())
+                .map(|r| (rounds[i][r] - rounds[0][r]) / (rounds[peer][r] - rounds[0][r]))
+                .collect(),
+        )
+    };
     for (i, id) in IDS.iter().enumerate().skip(1) {
         let added: Vec<f64> = (0..rounds[0].len())
             .map(|r| rounds[i][r] - rounds[0][r])
             .collect();
-        let ratios: Vec<f64> = (0..rounds[0].len())
-            .map(|r| (rounds[i][r] - rounds[0][r]) / (rounds[governor][r] - rounds[0][r]))
-            .collect();
         println!(
-            "  {id:<34} {:>9.1} {:>7.2}",
+            "  {id:<34} {:>9.1} {:>7.2} {:>7.2}",
             report::median(added),
-            report::median(ratios)
+            ratio_to(i, governor),
+            ratio_to(i, GOVERNOR_HEADERS)
         );
     }
 

@@ -10,7 +10,7 @@
 //! further each call, whose window spans G rounds of the keys: every key
 //! holds G + 1 stamps inside it at each call, as the store bench's "10 in
 //! window" (G = 9), "4 in window" (3) and "full ring" (99) rows) or `bare`,
-//! `governor-layer`, `ours-on`, `ours-off`, `ours-inner-on`,
+//! `governor-layer`, `governor-layer-headers`, `ours-on`, `ours-off`, `ours-inner-on`,
 //! `ours-inner-off` (router; see `SlidingWindowLayer::inner_body`).
 
 use std::future::Future;
@@ -74,12 +74,15 @@ fn store_policy(what: &str, keys: u64) -> Option<Policy> {
     }
 }
 
+/// The router for `what`, as `axum::serve` runs it: `with_state` applies
+/// its layers once, where an unserved router applies them again for every
+/// request.
 fn router(what: &str) -> Option<Router> {
     let bare = Router::new().route("/", get(|| async { "hello" }));
     let huge = u32::MAX;
     let ours = SlidingWindowLayer::new(Limit::per_second(huge), PeerIp::new())
         .limit(Limit::per_minute(huge / 2));
-    Some(match what {
+    let router = match what {
         "bare" => bare,
         "ours-on" => bare.layer(ours),
         "ours-off" => bare.layer(ours.rate_limit_headers(false)),
@@ -97,8 +100,20 @@ fn router(what: &str) -> Option<Router> {
                 .finish()?;
             bare.layer(GovernorLayer::new(Arc::new(config)))
         }
+        // tower_governor with its own headers on success (`x-ratelimit-limit`
+        // and `x-ratelimit-remaining`): a peer that, like ours, writes two
+        // headers on every response.
+        "governor-layer-headers" => {
+            let config = GovernorConfigBuilder::default()
+                .per_nanosecond(1)
+                .burst_size(huge)
+                .use_headers()
+                .finish()?;
+            bare.layer(GovernorLayer::new(Arc::new(config)))
+        }
         _ => return None,
-    })
+    };
+    Some(router.with_state(()))
 }
 
 fn main() {

@@ -61,6 +61,9 @@ fn per_request(router: &Router) -> (f64, bool) {
 
 #[test]
 fn the_layer_allocates_no_more_than_tower_governor_headers_included() {
+    // Each router as `axum::serve` runs it: `with_state` applies its layers
+    // once, where an unserved router applies them again for every request.
+    let served = |router: Router| router.with_state(());
     let bare = || Router::new().route("/", get(|| async { "hello" }));
     let huge = u32::MAX;
     let ours = SlidingWindowLayer::new(Limit::per_second(huge), PeerIp::new())
@@ -72,17 +75,21 @@ fn the_layer_allocates_no_more_than_tower_governor_headers_included() {
         .finish()
         .unwrap();
 
-    let (bare_router, _) = per_request(&bare());
-    let (governor, _) = per_request(&bare().layer(GovernorLayer::new(Arc::new(governor))));
-    let (headers_on, headed) = per_request(&bare().layer(ours.clone().decision_extension(false)));
-    let (headers_off, unheaded) = per_request(
-        &bare().layer(
+    let (bare_router, _) = per_request(&served(bare()));
+    let (governor, _) = per_request(&served(
+        bare().layer(GovernorLayer::new(Arc::new(governor))),
+    ));
+    let (headers_on, headed) = per_request(&served(
+        bare().layer(ours.clone().decision_extension(false)),
+    ));
+    let (headers_off, unheaded) = per_request(&served(
+        bare().layer(
             ours.clone()
                 .decision_extension(false)
                 .rate_limit_headers(false),
         ),
-    );
-    let (with_extension, _) = per_request(&bare().layer(ours));
+    ));
+    let (with_extension, _) = per_request(&served(bare().layer(ours)));
     println!(
         "allocations per request: bare {bare_router}, tower_governor {governor}, \
          ours headers on {headers_on}, headers off {headers_off}, \

@@ -25,14 +25,34 @@ use crate::store::Store;
 /// request arrives, so the service never parks a caller waiting for quota
 /// and axum can treat it as always ready. Clones share the layer's store and
 /// policy.
-#[derive(Clone, Debug)]
+#[derive(Debug)]
 pub struct SlidingWindow<S, E, St, P = SinglePolicy, M = WrapBody> {
     inner: S,
+    shared: Arc<Shared<E, St, P>>,
+    body: PhantomData<fn() -> M>,
+}
+
+/// What the clones of one service share. axum clones the service for every
+/// request (its routes are boxed, cloneable services), so everything but
+/// the inner service sits behind one reference count: one atomic increment
+/// and one decrement a request, where a store and a configuration counted
+/// apart took two of each.
+#[derive(Debug)]
+struct Shared<E, St, P> {
     extractor: E,
     store: St,
     plan: P,
     config: Arc<LayerConfig>,
-    body: PhantomData<fn() -> M>,
+}
+
+impl<S: Clone, E, St, P, M> Clone for SlidingWindow<S, E, St, P, M> {
+    fn clone(&self) -> Self {
+        Self {
+            inner: self.inner.clone(),
+            shared: Arc::clone(&self.shared),
+            body: PhantomData,
+        }
+    }
 }
 
 impl<S, E, St, P, M> SlidingWindow<S, E, St, P, M> {
@@ -45,10 +65,12 @@ impl<S, E, St, P, M> SlidingWindow<S, E, St, P, M> {
     ) -> Self {
         Self {
             inner,
-            extractor,
-            store,
-            plan,
-            config,
+            shared: Arc::new(Shared {
+                extractor,
+                store,
+                plan,
+                config,
+            }),
             body: PhantomData,
         }
     }
@@ -87,19 +109,20 @@ where
     }
 
     fn call(&mut self, request: Request<B>) -> Self::Future {
-        let config = &self.config;
-        let Some(key) = self.extractor.extract(&request) else {
+        let shared = &*self.shared;
+        let config = &shared.config;
+        let Some(key) = shared.extractor.extract(&request) else {
             return match config.missing_key {
                 MissingKey::Allow => ResponseFuture::pass(self.inner.call(request)),
                 MissingKey::Reject => ResponseFuture::answer(missing_key(is_grpc(&request))),
             };
         };
-        let chosen_policy = self.plan.policy(&request, &key, &config.policy);
+        let chosen_policy = shared.plan.policy(&request, &key, &config.policy);
         let (mut check, recorder) = if config.count_only.is_some() {
             // Judge now without recording; record after a matching response.
             let policy = chosen_policy.clone().into_owned();
-            let store = self.store.clone();
-            let check = self.store.peek(key.clone(), &policy);
+            let store = shared.store.clone();
+            let check = shared.store.peek(key.clone(), &policy);
             let recorder: Recorder = Box::new(move || {
                 Box::pin(async move {
                     // A record the limit refuses (it filled meanwhile) is dropped.
@@ -108,7 +131,7 @@ where
             });
             (check, Some(recorder))
         } else {
-            (self.store.decide(key, &chosen_policy), None)
+            (shared.store.decide(key, &chosen_policy), None)
         };
         let chosen = match chosen_policy {
             Cow::Borrowed(_) => Chosen::Layer,

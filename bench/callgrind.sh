@@ -88,6 +88,6 @@ printf '  %-30s %6d  added %5d\n' "tower_governor, its headers" "$governor_heade
   $((governor_headers - bare))
 for pair in "ours, headers on=$on" "ours, inner body, headers on=$inner_on"; do
   value=${pair#*=}
-  printf '  %-30s %.2fx tower_governor-with-headers'"'"'s added\n' "${pair%%=*}" \
+  printf '  %-30s %.2fx what tower_governor with its headers adds\n' "${pair%%=*}" \
     "$(awk -v a=$((value - bare)) -v b=$((governor_headers - bare)) 'BEGIN {print a / b}')"
 done

@@ -10,8 +10,9 @@
 //! further each call, whose window spans G rounds of the keys: every key
 //! holds G + 1 stamps inside it at each call, as the store bench's "10 in
 //! window" (G = 9), "4 in window" (3) and "full ring" (99) rows) or `bare`,
-//! `governor-layer`, `governor-layer-headers`, `ours-on`, `ours-off`, `ours-inner-on`,
-//! `ours-inner-off` (router; see `SlidingWindowLayer::inner_body`).
+//! `governor-layer`, `governor-layer-headers`, `ours-on`, `ours-off`,
+//! `ours-inner-on`, `ours-inner-off`, `ours-inner-bare` (router; see
+//! `SlidingWindowLayer::inner_body`).
 
 use std::future::Future;
 use std::hint::black_box;

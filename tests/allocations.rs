@@ -89,11 +89,29 @@ fn the_layer_allocates_no_more_than_tower_governor_headers_included() {
                 .rate_limit_headers(false),
         ),
     ));
-    let (with_extension, _) = per_request(&served(bare().layer(ours)));
+    let (with_extension, _) = per_request(&served(bare().layer(ours.clone())));
+    // Unserved, a router applies its layers on every request; ours then
+    // also allocates the `Arc` its service's clones share, one more than
+    // tower_governor.
+    let (unserved_governor, _) = per_request(
+        &bare().layer(GovernorLayer::new(Arc::new(
+            GovernorConfigBuilder::default()
+                .per_nanosecond(1)
+                .burst_size(huge)
+                .finish()
+                .unwrap(),
+        ))),
+    );
+    let (unserved_ours, _) = per_request(&bare().layer(ours.decision_extension(false)));
     println!(
         "allocations per request: bare {bare_router}, tower_governor {governor}, \
          ours headers on {headers_on}, headers off {headers_off}, \
-         with the decision extension {with_extension}"
+         with the decision extension {with_extension}; unserved: tower_governor \
+         {unserved_governor}, ours headers on {unserved_ours}"
+    );
+    assert!(
+        unserved_ours <= unserved_governor + 1.1,
+        "unserved, ours {unserved_ours} > tower_governor {unserved_governor} + 1"
     );
 
     assert!(headed && !unheaded, "the headers must be on, then off");

@@ -34,9 +34,10 @@ pub struct SlidingWindow<S, E, St, P = SinglePolicy, M = WrapBody> {
 
 /// What the clones of one service share. axum clones the service for every
 /// request (its routes are boxed, cloneable services), so everything but
-/// the inner service sits behind one reference count: one atomic increment
-/// and one decrement a request, where a store and a configuration counted
-/// apart took two of each.
+/// the inner service sits behind one reference count: a clone costs one
+/// increment (and a decrement when dropped), where a `MemoryStore` and the
+/// configuration counted apart took two. The price: the service is `Send`
+/// only if its extractor and plan are also `Sync`, as an `Arc` asks.
 #[derive(Debug)]
 struct Shared<E, St, P> {
     extractor: E,
@@ -144,9 +145,10 @@ where
             // The inner service is called here, on this function's own
             // request, rather than in a helper: the request and the inner
             // future then take fewer copies (70–110 instructions a request
-            // fewer in `bench/callgrind.sh`, by workload). The request is
-            // admitted where it arrived: rebound to a `mut` local first, it
-            // was copied there (31–34 instructions a request).
+            // fewer in `bench/callgrind.sh`, by workload). `request` is a
+            // `mut` parameter, not rebound with `let mut` here: the
+            // rebinding made LLVM copy the whole request on every accepted
+            // request (31–34 instructions).
             if let Ok(decision) = outcome {
                 if decision.is_allowed() {
                     admit(&mut request, &decision, config, &chosen);

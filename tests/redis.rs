@@ -165,18 +165,22 @@ async fn steady_traffic_reads_the_logs_ring_rarely() {
     let server = tokio::task::spawn_blocking(Server::start).await.unwrap();
     let clock = ManualClock::new();
     let store = store_at(&server.url(), &clock).await;
-    // 300 stamps are read in ranges, 20 whole. A request every 7 ms: a 10
-    // or 12 ms window holds one or two stamps, a 100 ms window about
+    // 300 stamps are read in ranges, 20 whole. A request every 7 s: a 10
+    // or 12 s window holds one or two stamps, a 100 s window about
     // fifteen, and every decision moves each cursor by one; the ring wraps.
+    // Seconds, not milliseconds: keys expire on the server's own clock,
+    // which runs on while the test's stands still between calls, and a
+    // TTL of two 12 ms windows could lapse between two calls on a busy
+    // machine, starting the key afresh.
     for (limits, gets, reads_range) in [
-        ([(200, 10), (300, 12)], 0, 350..=350),
-        ([(200, 10), (300, 100)], 0, 350..=350 + 350 / 2 + 5),
-        ([(10, 10), (20, 100)], 350, 0..=0),
+        ([(200, 10_000), (300, 12_000)], 0, 350..=350),
+        ([(200, 10_000), (300, 100_000)], 0, 350..=350 + 350 / 2 + 5),
+        ([(10, 10_000), (20, 100_000)], 350, 0..=0),
     ] {
         let policy = policy(Algorithm::SlidingLog, &limits);
         let mut step = 0u64;
         let mut decide_next = async || {
-            clock.set(Duration::from_millis(7 * step));
+            clock.set(Duration::from_secs(7 * step));
             step += 1;
             assert!(store.decide("steady", &policy).await.unwrap().is_allowed());
         };
@@ -305,8 +309,13 @@ async fn log_keys_are_rewritten_whole_only_to_stay_small() {
 /// must agree on every decision and peek.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn log_cursors_on_window_edges_decide_alike_in_redis_and_memory() {
-    let ranged: &[(u32, u64)] = &[(5, 10), (300, 10)];
-    let whole: &[(u32, u64)] = &[(5, 10), (30, 10)];
+    // Windows of seconds: keys expire on the server's own clock, which runs
+    // on while the test's stands still, and a TTL of two 10 ms windows
+    // could lapse between two calls on a busy machine, so that Redis
+    // forgot stamps the memory store still counts.
+    const W: u64 = 10_000_000;
+    let ranged: &[(u32, u64)] = &[(5, 10_000), (300, 10_000)];
+    let whole: &[(u32, u64)] = &[(5, 10_000), (30, 10_000)];
     // The largest limit past the size read whole.
     let mut eight = EIGHT;
     eight[7].0 = 140;
@@ -316,17 +325,17 @@ async fn log_cursors_on_window_edges_decide_alike_in_redis_and_memory() {
     type Run<'a> = (&'a [(u32, u64)], Vec<u64>);
     let mut runs: Vec<Run> = Vec::new();
     for limits in [ranged, whole] {
-        runs.push((limits, vec![0, 1, 10_002]));
-        runs.push((limits, vec![0, 1, 10_001]));
-        runs.push((limits, vec![0, 1, 2, 3, 10_001, 10_002]));
+        runs.push((limits, vec![0, 1, W + 2]));
+        runs.push((limits, vec![0, 1, W + 1]));
+        runs.push((limits, vec![0, 1, 2, 3, W + 1, W + 2]));
         runs.push((
             limits,
-            vec![0, 1, 2, 3, 10_000, 10_001, 10_002, 10_003, 20_003, 20_004],
+            vec![0, 1, 2, 3, W, W + 1, W + 2, W + 3, 2 * W + 3, 2 * W + 4],
         ));
-        runs.push((limits, steady(5_000, 400)));
+        runs.push((limits, steady(W / 2, 400)));
     }
-    runs.push((&[(33, 10)], steady(3_000, 300)));
-    runs.push((&[(200, 10), (300, 100)], steady(5_000, 400)));
+    runs.push((&[(33, 10_000)], steady(W * 3 / 10, 300)));
+    runs.push((&[(200, 10_000), (300, 100_000)], steady(W / 2, 400)));
     runs.push((eight, steady(250_000, 1_000)));
     let mut decisions = 0;
     for (limits, times) in runs {

@@ -119,7 +119,7 @@ where
     /// [`called`](Self::called)), so refusals and store errors come here.
     // Forced inline with `next_state`: without that the code runs fewer
     // instructions, yet the layer bench measured the headers-on path
-    // slower in alternated runs (see BENCHMARKS.md, 2026-12-01 20:36).
+    // slower in alternated runs (see docs/benchmark-history.md, 2026-12-01 20:36).
     #[inline(always)]
     pub(crate) fn decided(
         outcome: Result<Decision, StoreError>,

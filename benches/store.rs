@@ -16,6 +16,7 @@ use std::time::{Duration, Instant};
 
 use criterion::{Criterion, Throughput};
 use governor::{Quota, RateLimiter};
+use tower_sliding_window::store::MemoryBinding;
 use tower_sliding_window::{Algorithm, Clock, Limit, MemoryStore, Policy, SystemClock};
 
 const KEYS: u64 = 100_000;
@@ -25,14 +26,29 @@ trait Limiter: Send + Sync {
     fn check(&self, key: u64) -> bool;
 }
 
+/// A memory store with a policy bound for both key types, as a layer binds
+/// its policy once.
 struct Ours<C: Clock> {
     store: MemoryStore<C>,
-    policy: Policy,
+    by_number: MemoryBinding<u64>,
+    by_ip: MemoryBinding<IpAddr>,
+}
+
+impl<C: Clock> Ours<C> {
+    fn new(store: MemoryStore<C>, policy: Policy) -> Self {
+        Self {
+            by_number: store.bind(&policy),
+            by_ip: store.bind(&policy),
+            store,
+        }
+    }
 }
 
 impl<C: Clock> Limiter for Ours<C> {
     fn check(&self, key: u64) -> bool {
-        self.store.decide_now(key, &self.policy).is_allowed()
+        self.store
+            .decide_bound_now(key, &self.by_number)
+            .is_allowed()
     }
 }
 
@@ -44,15 +60,16 @@ struct OursByIp<C: Clock>(Ours<C>);
 impl<C: Clock> Limiter for OursByIp<C> {
     fn check(&self, key: u64) -> bool {
         let ip = IpAddr::V4(Ipv4Addr::from(key as u32));
-        self.0.store.decide_now(ip, &self.0.policy).is_allowed()
+        self.0
+            .store
+            .decide_bound_now(ip, &self.0.by_ip)
+            .is_allowed()
     }
 }
 
 fn ours(algorithm: Algorithm, max: u32, window: Duration) -> Ours<SystemClock> {
-    Ours {
-        store: MemoryStore::new(),
-        policy: Policy::new(algorithm, [Limit::new(max, window).unwrap()]).unwrap(),
-    }
+    let policy = Policy::new(algorithm, [Limit::new(max, window).unwrap()]).unwrap();
+    Ours::new(MemoryStore::new(), policy)
 }
 
 /// A clock one microsecond further on at every read, after reading the
@@ -91,10 +108,8 @@ impl SteppingClock {
 fn stepping_log(keys: u64, gaps: u64) -> (Ours<SteppingClock>, SteppingClock) {
     let limit = Limit::new(100, Duration::from_micros(gaps * keys)).unwrap();
     let clock = SteppingClock::default();
-    let log = Ours {
-        store: MemoryStore::with_clock(clock.clone()),
-        policy: Policy::new(Algorithm::SlidingLog, [limit]).unwrap(),
-    };
+    let policy = Policy::new(Algorithm::SlidingLog, [limit]).unwrap();
+    let log = Ours::new(MemoryStore::with_clock(clock.clone()), policy);
     (log, clock)
 }
 

@@ -137,9 +137,10 @@ fn main() {
                 .expect("a window of one microsecond or more")],
         )
         .unwrap();
+        let binding = store.bind(&policy);
         let call = |key| {
             clock.advance(Duration::from_micros(1));
-            store.decide_now(key, &policy).is_allowed()
+            store.decide_bound_now(key, &binding).is_allowed()
         };
         // Every key's log filled first, as the store bench fills them: in
         // a scattered order (each key once a round), so that the rings'
@@ -158,7 +159,10 @@ fn main() {
         prime_and_measure(n, keys, call);
     } else if let Some(policy) = store_policy(&what, keys) {
         let store = MemoryStore::new();
-        prime_and_measure(n, keys, |key| store.decide_now(key, &policy).is_allowed());
+        let binding = store.bind(&policy);
+        prime_and_measure(n, keys, |key| {
+            store.decide_bound_now(key, &binding).is_allowed()
+        });
     } else if let Some(router) = router(&what) {
         let peer: SocketAddr = "203.0.113.7:40000".parse().expect("address");
         prime_and_measure(n, 1, |_| {

@@ -23,6 +23,8 @@ pub enum ConfigError {
     TooManyLimits(usize),
     /// A store setting is out of range; the text names it.
     Store(String),
+    /// A limit's text could not be read; the text says what was expected.
+    Parse(String),
     /// A key extractor was given something it cannot use (a header name, a
     /// network, a prefix length); the text names it.
     Extractor(String),
@@ -48,6 +50,7 @@ impl fmt::Display for ConfigError {
                 "a policy holds at most {} limits, {n} were given",
                 crate::Policy::MAX_LIMITS
             ),
+            Self::Parse(msg) => f.write_str(msg),
             Self::Store(msg) => write!(f, "store configuration: {msg}"),
             Self::Extractor(msg) => write!(f, "key extractor configuration: {msg}"),
         }

@@ -146,35 +146,31 @@
 //! * `tracing`: events for refusals and store failures.
 //! * `metrics`: decision counters through the `metrics` facade, labelled by
 //!   [`Policy::label`], never by key.
-// One `unsafe` block, in `store/typed_any.rs`, where a benchmark showed it
-// pays: it is allowed there and denied everywhere else.
-#![deny(unsafe_code)]
+#![forbid(unsafe_code)]
 #![warn(missing_docs, unreachable_pub)]
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
+pub mod algorithm;
 mod builder;
 mod clock;
-pub mod core;
-mod decision;
 mod error;
 pub mod extract;
-mod layer;
+pub mod layer;
 mod limit;
 mod observe;
+mod per_policy;
 mod policy;
-mod store;
+pub mod store;
 
+pub use crate::algorithm::{Algorithm, Decision, Origin};
 pub use crate::builder::ServiceBuilderExt;
 pub use crate::clock::{Clock, ManualClock, SystemClock};
-pub use crate::decision::{Decision, Origin};
 pub use crate::error::ConfigError;
 pub use crate::layer::{
-    BodyMode, InnerBody, KeyExtractor, MissingKey, Plan, PlanByKey, PlanByRequest, Rejection,
-    ResponseBody, ResponseFuture, SinglePolicy, SlidingWindow, SlidingWindowLayer, WrapBody,
-    RATELIMIT, RATELIMIT_POLICY,
+    KeyExtractor, MissingKey, Plan, Rejection, SlidingWindow, SlidingWindowLayer,
 };
 pub use crate::limit::Limit;
-pub use crate::policy::{Algorithm, Policy};
+pub use crate::policy::Policy;
 #[cfg(feature = "redis")]
 #[cfg_attr(docsrs, doc(cfg(feature = "redis")))]
 pub use crate::store::{FailurePolicy, RedisStore};

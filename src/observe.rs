@@ -7,7 +7,7 @@
 //! * `tower_sliding_window_store_errors_total{policy}` for requests answered
 //!   `503` because the store failed.
 
-use crate::decision::{Decision, Origin};
+use crate::algorithm::{Decision, Origin};
 use crate::policy::Policy;
 use crate::store::StoreError;
 
@@ -15,30 +15,40 @@ use crate::store::StoreError;
 #[cfg(any(feature = "metrics", feature = "tracing"))]
 const OUTCOMES: [&str; 5] = ["allowed", "rejected", "store_full", "fail_open", "fallback"];
 
-/// A policy's metric keys, built the first time they are needed: with the
-/// policy's label in them, a decision counts without allocating one (the
-/// `counter!` macro would allocate the label and the list of labels on every
-/// call, recorder or not).
-#[cfg(feature = "metrics")]
-pub(crate) struct MetricKeys {
+/// What events name a policy by: its label and, with `metrics`, its metric
+/// keys, built once per policy by whoever judges under it. With the label
+/// in them, a decision counts without allocating one (the `counter!` macro
+/// would allocate the label and the list of labels on every call).
+#[derive(Debug)]
+pub(crate) struct PolicyEvents {
+    #[cfg(feature = "tracing")]
+    label: Box<str>,
+    #[cfg(feature = "metrics")]
     decisions: [metrics::Key; OUTCOMES.len()],
+    #[cfg(feature = "metrics")]
     store_errors: metrics::Key,
 }
 
-#[cfg(feature = "metrics")]
-impl MetricKeys {
-    pub(crate) fn new(label: &str) -> Self {
-        let policy = || metrics::Label::new("policy", label.to_owned());
+impl PolicyEvents {
+    pub(crate) fn new(policy: &Policy) -> Self {
+        #[cfg(feature = "metrics")]
+        let policy_label = || metrics::Label::new("policy", policy.label().to_owned());
+        #[cfg(not(any(feature = "metrics", feature = "tracing")))]
+        let _ = policy;
         Self {
+            #[cfg(feature = "tracing")]
+            label: policy.label().into(),
+            #[cfg(feature = "metrics")]
             decisions: OUTCOMES.map(|outcome| {
                 metrics::Key::from_parts(
                     "tower_sliding_window_decisions_total",
-                    vec![policy(), metrics::Label::new("outcome", outcome)],
+                    vec![policy_label(), metrics::Label::new("outcome", outcome)],
                 )
             }),
+            #[cfg(feature = "metrics")]
             store_errors: metrics::Key::from_parts(
                 "tower_sliding_window_store_errors_total",
-                vec![policy()],
+                vec![policy_label()],
             ),
         }
     }
@@ -53,7 +63,7 @@ fn count(key: &metrics::Key) {
 }
 
 /// A decision was made (by the limits or a rule standing in for them).
-pub(crate) fn decided(policy: &Policy, decision: &Decision) {
+pub(crate) fn decided(policy: &PolicyEvents, decision: &Decision) {
     let index = match (decision.origin(), decision.is_allowed()) {
         (Origin::StoreFull, _) => 2,
         (Origin::FailOpen, _) => 3,
@@ -62,11 +72,11 @@ pub(crate) fn decided(policy: &Policy, decision: &Decision) {
         (_, false) => 1,
     };
     #[cfg(feature = "metrics")]
-    count(&policy.metric_keys().decisions[index]);
+    count(&policy.decisions[index]);
     #[cfg(feature = "tracing")]
     if !decision.is_allowed() {
         tracing::debug!(
-            policy = policy.label(),
+            policy = &*policy.label,
             outcome = OUTCOMES[index],
             limit = %decision.limit().window_name(),
             retry_after_ms = decision.retry_after().as_millis() as u64,
@@ -78,11 +88,11 @@ pub(crate) fn decided(policy: &Policy, decision: &Decision) {
 }
 
 /// The store failed and the request is answered `503`.
-pub(crate) fn unavailable(policy: &Policy, err: &StoreError) {
+pub(crate) fn unavailable(policy: &PolicyEvents, err: &StoreError) {
     #[cfg(feature = "metrics")]
-    count(&policy.metric_keys().store_errors);
+    count(&policy.store_errors);
     #[cfg(feature = "tracing")]
-    tracing::error!(policy = policy.label(), error = %err, "rate-limit store failed; answering 503");
+    tracing::error!(policy = &*policy.label, error = %err, "rate-limit store failed; answering 503");
     #[cfg(not(feature = "tracing"))]
     let _ = err;
     #[cfg(not(any(feature = "metrics", feature = "tracing")))]

@@ -1,39 +1,21 @@
 //! A policy: the algorithm and the limits that judge one request together.
 
 use std::fmt;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, OnceLock};
+use std::hash::{BuildHasher, Hash, Hasher};
+use std::sync::Arc;
+use std::time::Duration;
 
+use crate::algorithm::{Algorithm, INLINE_LIMITS};
 use crate::error::ConfigError;
-use crate::layer::PolicyHeaders;
 use crate::limit::Limit;
-use crate::store::PolicyMaps;
-
-/// How requests are counted against a window.
-///
-/// See the crate docs' "Choosing an algorithm" for when each fits.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
-pub enum Algorithm {
-    /// Two counts per key and limit, the previous window's weighted by how
-    /// much of it still overlaps the sliding window. Approximate: it assumes
-    /// the previous window's requests were spread evenly.
-    #[default]
-    SlidingCounter,
-    /// One timestamp per accepted request (at most the largest limit per key).
-    /// Exact: no closed interval of one window's length ever holds more than
-    /// the limit.
-    SlidingLog,
-    /// One count per fixed block of the clock. Cheapest, but a burst that
-    /// straddles two blocks gets up to twice the limit through.
-    FixedWindow,
-}
 
 /// An algorithm with one or more limits, judged all-or-nothing: a request is
 /// accepted only if every limit accepts it, and only then recorded in all.
 ///
-/// A policy is shared by every clone of the layer that carries it; its
-/// identity (not its contents) separates its windows from other policies' in
-/// a [`MemoryStore`](crate::MemoryStore). Cloning is cheap (one `Arc`).
+/// A policy is a plain value: its algorithm, its limits and its name. Two
+/// policies built apart with equal values are equal, hash alike, and find
+/// the same windows in a store (see [`Store`](crate::Store)), so a plan may
+/// build its policy from data on every request. Cloning is cheap (one `Arc`).
 ///
 /// ```
 /// use tower_sliding_window::{Algorithm, Limit, Policy};
@@ -42,6 +24,8 @@ pub enum Algorithm {
 ///     .named("free");
 /// assert_eq!(free.label(), "free");
 /// assert_eq!(free.signature(), "c10/1s,100/60s");
+/// let again = Policy::new(Algorithm::SlidingCounter, ["10/s".parse()?, "100/min".parse()?])?.named("free");
+/// assert_eq!(free, again);
 /// # Ok::<(), tower_sliding_window::ConfigError>(())
 /// ```
 #[derive(Clone)]
@@ -50,45 +34,47 @@ pub struct Policy {
 }
 
 struct PolicyInner {
-    id: u64,
     algorithm: Algorithm,
     limits: Box<[Limit]>,
-    largest_max: u32,
-    /// `largest_max`, at most the slots a memory store's log ring takes.
-    log_capacity: u32,
-    longest_window_micros: u64,
-    signature: String,
-    name: Option<String>,
-    /// Header text, built the first time a layer needs it.
-    headers: OnceLock<PolicyHeaders>,
-    /// This policy's key states in the memory stores it is used with.
-    maps: PolicyMaps,
-    /// The Redis store's scripts written for this policy (peeking, then
-    /// recording), built the first time each is needed.
-    #[cfg(feature = "redis")]
-    redis_scripts: [OnceLock<redis::Script>; 2],
-    /// The metric keys labelled with this policy's label.
-    #[cfg(feature = "metrics")]
-    metric_keys: OnceLock<crate::observe::MetricKeys>,
+    name: Option<Box<str>>,
+    /// Derived from the fields above, kept to spare the work on lookups.
+    signature: Box<str>,
+    hash: u64,
 }
 
-/// What a policy is, without the caches derived from it (a Redis script's
-/// text would fill a log line).
 impl fmt::Debug for Policy {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let inner = &self.inner;
         f.debug_struct("Policy")
-            .field("id", &inner.id)
             .field("algorithm", &inner.algorithm)
             .field("limits", &inner.limits)
             .field("name", &inner.name)
-            .finish_non_exhaustive()
+            .finish()
+    }
+}
+
+impl PartialEq for Policy {
+    fn eq(&self, other: &Self) -> bool {
+        let (a, b) = (&*self.inner, &*other.inner);
+        Arc::ptr_eq(&self.inner, &other.inner)
+            || (a.hash == b.hash
+                && a.algorithm == b.algorithm
+                && a.limits == b.limits
+                && a.name == b.name)
+    }
+}
+
+impl Eq for Policy {}
+
+impl Hash for Policy {
+    fn hash<H: Hasher>(&self, state: &mut H) {
+        state.write_u64(self.inner.hash);
     }
 }
 
 impl Policy {
     /// The most limits one policy may hold.
-    pub const MAX_LIMITS: usize = 8;
+    pub const MAX_LIMITS: usize = INLINE_LIMITS;
 
     /// A policy judging requests by `algorithm` against every limit in `limits`.
     ///
@@ -107,51 +93,34 @@ impl Policy {
         if limits.len() > Self::MAX_LIMITS {
             return Err(ConfigError::TooManyLimits(limits.len()));
         }
-        static NEXT_ID: AtomicU64 = AtomicU64::new(1);
-        let largest_max = limits.iter().map(Limit::max).max().unwrap_or(1);
-        Ok(Self {
-            inner: Arc::new(PolicyInner {
-                id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
-                algorithm,
-                largest_max,
-                log_capacity: largest_max.min(crate::core::MAX_SLOTS as u32),
-                longest_window_micros: limits.iter().map(Limit::window_micros).max().unwrap_or(1),
-                signature: signature(algorithm, &limits),
-                limits,
-                name: None,
-                headers: OnceLock::new(),
-                maps: PolicyMaps::default(),
-                #[cfg(feature = "redis")]
-                redis_scripts: Default::default(),
-                #[cfg(feature = "metrics")]
-                metric_keys: OnceLock::new(),
-            }),
-        })
+        Ok(Self::build(algorithm, limits, None))
     }
 
-    /// The same policy (same windows) with a name, used as its label in
-    /// metrics and logs instead of its [`signature`](Policy::signature).
-    pub fn named(self, name: impl Into<String>) -> Self {
-        let inner = &self.inner;
+    fn build(algorithm: Algorithm, limits: Box<[Limit]>, name: Option<Box<str>>) -> Self {
+        // Fixed keys: the hash is the same in every process.
+        let hash = foldhash::fast::FixedState::with_seed(0).hash_one((algorithm, &limits, &name));
         Self {
             inner: Arc::new(PolicyInner {
-                id: inner.id,
-                algorithm: inner.algorithm,
-                limits: inner.limits.clone(),
-                largest_max: inner.largest_max,
-                log_capacity: inner.log_capacity,
-                longest_window_micros: inner.longest_window_micros,
-                signature: inner.signature.clone(),
-                name: Some(name.into()),
-                headers: OnceLock::new(),
-                maps: inner.maps.share(),
-                #[cfg(feature = "redis")]
-                redis_scripts: inner.redis_scripts.clone(),
-                // A new name is a new label.
-                #[cfg(feature = "metrics")]
-                metric_keys: OnceLock::new(),
+                signature: signature(algorithm, &limits).into(),
+                algorithm,
+                limits,
+                name,
+                hash,
             }),
         }
+    }
+
+    /// The same algorithm and limits under a name, used as its label in
+    /// metrics and logs instead of its [`signature`](Policy::signature).
+    /// The name is part of the policy's value: a named policy keeps windows
+    /// apart from the unnamed one and from other names.
+    pub fn named(self, name: impl Into<String>) -> Self {
+        let inner = &self.inner;
+        Self::build(
+            inner.algorithm,
+            inner.limits.clone(),
+            Some(name.into().into_boxed_str()),
+        )
     }
 
     /// The algorithm counting requests.
@@ -164,31 +133,24 @@ impl Policy {
         &self.inner.limits
     }
 
-    /// A process-unique number for this policy (shared by its clones).
-    pub fn id(&self) -> u64 {
-        self.inner.id
-    }
-
     /// The largest `max` among the limits: the most timestamps a log keeps
     /// per key.
     pub fn largest_max(&self) -> u32 {
-        self.inner.largest_max
+        self.limits().iter().map(Limit::max).max().unwrap_or(1)
     }
 
-    /// The most stamps a memory store's log keeps for a key under this
-    /// policy: [`largest_max`](Self::largest_max), up to the ring's bound.
-    pub(crate) fn log_capacity(&self) -> u32 {
-        self.inner.log_capacity
+    /// The longest window among the limits.
+    pub fn longest_window(&self) -> Duration {
+        self.limits()
+            .iter()
+            .map(Limit::window)
+            .max()
+            .unwrap_or_default()
     }
 
-    pub(crate) fn longest_window_micros(&self) -> u64 {
-        self.inner.longest_window_micros
-    }
-
-    /// A short text naming the algorithm and limits, equal for equal
-    /// policies in every process (unlike [`id`](Policy::id)), e.g. `l5/30s`
-    /// or `c10/1s,100/60s`. Remote stores name state with it, so instances
-    /// of one service share windows.
+    /// A short text naming the algorithm and limits, e.g. `l5/30s` or
+    /// `c10/1s,100/60s`: equal for equal algorithms and limits in every
+    /// process. Remote stores name state with it and the name.
     pub fn signature(&self) -> &str {
         &self.inner.signature
     }
@@ -201,33 +163,7 @@ impl Policy {
     /// The name given with [`named`](Policy::named), else the signature: what
     /// metrics and logs call this policy (never a client's key).
     pub fn label(&self) -> &str {
-        self.inner.name.as_deref().unwrap_or(&self.inner.signature)
-    }
-
-    pub(crate) fn maps(&self) -> &PolicyMaps {
-        &self.inner.maps
-    }
-
-    #[cfg(feature = "metrics")]
-    pub(crate) fn metric_keys(&self) -> &crate::observe::MetricKeys {
-        self.inner
-            .metric_keys
-            .get_or_init(|| crate::observe::MetricKeys::new(self.label()))
-    }
-
-    pub(crate) fn headers(&self) -> &PolicyHeaders {
-        self.inner.headers.get_or_init(|| PolicyHeaders::new(self))
-    }
-
-    /// The Redis store's script for this policy, made by `make` the
-    /// first time it is needed.
-    #[cfg(feature = "redis")]
-    pub(crate) fn redis_script(
-        &self,
-        record: bool,
-        make: impl FnOnce() -> redis::Script,
-    ) -> &redis::Script {
-        self.inner.redis_scripts[usize::from(record)].get_or_init(make)
+        self.name().unwrap_or(&self.inner.signature)
     }
 }
 
@@ -242,4 +178,22 @@ fn signature(algorithm: Algorithm, limits: &[Limit]) -> String {
         .map(|limit| format!("{}/{}", limit.max(), limit.window_name()))
         .collect();
     format!("{tag}{}", limits.join(","))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn equal_values_are_equal_policies_and_names_tell_them_apart() {
+        let make = || Policy::new(Algorithm::SlidingLog, [Limit::per_second(5)]).unwrap();
+        let (a, b) = (make(), make());
+        assert_eq!(a, b);
+        let hash = |p: &Policy| foldhash::fast::FixedState::with_seed(1).hash_one(p);
+        assert_eq!(hash(&a), hash(&b));
+        assert_ne!(a, b.clone().named("login"));
+        assert_eq!(a.clone().named("login"), b.named("login"));
+        let counter = Policy::new(Algorithm::SlidingCounter, [Limit::per_second(5)]).unwrap();
+        assert_ne!(a, counter);
+    }
 }

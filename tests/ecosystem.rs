@@ -38,7 +38,7 @@ async fn admitted<S>(svc: &S, key: &str, n: usize) -> usize
 where
     S: tower::Service<
             Request<()>,
-            Response = Response<tower_sliding_window::ResponseBody<String>>,
+            Response = Response<tower_sliding_window::layer::ResponseBody<String>>,
             Error = Infallible,
         > + Clone,
 {
@@ -145,7 +145,7 @@ async fn plans_by_request_see_the_request() {
 
 async fn refused_with(
     rejection: Rejection,
-) -> Response<tower_sliding_window::ResponseBody<String>> {
+) -> Response<tower_sliding_window::layer::ResponseBody<String>> {
     let layer = SlidingWindowLayer::new(Limit::per_minute(1), api_key)
         .rejection(rejection)
         .store(MemoryStore::with_clock(ManualClock::new()));
@@ -154,7 +154,7 @@ async fn refused_with(
     svc.oneshot(with_key("k")).await.unwrap()
 }
 
-async fn text(response: Response<tower_sliding_window::ResponseBody<String>>) -> String {
+async fn text(response: Response<tower_sliding_window::layer::ResponseBody<String>>) -> String {
     let bytes = response.into_body().collect().await.unwrap().to_bytes();
     String::from_utf8(bytes.to_vec()).unwrap()
 }
@@ -271,7 +271,7 @@ fn counting_failures(
     headers: bool,
 ) -> impl tower::Service<
     Request<()>,
-    Response = Response<tower_sliding_window::ResponseBody<String>>,
+    Response = Response<tower_sliding_window::layer::ResponseBody<String>>,
     Error = Infallible,
     Future = impl Send,
 > + Clone {

@@ -11,7 +11,8 @@ use std::time::Duration;
 
 use http::{Request, Response, StatusCode};
 use tower::{Service, ServiceExt};
-use tower_sliding_window::core::{FixedWindow, SlidingCounter, SlidingLog};
+use tower_sliding_window::algorithm::{FixedWindow, SlidingCounter, SlidingLog};
+use tower_sliding_window::store::MemoryBinding;
 use tower_sliding_window::{
     Algorithm, Decision, Limit, ManualClock, MemoryStore, Policy, SlidingWindowLayer, Store,
     StoreError,
@@ -235,14 +236,19 @@ impl Future for LateFuture {
 }
 
 impl Store<&'static str> for Late {
+    type Binding = MemoryBinding<&'static str>;
     type Future = LateFuture;
 
-    fn decide(&self, key: &'static str, policy: &Policy) -> LateFuture {
-        LateFuture(Some(self.0.decide_now(key, policy)), false)
+    fn bind(&self, policy: &Policy) -> Self::Binding {
+        self.0.bind(policy)
     }
 
-    fn peek(&self, key: &'static str, policy: &Policy) -> LateFuture {
-        LateFuture(Some(self.0.peek_now(&key, policy)), false)
+    fn decide_bound(&self, key: &'static str, binding: &Self::Binding) -> LateFuture {
+        LateFuture(Some(self.0.decide_bound_now(key, binding)), false)
+    }
+
+    fn peek_bound(&self, key: &'static str, binding: &Self::Binding) -> LateFuture {
+        LateFuture(Some(self.0.peek_bound_now(&key, binding)), false)
     }
 }
 

@@ -182,14 +182,19 @@ async fn missing_key_is_refused_by_default_and_can_pass() {
 struct Unreachable;
 
 impl Store<String> for Unreachable {
+    type Binding = Policy;
     type Future = Ready<Result<Decision, StoreError>>;
 
-    fn decide(&self, _: String, _: &Policy) -> Self::Future {
+    fn bind(&self, policy: &Policy) -> Policy {
+        policy.clone()
+    }
+
+    fn decide_bound(&self, _: String, _: &Policy) -> Self::Future {
         ready(Err(StoreError::new("connection refused", None)))
     }
 
-    fn peek(&self, key: String, policy: &Policy) -> Self::Future {
-        self.decide(key, policy)
+    fn peek_bound(&self, key: String, policy: &Policy) -> Self::Future {
+        self.decide_bound(key, policy)
     }
 }
 

@@ -21,14 +21,19 @@ fn key(_: &Request<()>) -> Option<&'static str> {
 struct Down;
 
 impl Store<&'static str> for Down {
+    type Binding = Policy;
     type Future = Ready<Result<Decision, StoreError>>;
 
-    fn decide(&self, _: &'static str, _: &Policy) -> Self::Future {
+    fn bind(&self, policy: &Policy) -> Policy {
+        policy.clone()
+    }
+
+    fn decide_bound(&self, _: &'static str, _: &Policy) -> Self::Future {
         ready(Err(StoreError::new("down", None)))
     }
 
-    fn peek(&self, key: &'static str, policy: &Policy) -> Self::Future {
-        self.decide(key, policy)
+    fn peek_bound(&self, key: &'static str, policy: &Policy) -> Self::Future {
+        self.decide_bound(key, policy)
     }
 }
 

@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use tower_sliding_window::core::{FixedWindow, SlidingCounter, SlidingLog};
+use tower_sliding_window::algorithm::{FixedWindow, SlidingCounter, SlidingLog};
 use tower_sliding_window::{Decision, Limit};
 
 fn secs(s: f64) -> Duration {

@@ -15,9 +15,9 @@ use tower::Service;
 use super::body::{BodyMode, WrapBody};
 use super::layer::LayerConfig;
 use super::response::{is_grpc, rejection, store_unavailable};
-use crate::decision::Decision;
+use super::view::PolicyView;
+use crate::algorithm::Decision;
 use crate::observe;
-use crate::policy::Policy;
 use crate::store::StoreError;
 
 /// Records a request after its response, for layers that count only some
@@ -29,14 +29,14 @@ pub(crate) type Recorder = Box<dyn FnOnce() -> Pin<Box<dyn Future<Output = ()> +
 #[derive(Debug)]
 pub(crate) enum Chosen {
     Layer,
-    Plan(Policy),
+    Plan(Arc<PolicyView>),
 }
 
 impl Chosen {
-    fn get<'a>(&'a self, config: &'a LayerConfig) -> &'a Policy {
+    fn get<'a>(&'a self, config: &'a LayerConfig) -> &'a PolicyView {
         match self {
-            Self::Layer => &config.policy,
-            Self::Plan(policy) => policy,
+            Self::Layer => &config.own,
+            Self::Plan(view) => view,
         }
     }
 }
@@ -117,9 +117,8 @@ where
     /// service (polled ready) is called now if the request may pass. The
     /// service's `call` passes accepted requests on itself (see
     /// [`called`](Self::called)), so refusals and store errors come here.
-    // Forced inline with `next_state`: without that the code runs fewer
-    // instructions, yet the layer bench measured the headers-on path
-    // slower in alternated runs (see docs/benchmark-history.md, 2026-12-01 20:36).
+    // Forced inline with `next_state`, a shape the layer bench's headers-on
+    // case guards.
     #[inline(always)]
     pub(crate) fn decided(
         outcome: Result<Decision, StoreError>,
@@ -196,7 +195,7 @@ pub(crate) fn admit<B>(
     config: &LayerConfig,
     chosen: &Chosen,
 ) {
-    observe::decided(chosen.get(config), decision);
+    observe::decided(&chosen.get(config).events, decision);
     if config.decision_extension {
         request.extensions_mut().insert(*decision);
     }
@@ -214,7 +213,7 @@ fn next_state<F, S, B>(
 where
     S: Service<Request<B>>,
 {
-    let policy = chosen.get(config);
+    let view = chosen.get(config);
     match outcome {
         Ok(decision) => {
             if decision.is_allowed() {
@@ -224,11 +223,11 @@ where
                     decision: Some(decision),
                 }
             } else {
-                observe::decided(policy, &decision);
+                observe::decided(&view.events, &decision);
                 State::Answer {
                     response: Some(Box::new(rejection(
                         &decision,
-                        policy,
+                        &view.headers,
                         &config.rejection,
                         is_grpc(&request),
                     ))),
@@ -236,7 +235,7 @@ where
             }
         }
         Err(err) => {
-            observe::unavailable(policy, &err);
+            observe::unavailable(&view.events, &err);
             State::Answer {
                 response: Some(Box::new(store_unavailable(is_grpc(&request)))),
             }
@@ -280,8 +279,8 @@ where
                             decision.give_back_one();
                         }
                         if config.headers_on_success {
-                            let policy = this.chosen.get(config);
-                            policy.headers().apply(&decision, response.headers_mut());
+                            let view = this.chosen.get(config);
+                            view.headers.apply(&decision, response.headers_mut());
                         }
                     }
                     match this.recorder.take() {

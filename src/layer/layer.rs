@@ -9,9 +9,11 @@ use super::body::{InnerBody, WrapBody};
 use super::key::MissingKey;
 use super::plan::{PlanByKey, PlanByRequest, SinglePolicy};
 use super::rejection::Rejection;
-use super::service::SlidingWindow;
+use super::service::{Bindings, SlidingWindow};
+use super::view::PolicyView;
+use crate::algorithm::Algorithm;
 use crate::limit::Limit;
-use crate::policy::{Algorithm, Policy};
+use crate::policy::Policy;
 use crate::store::MemoryStore;
 
 /// Applies sliding-window rate limiting to a service; see the
@@ -33,20 +35,25 @@ use crate::store::MemoryStore;
 ///
 /// Clones share one [`Policy`] and one store, so cloning the layer (as
 /// `axum::Router::layer` does for each route) never opens a new window. A
-/// layer built separately with the same limits counts separately.
+/// layer built separately with an equal policy counts together with this
+/// one if it is given the same store, and apart on its own default
+/// [`MemoryStore`] (see [`Store`](crate::Store)).
 #[derive(Clone, Debug)]
 pub struct SlidingWindowLayer<E, St = MemoryStore, P = SinglePolicy, M = WrapBody> {
     extractor: E,
     store: St,
     plan: P,
     config: Arc<LayerConfig>,
+    /// The store's bindings, shared by every service this layer makes.
+    bindings: Arc<Bindings>,
     body: M,
 }
 
 /// What every service of one layer shares, behind one `Arc`.
 #[derive(Clone, Debug)]
 pub(crate) struct LayerConfig {
-    pub(crate) policy: Policy,
+    /// The layer's own policy, and what the layer derives from it.
+    pub(crate) own: Arc<PolicyView>,
     pub(crate) headers_on_success: bool,
     pub(crate) decision_extension: bool,
     pub(crate) missing_key: MissingKey,
@@ -101,9 +108,10 @@ impl<E> SlidingWindowLayer<E> {
             extractor,
             store: MemoryStore::new(),
             plan: SinglePolicy,
+            bindings: Arc::default(),
             body: WrapBody,
             config: Arc::new(LayerConfig {
-                policy,
+                own: Arc::new(PolicyView::new(policy)),
                 headers_on_success: true,
                 decision_extension: true,
                 missing_key: MissingKey::default(),
@@ -118,7 +126,7 @@ impl<E, St, P, M> SlidingWindowLayer<E, St, P, M> {
     /// Adds another limit to the policy; a request must fit every limit and
     /// is counted in all of them or in none.
     ///
-    /// This makes a new policy, with windows of its own.
+    /// This makes a new policy value, with windows of its own.
     ///
     /// # Panics
     ///
@@ -126,7 +134,7 @@ impl<E, St, P, M> SlidingWindowLayer<E, St, P, M> {
     /// [`Policy::new`] and [`with_policy`](SlidingWindowLayer::with_policy)
     /// to get an error instead.
     pub fn limit(self, limit: Limit) -> Self {
-        let policy = &self.config.policy;
+        let policy = self.policy();
         let limits = policy.limits().iter().copied().chain([limit]);
         match Policy::new(policy.algorithm(), limits) {
             Ok(policy) => self.replace_policy(policy),
@@ -136,9 +144,9 @@ impl<E, St, P, M> SlidingWindowLayer<E, St, P, M> {
 
     /// Counts with `algorithm` (default [`Algorithm::SlidingCounter`]).
     ///
-    /// This makes a new policy, with windows of its own.
+    /// This makes a new policy value, with windows of its own.
     pub fn algorithm(self, algorithm: Algorithm) -> Self {
-        let limits = self.config.policy.limits().to_vec();
+        let limits = self.policy().limits().to_vec();
         match Policy::new(algorithm, limits) {
             Ok(policy) => self.replace_policy(policy),
             Err(err) => unreachable!("the limits came from a valid policy: {err}"),
@@ -152,12 +160,13 @@ impl<E, St, P, M> SlidingWindowLayer<E, St, P, M> {
             store,
             plan: self.plan,
             config: self.config,
+            bindings: Arc::default(),
             body: self.body,
         }
     }
 
     /// Answers in the inner service's own body type instead of a
-    /// [`ResponseBody`](crate::ResponseBody) around it; the layer builds its
+    /// [`ResponseBody`](crate::layer::ResponseBody) around it; the layer builds its
     /// own answers (429, 503, 400) from `Bytes`, so the body type must
     /// implement `From<Bytes>`, as `axum::body::Body` does.
     ///
@@ -182,12 +191,15 @@ impl<E, St, P, M> SlidingWindowLayer<E, St, P, M> {
             store: self.store,
             plan: self.plan,
             config: self.config,
+            bindings: self.bindings,
             body: InnerBody,
         }
     }
 
     /// Judges each request by the policy `choose` picks for its key (plans
-    /// per tier); the layer's own policy is then unused. See [`Plan`](crate::Plan).
+    /// per tier, or limits read per customer); the layer's own policy is
+    /// then unused. The closure may build its policy on every request: equal
+    /// values share windows. See [`Plan`](crate::Plan).
     pub fn plan<K, F>(self, choose: F) -> SlidingWindowLayer<E, St, PlanByKey<F>, M>
     where
         F: Fn(&K) -> Policy,
@@ -212,6 +224,7 @@ impl<E, St, P, M> SlidingWindowLayer<E, St, P, M> {
             store: self.store,
             plan,
             config: self.config,
+            bindings: self.bindings,
             body: self.body,
         }
     }
@@ -275,7 +288,7 @@ impl<E, St, P, M> SlidingWindowLayer<E, St, P, M> {
 
     /// The policy requests are judged by (unless a plan picks another).
     pub fn policy(&self) -> &Policy {
-        &self.config.policy
+        &self.config.own.policy
     }
 
     /// The store holding the windows.
@@ -284,7 +297,8 @@ impl<E, St, P, M> SlidingWindowLayer<E, St, P, M> {
     }
 
     fn replace_policy(mut self, policy: Policy) -> Self {
-        Arc::make_mut(&mut self.config).policy = policy;
+        Arc::make_mut(&mut self.config).own = Arc::new(PolicyView::new(policy));
+        self.bindings = Arc::default();
         self
     }
 }
@@ -299,6 +313,7 @@ impl<S, E: Clone, St: Clone, P: Clone, M> Layer<S> for SlidingWindowLayer<E, St,
             self.store.clone(),
             self.plan.clone(),
             Arc::clone(&self.config),
+            Arc::clone(&self.bindings),
         )
     }
 }

@@ -1,5 +1,6 @@
-//! The tower middleware: [`SlidingWindowLayer`], its service and future, and
-//! the HTTP and gRPC answers it writes.
+//! The tower middleware: [`SlidingWindowLayer`], its service and future,
+//! the body types it answers with, the plans that choose a policy per
+//! request, and the HTTP and gRPC answers it writes.
 
 mod body;
 mod future;
@@ -11,6 +12,7 @@ mod plan;
 mod rejection;
 mod response;
 mod service;
+mod view;
 
 pub use self::body::{BodyMode, InnerBody, ResponseBody, WrapBody};
 pub use self::future::ResponseFuture;
@@ -18,6 +20,5 @@ pub use self::key::{KeyExtractor, MissingKey};
 pub use self::layer::SlidingWindowLayer;
 pub use self::plan::{Plan, PlanByKey, PlanByRequest, SinglePolicy};
 pub use self::rejection::Rejection;
-pub(crate) use self::response::PolicyHeaders;
 pub use self::response::{RATELIMIT, RATELIMIT_POLICY};
 pub use self::service::SlidingWindow;

@@ -28,16 +28,34 @@ use crate::policy::Policy;
 /// # Ok::<(), tower_sliding_window::ConfigError>(())
 /// ```
 ///
-/// Build the policies **once**, outside the closure, and hand out clones: a
-/// policy built inside it is a new policy on every request, with a fresh
-/// window each time — no limit at all in a [`MemoryStore`](crate::MemoryStore),
-/// which also makes (and drops) a map of keys for it on every request.
+/// A plan may build its policy on every request, from data: a policy is a
+/// value, and equal values share windows in every store, so per-customer
+/// limits read from a map limit as a policy built once would. The layer
+/// keeps, per policy value, the store's binding and the header text, so a
+/// plan's choice costs a lookup, not a new map or script. A key moved to a
+/// plan with other limits starts afresh under them.
 ///
-/// Each policy keeps its own windows: a key moved to another plan starts
-/// afresh under it (in a [`MemoryStore`](crate::MemoryStore); a
-/// [`RedisStore`](crate) shares windows between equal policies).
+/// ```
+/// use std::collections::HashMap;
+/// use tower_sliding_window::{Algorithm, Limit, Policy, SlidingWindowLayer};
+///
+/// // Per-customer limits, as a configuration file would give them.
+/// let per_minute: HashMap<String, Limit> = [("acme", "600/min"), ("initech", "60/min")]
+///     .into_iter()
+///     .map(|(customer, limit)| Ok((customer.to_owned(), limit.parse()?)))
+///     .collect::<Result<_, tower_sliding_window::ConfigError>>()?;
+/// let layer = SlidingWindowLayer::new(Limit::per_minute(10), |req: &http::Request<()>| {
+///     req.headers().get("x-customer")?.to_str().ok().map(str::to_owned)
+/// })
+/// .plan(move |customer: &String| {
+///     let limit = per_minute.get(customer).copied().unwrap_or(Limit::per_minute(10));
+///     Policy::new(Algorithm::SlidingCounter, [limit]).expect("one limit makes a policy")
+/// });
+/// # Ok::<(), tower_sliding_window::ConfigError>(())
+/// ```
 pub trait Plan<B, K> {
-    /// The policy for this request; `default` is the layer's own.
+    /// The policy for this request; `default` is the layer's own, and
+    /// returning it borrowed is the cheapest choice.
     fn policy<'a>(&'a self, request: &Request<B>, key: &K, default: &'a Policy) -> Cow<'a, Policy>;
 }
 

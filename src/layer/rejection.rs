@@ -6,7 +6,7 @@ use std::sync::Arc;
 use bytes::Bytes;
 use http::{Response, StatusCode};
 
-use crate::decision::Decision;
+use crate::algorithm::Decision;
 
 type BuildResponse = dyn Fn(&Decision) -> Response<Bytes> + Send + Sync;
 

@@ -7,7 +7,7 @@ use http::{HeaderMap, Request, Response, StatusCode};
 
 use super::header_text;
 use super::rejection::{Rejection, Style};
-use crate::decision::{Decision, Origin};
+use crate::algorithm::{Decision, Origin};
 use crate::limit::Limit;
 use crate::policy::Policy;
 
@@ -110,7 +110,7 @@ fn refusal_message(decision: &Decision, wait: u64) -> String {
 /// The answer to a request the limits refused.
 pub(crate) fn rejection(
     decision: &Decision,
-    policy: &Policy,
+    headers: &PolicyHeaders,
     style: &Rejection,
     grpc: bool,
 ) -> Response<Bytes> {
@@ -127,7 +127,7 @@ pub(crate) fn rejection(
     };
     let mut extra = HeaderMap::new();
     extra.insert(RETRY_AFTER, HeaderValue::from(wait));
-    policy.headers().apply(decision, &mut extra);
+    headers.apply(decision, &mut extra);
     let headers = response.headers_mut();
     for (name, value) in extra {
         if let Some(name) = name {

@@ -1,10 +1,11 @@
 //! The service: extracts the key, asks the store, and answers or passes on.
 
+use std::any::Any;
 use std::borrow::Cow;
 use std::future::Future;
 use std::marker::PhantomData;
 use std::pin::Pin;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::task::{Context, Poll, Waker};
 
 use http::{Request, Response};
@@ -16,6 +17,9 @@ use super::key::{KeyExtractor, MissingKey};
 use super::layer::LayerConfig;
 use super::plan::{Plan, SinglePolicy};
 use super::response::{is_grpc, missing_key};
+use super::view::PolicyView;
+use crate::per_policy::PerPolicy;
+use crate::policy::Policy;
 use crate::store::Store;
 
 /// Rate-limits requests to the inner service `S`; built by
@@ -44,6 +48,64 @@ struct Shared<E, St, P> {
     store: St,
     plan: P,
     config: Arc<LayerConfig>,
+    bindings: Arc<Bindings>,
+}
+
+/// A layer's bindings to its store, shared by the services it makes, so
+/// that a router applying the layer anew for each request binds nothing
+/// anew.
+#[derive(Debug, Default)]
+pub(crate) struct Bindings {
+    /// The layer's own policy. The binding's type depends on the key type,
+    /// which is known only once a request arrives.
+    own: OnceLock<Box<dyn Any + Send + Sync>>,
+    /// For the policies plans chose: a [`Planned`] each.
+    planned: PerPolicy<Arc<dyn Any + Send + Sync>>,
+}
+
+/// A policy a plan chose, bound to the layer's store, with what the layer
+/// derives from it.
+struct Planned<Bd> {
+    view: Arc<PolicyView>,
+    binding: Bd,
+}
+
+impl<E, St, P> Shared<E, St, P> {
+    /// The binding of the layer's own policy for keys of type `K`.
+    #[inline]
+    fn own_binding<K>(&self) -> Cow<'_, St::Binding>
+    where
+        St: Store<K>,
+    {
+        let own = self
+            .bindings
+            .own
+            .get_or_init(|| Box::new(self.store.bind(&self.config.own.policy)));
+        match own.downcast_ref::<St::Binding>() {
+            Some(binding) => Cow::Borrowed(binding),
+            // An extractor with another key type for another body type.
+            None => Cow::Owned(self.store.bind(&self.config.own.policy)),
+        }
+    }
+
+    /// What the layer keeps for `policy`, a plan's choice.
+    fn planned<K>(&self, policy: Policy) -> Arc<Planned<St::Binding>>
+    where
+        St: Store<K>,
+    {
+        let fresh = || {
+            Arc::new(Planned {
+                binding: self.store.bind(&policy),
+                view: Arc::new(PolicyView::new(policy.clone())),
+            })
+        };
+        let held = self.bindings.planned.get_or_make(&policy, || {
+            let fresh: Arc<dyn Any + Send + Sync> = fresh();
+            fresh
+        });
+        // Held for another key type: this one is bound afresh.
+        held.downcast().unwrap_or_else(|_| fresh())
+    }
 }
 
 impl<S: Clone, E, St, P, M> Clone for SlidingWindow<S, E, St, P, M> {
@@ -63,6 +125,7 @@ impl<S, E, St, P, M> SlidingWindow<S, E, St, P, M> {
         store: St,
         plan: P,
         config: Arc<LayerConfig>,
+        bindings: Arc<Bindings>,
     ) -> Self {
         Self {
             inner,
@@ -71,6 +134,7 @@ impl<S, E, St, P, M> SlidingWindow<S, E, St, P, M> {
                 store,
                 plan,
                 config,
+                bindings,
             }),
             body: PhantomData,
         }
@@ -118,37 +182,41 @@ where
                 MissingKey::Reject => ResponseFuture::answer(missing_key(is_grpc(&request))),
             };
         };
-        let chosen_policy = shared.plan.policy(&request, &key, &config.policy);
+        let own = &config.own.policy;
+        let planned;
+        let (binding, chosen) = match shared.plan.policy(&request, &key, own) {
+            Cow::Borrowed(policy) if std::ptr::eq(policy, own) => {
+                (shared.own_binding::<E::Key>(), Chosen::Layer)
+            }
+            policy => {
+                planned = shared.planned::<E::Key>(policy.into_owned());
+                let view = Chosen::Plan(Arc::clone(&planned.view));
+                (Cow::Borrowed(&planned.binding), view)
+            }
+        };
         let (mut check, recorder) = if config.count_only.is_some() {
             // Judge now without recording; record after a matching response.
-            let policy = chosen_policy.clone().into_owned();
+            let binding = binding.into_owned();
             let store = shared.store.clone();
-            let check = shared.store.peek(key.clone(), &policy);
+            let check = shared.store.peek_bound(key.clone(), &binding);
             let recorder: Recorder = Box::new(move || {
                 Box::pin(async move {
                     // A record the limit refuses (it filled meanwhile) is dropped.
-                    let _ = store.decide(key, &policy).await;
+                    let _ = store.decide_bound(key, &binding).await;
                 })
             });
             (check, Some(recorder))
         } else {
-            (shared.store.decide(key, &chosen_policy), None)
-        };
-        let chosen = match chosen_policy {
-            Cow::Borrowed(_) => Chosen::Layer,
-            Cow::Owned(policy) => Chosen::Plan(policy),
+            (shared.store.decide_bound(key, &binding), None)
         };
         // A store that answers at once (the memory store always does) lets
         // the request go straight on to the service that was polled ready.
         let mut cx = Context::from_waker(Waker::noop());
         if let Poll::Ready(outcome) = Pin::new(&mut check).poll(&mut cx) {
             // The inner service is called here, on this function's own
-            // request, rather than in a helper: the request and the inner
-            // future then take fewer copies (70–110 instructions a request
-            // fewer in `bench/callgrind.sh`, by workload). `request` is a
-            // `mut` parameter, not rebound with `let mut` here: the
-            // rebinding made LLVM copy the whole request on every accepted
-            // request (31–34 instructions).
+            // request, rather than in a helper, and `request` is a `mut`
+            // parameter rather than rebound: both spare copies of the
+            // request on the accepted path, which the layer bench guards.
             if let Ok(decision) = outcome {
                 if decision.is_allowed() {
                     admit(&mut request, &decision, config, &chosen);

@@ -1,47 +1,77 @@
 //! Stores keep each key's state and judge requests against it atomically.
 //!
-//! The layer asks a [`Store`] for a [`Decision`](crate::Decision) once per
-//! request. A store owns its concurrency (no two concurrent requests for one
-//! key may both read a stale count) and its persistence; the algorithms
-//! themselves live in [`crate::core`].
+//! The layer asks a [`Store`] for a [`Decision`] once per request. A store
+//! owns its state, its caches, its concurrency (no two concurrent requests
+//! for one key may both read a stale count) and its persistence; the
+//! algorithms themselves live in [`crate::algorithm`].
 
-mod by_policy;
 mod error;
 mod memory;
 #[cfg(feature = "redis")]
 mod redis;
-mod sharded;
-mod typed_any;
 
 use std::future::Future;
 
-pub(crate) use self::by_policy::PolicyMaps;
 pub use self::error::StoreError;
-pub use self::memory::MemoryStore;
+pub use self::memory::{MemoryBinding, MemoryStore};
 #[cfg(feature = "redis")]
-pub use self::redis::{FailurePolicy, RedisStore};
-use crate::decision::Decision;
+pub use self::redis::{FailurePolicy, RedisBinding, RedisStore};
+use crate::algorithm::Decision;
 use crate::policy::Policy;
 
 /// Judges and records one request for `key` under every limit of a policy,
 /// in one atomic step.
 ///
+/// **A window belongs to (store, policy value, key).** Two policies are the
+/// same value when their algorithm, limits and [name](Policy::named) are
+/// equal, wherever and whenever they were built: layers built apart with
+/// equal policies on one store (or one Redis prefix) count together, a
+/// different name keeps them apart, and a plan that builds its policy from
+/// data on every request finds the same windows each time. Every store
+/// follows this rule, and the conformance suite holds each one to it.
+///
+/// A caller [binds](Store::bind) a policy once and keeps the binding, so
+/// that finding the policy's state is not repeated on every request; the
+/// layer does this for its own policy and caches the bindings of the
+/// policies plans choose. [`decide`](Store::decide) and
+/// [`peek`](Store::peek) bind and judge in one call.
+///
 /// Implementations must make the check and the record indivisible per key
 /// (one lock, one CAS loop or one server-side script), keep the windows of
-/// different policies apart even for equal keys, and never panic: failures
-/// come back as [`StoreError`], and the layer answers them under its
-/// documented policy.
+/// different policy values apart even for equal keys, and never panic:
+/// failures come back as [`StoreError`], and the layer answers them under
+/// its documented policy. A store that finds nothing worth keeping per
+/// policy can use the policy itself as its binding.
 pub trait Store<K>: Clone + Send + Sync + 'static {
+    /// A policy bound to this store: what the store found or made for it.
+    type Binding: Clone + Send + Sync + 'static;
+
     /// The pending decision. It is polled once as soon as the request
     /// arrives, so a store that can answer at once (like [`MemoryStore`])
     /// costs no more than a function call; box it if it is not `Unpin`.
     type Future: Future<Output = Result<Decision, StoreError>> + Send + Unpin + 'static;
 
-    /// Judges a request for `key` under `policy`, recording it if accepted.
-    fn decide(&self, key: K, policy: &Policy) -> Self::Future;
+    /// Finds or makes this store's state for `policy`.
+    fn bind(&self, policy: &Policy) -> Self::Binding;
 
-    /// Judges a request as [`decide`](Store::decide) would, remaining quota
-    /// included, but records nothing: for layers that count only some
-    /// responses ([`SlidingWindowLayer::count_only`](crate::SlidingWindowLayer::count_only)).
-    fn peek(&self, key: K, policy: &Policy) -> Self::Future;
+    /// Judges a request for `key` under the bound policy, recording it if
+    /// accepted.
+    fn decide_bound(&self, key: K, binding: &Self::Binding) -> Self::Future;
+
+    /// Judges a request as [`decide_bound`](Store::decide_bound) would,
+    /// remaining quota included, but records nothing: for layers that count
+    /// only some responses
+    /// ([`SlidingWindowLayer::count_only`](crate::SlidingWindowLayer::count_only)).
+    fn peek_bound(&self, key: K, binding: &Self::Binding) -> Self::Future;
+
+    /// Binds `policy` and judges a request for `key` under it.
+    fn decide(&self, key: K, policy: &Policy) -> Self::Future {
+        self.decide_bound(key, &self.bind(policy))
+    }
+
+    /// Binds `policy` and judges a request for `key` under it, recording
+    /// nothing.
+    fn peek(&self, key: K, policy: &Policy) -> Self::Future {
+        self.peek_bound(key, &self.bind(policy))
+    }
 }

@@ -2,15 +2,17 @@
 //! a manual clock. Each store's test file calls these with a fresh store
 //! reading the given clock.
 
+use std::collections::HashMap;
 use std::convert::Infallible;
 use std::time::Duration;
 
 use http::{Request, Response, StatusCode};
 use tower::util::ServiceFn;
-use tower::{service_fn, Layer, ServiceExt};
-use tower_sliding_window::core::KeyState;
+use tower::{service_fn, Layer, Service, ServiceExt};
+use tower_sliding_window::algorithm::KeyState;
+use tower_sliding_window::layer::ResponseBody;
 use tower_sliding_window::{
-    Algorithm, Limit, ManualClock, Policy, ResponseBody, SlidingWindow, SlidingWindowLayer, Store,
+    Algorithm, Limit, ManualClock, Policy, SlidingWindow, SlidingWindowLayer, Store,
 };
 
 type Handler = ServiceFn<fn(Request<()>) -> std::future::Ready<Result<Response<()>, Infallible>>>;
@@ -54,7 +56,10 @@ pub fn policy(algorithm: Algorithm, limits: &[(u32, u64)]) -> Policy {
     .unwrap()
 }
 
-pub async fn hit<St: Store<String>>(svc: &Svc<St>, client: &str) -> Response<ResponseBody<()>> {
+pub async fn hit<S>(svc: &S, client: &str) -> Response<ResponseBody<()>>
+where
+    S: Service<Request<()>, Response = Response<ResponseBody<()>>, Error = Infallible> + Clone,
+{
     let request = Request::builder()
         .header("x-client", client)
         .body(())
@@ -199,7 +204,7 @@ pub async fn matches_the_core<St: Store<String>>(store: St, clock: ManualClock) 
     for algorithm in ALGORITHMS {
         let policy = policy(algorithm, &[(3, 1), (10, 5)]);
         let svc = service(store.clone(), policy.clone());
-        let mut states: Vec<KeyState> = (0..3).map(|_| KeyState::new(&policy)).collect();
+        let mut states: Vec<KeyState> = (0..3).map(|_| KeyState::new(policy.algorithm())).collect();
         // A fixed pseudo-random walk: small steps, bursts at one instant, a few long gaps.
         let mut seed = 0x2545_f491_4f6c_dd1d_u64;
         let mut now_micros = 0u64;
@@ -214,7 +219,7 @@ pub async fn matches_the_core<St: Store<String>>(store: St, clock: ManualClock) 
             };
             let key = (seed >> 20) as usize % states.len();
             clock.set(Duration::from_micros(now_micros));
-            let expected = states[key].decide(Duration::from_micros(now_micros), &policy);
+            let expected = states[key].decide(Duration::from_micros(now_micros), policy.limits());
             let response = hit(&svc, &format!("walk-{key}")).await;
             let expected_status = if expected.is_allowed() { 200 } else { 429 };
             assert_eq!(
@@ -287,6 +292,54 @@ pub async fn policies_do_not_share_windows<St: Store<String>>(store: St, clock: 
     assert_eq!(hit(&login, "named").await.status(), 200);
     assert_eq!(hit(&signup, "named").await.status(), 200);
     assert_eq!(hit(&login, "named").await.status(), 429);
+}
+
+/// A window belongs to (store, policy value, key): layers built apart with
+/// equal policies on one store count together, and a name keeps them apart.
+pub async fn equal_policies_share_windows<St: Store<String>>(store: St, clock: ManualClock) {
+    at(&clock, 1.0);
+    for algorithm in ALGORITHMS {
+        let key = format!("{algorithm:?}");
+        let first = service(store.clone(), policy(algorithm, &[(2, 10)]));
+        let second = service(store.clone(), policy(algorithm, &[(2, 10)]));
+        assert_eq!(hit(&first, &key).await.status(), 200, "{algorithm:?}");
+        assert_eq!(hit(&second, &key).await.status(), 200, "{algorithm:?}");
+        assert_eq!(hit(&first, &key).await.status(), 429, "{algorithm:?}");
+        assert_eq!(hit(&second, &key).await.status(), 429, "{algorithm:?}");
+        let named = service(store.clone(), policy(algorithm, &[(2, 10)]).named("apart"));
+        assert_eq!(hit(&named, &key).await.status(), 200, "{algorithm:?}");
+    }
+}
+
+/// A plan that builds each request's policy from per-customer limits, as a
+/// configuration read at run time would give them, limits each customer
+/// as a policy built once would.
+pub async fn a_plan_built_per_request_limits<St: Store<String>>(store: St, clock: ManualClock) {
+    at(&clock, 1.0);
+    let per_customer: HashMap<String, Limit> = [("acme", "3/10s"), ("initech", "1/10s")]
+        .into_iter()
+        .map(|(customer, limit)| (customer.to_owned(), limit.parse().unwrap()))
+        .collect();
+    for algorithm in ALGORITHMS {
+        let limits = per_customer.clone();
+        let svc = SlidingWindowLayer::new(Limit::per_minute(1), client_key as KeyFn)
+            .store(store.clone())
+            .plan(move |customer: &String| {
+                let limit = limits
+                    .get(customer)
+                    .copied()
+                    .unwrap_or("2/10s".parse().unwrap());
+                Policy::new(algorithm, [limit]).unwrap()
+            })
+            .layer(service_fn(ok as fn(_) -> _));
+        for (customer, max) in [("acme", 3), ("initech", 1), ("anyone else", 2)] {
+            let mut passed = 0;
+            for _ in 0..6 {
+                passed += usize::from(hit(&svc, customer).await.status() == 200);
+            }
+            assert_eq!(passed, max, "{algorithm:?}, {customer}");
+        }
+    }
 }
 
 /// Counting only failed logins: successes never use quota, failures do, and
@@ -466,6 +519,8 @@ macro_rules! for_each_case {
             matches_the_core,
             concurrent_requests_admit_exactly_the_limit,
             policies_do_not_share_windows,
+            equal_policies_share_windows,
+            a_plan_built_per_request_limits,
             count_only_counts_matching_responses,
             awkward_keys_stay_apart,
             clock_stepping_back_admits_nothing_extra,

@@ -26,7 +26,8 @@
 //! one for the fixed window, whose previous count is always zero.
 
 use super::window_script::EXACT_BITS;
-use crate::policy::{Algorithm, Policy};
+use crate::algorithm::Algorithm;
+use crate::policy::Policy;
 
 /// How far back a clock may step and still be read exactly, µs: 2^31 ms.
 const STEP_BACK_MICROS: u128 = (1 << 31) * 1_000;

@@ -1,4 +1,4 @@
-//! Redis key names: `prefix:{user key}:policy signature`.
+//! Redis key names: `prefix:{user key}:v2:name/signature`.
 //!
 //! The user's key sits inside a hash tag, so every policy's state for one
 //! client lives in one cluster slot. It is escaped so that no user key can
@@ -32,26 +32,34 @@ pub(super) fn escape(text: &str) -> String {
     out
 }
 
-/// The Redis key for `key` under a policy: its escaped `name` (if it has
-/// one) and its `signature`; `prefix` is already escaped.
-pub(super) fn key_name(
-    prefix: &str,
-    key: &impl Display,
-    name: Option<&str>,
-    signature: &str,
-) -> String {
-    let mut out = String::with_capacity(prefix.len() + signature.len() + 24);
+/// The version of the stored format, part of every key's name: a release
+/// that changes how any state is stored raises it, so that its keys never
+/// meet ones an older release wrote, even while both run side by side.
+const FORMAT_VERSION: &str = "v2";
+
+/// The part of a key's name after the user's key, for a policy with the
+/// escaped `name` (if it has one) and `signature`.
+pub(super) fn suffix(name: Option<&str>, signature: &str) -> String {
+    let mut out = format!("{FORMAT_VERSION}:");
+    if let Some(name) = name {
+        let _ = Escaping(&mut out).write_str(name);
+        out.push('/');
+    }
+    out.push_str(signature);
+    out
+}
+
+/// The Redis key for `key` under the policy whose [`suffix`] is given;
+/// `prefix` is already escaped.
+pub(super) fn key_name(prefix: &str, key: &impl Display, suffix: &str) -> String {
+    let mut out = String::with_capacity(prefix.len() + suffix.len() + 24);
     out.push_str(prefix);
     out.push_str(":{");
     // Writing into a String cannot fail; a Display impl that reports an
     // error just leaves its key shorter, still escaped and tagged.
     let _ = write!(Escaping(&mut out), "{key}");
     out.push_str("}:");
-    if let Some(name) = name {
-        let _ = Escaping(&mut out).write_str(name);
-        out.push('/');
-    }
-    out.push_str(signature);
+    out.push_str(suffix);
     out
 }
 
@@ -61,19 +69,15 @@ mod tests {
 
     #[test]
     fn braces_colons_and_control_bytes_cannot_break_the_tag() {
+        let plain = suffix(None, "l1/1s");
         assert_eq!(
-            key_name("p", &"a}b{c:d", None, "l1/1s"),
-            "p:{a%7Db%7Bc:d}:l1/1s"
+            key_name("p", &"a}b{c:d", &plain),
+            "p:{a%7Db%7Bc:d}:v2:l1/1s"
         );
-        assert_eq!(
-            key_name("p", &"k", Some("lo{g}in"), "l1/1s"),
-            "p:{k}:lo%7Bg%7Din/l1/1s"
-        );
-        assert_eq!(key_name("p", &"nul\0", None, "x"), "p:{nul%00}:x");
+        let named = suffix(Some("lo{g}in"), "l1/1s");
+        assert_eq!(key_name("p", &"k", &named), "p:{k}:v2:lo%7Bg%7Din/l1/1s");
+        assert_eq!(key_name("p", &"nul\0", &plain), "p:{nul%00}:v2:l1/1s");
         // The escape character is itself escaped, so these stay apart.
-        assert_ne!(
-            key_name("p", &"%7B", None, "x"),
-            key_name("p", &"{", None, "x")
-        );
+        assert_ne!(key_name("p", &"%7B", &plain), key_name("p", &"{", &plain));
     }
 }

@@ -146,7 +146,7 @@ pub(super) fn source(policy: &Policy, record: bool) -> String {
         .collect();
     let n = limits.len();
     let cap = limits.iter().map(|&(max, _)| max).max().unwrap_or(0);
-    let longest = policy.longest_window_micros();
+    let longest = super::scripts::longest_micros(policy);
     let ttl = ttl_millis(policy);
     let trailer = trailer_len(n);
     let trailer_format = format!("<I4I4i8{}", "I4i8i8".repeat(n));

@@ -11,7 +11,7 @@ mod window_script;
 use std::fmt::Display;
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
@@ -21,9 +21,10 @@ use redis::{RedisResult, ScriptInvocation};
 
 pub use self::failure::FailurePolicy;
 use super::{MemoryStore, Store, StoreError};
+use crate::algorithm::{Algorithm, Decision, Origin};
 use crate::clock::Clock;
-use crate::decision::{Decision, Origin};
-use crate::policy::{Algorithm, Policy};
+use crate::per_policy::PerPolicy;
+use crate::policy::Policy;
 
 /// State kept in Redis, so that every instance of a service shares one limit.
 ///
@@ -60,13 +61,13 @@ use crate::policy::{Algorithm, Policy};
 ///   string of 12 bytes per limit (120 bytes for the same key).
 ///   Every key expires once it has been idle long enough to no longer
 ///   matter.
-/// * **Keys** are `prefix:{user key}:name/signature`: the user's key is a hash
-///   tag, escaped so that `{`, `}`, `%` and control bytes can neither move it
-///   to another slot nor make two keys collide. Windows are identified by the
-///   policy's [name](Policy::named) and limits, the same in every process —
-///   that is how instances share them. Unlike in a [`MemoryStore`], two
-///   *unnamed* policies with equal limits therefore share windows here: name
-///   the policies (or use prefixes) of layers that must count apart.
+/// * **Keys** are `prefix:{user key}:v2:name/signature`: the user's key is a
+///   hash tag, escaped so that `{`, `}`, `%` and control bytes can neither
+///   move it to another slot nor make two keys collide. `v2` names the
+///   stored format, so that a deploy that changes it never reads a key an
+///   older release wrote. Windows are identified by the policy's value
+///   ([name](Policy::named), algorithm and limits), the same in every
+///   process: that is how instances share them, as the [`Store`] rule asks.
 /// * **Failures** are bounded by a timeout (50 ms by default) and answered
 ///   by a [`FailurePolicy`] (fail open by default).
 ///
@@ -76,6 +77,8 @@ use crate::policy::{Algorithm, Policy};
 pub struct RedisStore {
     connection: Connection,
     prefix: Arc<str>,
+    /// What this store keeps per policy value: its key suffix and scripts.
+    bound: Arc<PerPolicy<RedisBinding>>,
     clock: Option<ClientClock>,
     timeout: Duration,
     failure: FailurePolicy,
@@ -89,6 +92,47 @@ enum Connection {
 }
 
 type ClientClock = Arc<dyn Fn() -> u64 + Send + Sync>;
+
+/// A policy bound to a [`RedisStore`]: the end of its keys' names and its
+/// scripts, built once per policy value (see [`Store::bind`]).
+#[derive(Clone)]
+pub struct RedisBinding {
+    inner: Arc<Bound>,
+}
+
+struct Bound {
+    policy: Policy,
+    /// The key name's part after the user's key.
+    suffix: String,
+    /// Peeking, then recording; each built the first time it is needed.
+    scripts: [OnceLock<redis::Script>; 2],
+}
+
+impl std::fmt::Debug for RedisBinding {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RedisBinding")
+            .field("policy", &self.inner.policy)
+            .finish_non_exhaustive()
+    }
+}
+
+impl RedisBinding {
+    fn new(policy: &Policy) -> Self {
+        Self {
+            inner: Arc::new(Bound {
+                policy: policy.clone(),
+                suffix: keys::suffix(policy.name(), policy.signature()),
+                scripts: Default::default(),
+            }),
+        }
+    }
+
+    fn script(&self, record: bool) -> &redis::Script {
+        let policy = &self.inner.policy;
+        self.inner.scripts[usize::from(record)]
+            .get_or_init(|| redis::Script::new(&script_source(policy, record)))
+    }
+}
 
 /// The clock of the local fallback store: the client clock if one was given,
 /// else the process's monotonic clock.
@@ -183,6 +227,7 @@ impl RedisStore {
         Self {
             connection,
             prefix: Arc::from(Self::DEFAULT_PREFIX),
+            bound: Arc::default(),
             clock: None,
             timeout: Self::DEFAULT_TIMEOUT,
             failure: FailurePolicy::default(),
@@ -223,7 +268,8 @@ impl RedisStore {
 
     /// The Redis key holding `key`'s state under `policy`.
     pub fn key_name(&self, key: &impl Display, policy: &Policy) -> String {
-        keys::key_name(&self.prefix, key, policy.name(), policy.signature())
+        let suffix = keys::suffix(policy.name(), policy.signature());
+        keys::key_name(&self.prefix, key, &suffix)
     }
 
     /// The Lua script this store runs in Redis to judge and record a request
@@ -241,14 +287,11 @@ impl RedisStore {
     async fn judge(
         &self,
         name: &str,
-        policy: &Policy,
+        binding: &RedisBinding,
         record: bool,
     ) -> Result<Decision, StoreError> {
-        let mut invocation = policy
-            .redis_script(record, || {
-                redis::Script::new(&script_source(policy, record))
-            })
-            .key(name);
+        let policy = &binding.inner.policy;
+        let mut invocation = binding.script(record).key(name);
         // Without a client clock the script reads the server's TIME.
         if let Some(clock) = &self.clock {
             invocation.arg(clock());
@@ -316,14 +359,19 @@ fn error(context: String, source: redis::RedisError) -> StoreError {
 }
 
 impl<K: Display> Store<K> for RedisStore {
+    type Binding = RedisBinding;
     type Future = Pin<Box<dyn Future<Output = Result<Decision, StoreError>> + Send>>;
 
-    fn decide(&self, key: K, policy: &Policy) -> Self::Future {
-        self.call(&key, policy, true)
+    fn bind(&self, policy: &Policy) -> RedisBinding {
+        self.bound.get_or_make(policy, || RedisBinding::new(policy))
     }
 
-    fn peek(&self, key: K, policy: &Policy) -> Self::Future {
-        self.call(&key, policy, false)
+    fn decide_bound(&self, key: K, binding: &RedisBinding) -> Self::Future {
+        self.call(&key, binding, true)
+    }
+
+    fn peek_bound(&self, key: K, binding: &RedisBinding) -> Self::Future {
+        self.call(&key, binding, false)
     }
 }
 
@@ -331,24 +379,25 @@ impl RedisStore {
     fn call<K: Display>(
         &self,
         key: &K,
-        policy: &Policy,
+        binding: &RedisBinding,
         record: bool,
     ) -> Pin<Box<dyn Future<Output = Result<Decision, StoreError>> + Send>> {
-        let name = self.key_name(key, policy);
+        let name = keys::key_name(&self.prefix, key, &binding.inner.suffix);
         let store = self.clone();
-        let policy = policy.clone();
+        let binding = binding.clone();
         Box::pin(async move {
             let outcome =
-                tokio::time::timeout(store.timeout, store.judge(&name, &policy, record)).await;
+                tokio::time::timeout(store.timeout, store.judge(&name, &binding, record)).await;
+            let policy = &binding.inner.policy;
             match outcome {
                 Ok(Ok(decision)) => Ok(decision),
-                Ok(Err(err)) => store.on_failure(name, &policy, err, record),
+                Ok(Err(err)) => store.on_failure(name, policy, err, record),
                 Err(_) => {
                     let err = StoreError::new(
                         format!("Redis did not answer within {:?}", store.timeout),
                         None,
                     );
-                    store.on_failure(name, &policy, err, record)
+                    store.on_failure(name, policy, err, record)
                 }
             }
         })

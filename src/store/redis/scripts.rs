@@ -2,12 +2,12 @@
 //! time, the per-limit lists), and the decoding of the scripts' replies
 //! into decisions, through the same core code the memory store runs.
 
-use crate::core::log::{blocked_for, quota};
-use crate::core::refusal::{tightest_known, Verdict};
-use crate::core::{FixedWindow, SlidingCounter};
-use crate::decision::Decision;
+use crate::algorithm::log::{blocked_for, quota};
+use crate::algorithm::refusal::{tightest_known, Verdict};
+use crate::algorithm::Algorithm;
+use crate::algorithm::{Decision, FixedWindow, SlidingCounter};
 use crate::limit::Limit;
-use crate::policy::{Algorithm, Policy};
+use crate::policy::Policy;
 use crate::store::StoreError;
 
 use super::log_script;
@@ -46,6 +46,11 @@ pub(super) fn per_limit(n: usize, template: &str) -> String {
         .join(", ")
 }
 
+/// The policy's longest window, µs.
+pub(super) fn longest_micros(policy: &Policy) -> u64 {
+    policy.longest_window().as_micros() as u64
+}
+
 /// How long a key's state is kept, in milliseconds, rounded up: the TTL
 /// that lets idle clients vanish. The scripts renew it only now and then
 /// (the window script when a window rolls, the log script when its newest
@@ -53,7 +58,7 @@ pub(super) fn per_limit(n: usize, template: &str) -> String {
 /// longest window, which a state needs at most after the renewal; the fixed
 /// window needs only one.
 pub(super) fn ttl_millis(policy: &Policy) -> u64 {
-    let longest = policy.longest_window_micros();
+    let longest = longest_micros(policy);
     let span = match policy.algorithm() {
         Algorithm::SlidingCounter | Algorithm::SlidingLog => longest.saturating_mul(2),
         Algorithm::FixedWindow => longest,

@@ -55,7 +55,8 @@
 
 use std::fmt::Write;
 
-use crate::policy::{Algorithm, Policy};
+use crate::algorithm::Algorithm;
+use crate::policy::Policy;
 
 use super::integer_state::IntegerState;
 use super::scripts::{per_limit, preamble, ttl_millis};

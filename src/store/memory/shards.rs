@@ -7,9 +7,8 @@ use std::hash::{BuildHasher, Hash};
 use foldhash::quality::RandomState;
 use hashbrown::HashTable;
 
-use crate::core::{AlgorithmState, Base};
-use crate::decision::{Decision, Origin};
-use crate::policy::Policy;
+use super::layouts::{Base, EntryState, Shape};
+use crate::algorithm::{Decision, Origin};
 
 /// How often (in microseconds of store time) a shard in use looks for idle keys.
 const SWEEP_EVERY_MICROS: u64 = 5_000_000;
@@ -34,14 +33,14 @@ const FULL_SWEEP_GAP_MICROS: u64 = 100_000;
 /// the state goes idle is worked out at sweeps from the policy's limits
 /// rather than kept. Sweeps are rare, and every byte less per key keeps
 /// more keys in cache.
-struct Entry<K, S: AlgorithmState> {
+struct Entry<K, S: EntryState> {
     state: S,
     key: K,
     /// No bytes; the alignment the state asks for.
     _align: S::EntryAlign,
 }
 
-struct Shard<K, S: AlgorithmState> {
+struct Shard<K, S: EntryState> {
     table: HashTable<Entry<K, S>>,
     next_sweep: u64,
     /// No entry may be dropped before this time (a lower bound: entries
@@ -54,7 +53,7 @@ struct Shard<K, S: AlgorithmState> {
     base: S::Base,
 }
 
-impl<K, S: AlgorithmState> Shard<K, S> {
+impl<K, S: EntryState> Shard<K, S> {
     /// Drops entries idle for the grace period, lets the others give back
     /// memory they no longer need, and notes when the earliest remaining one
     /// may be dropped.
@@ -63,14 +62,14 @@ impl<K, S: AlgorithmState> Shard<K, S> {
     /// a log's shedding) sat in the middle of every decision's code.
     #[cold]
     #[inline(never)]
-    fn sweep(&mut self, now: u64, policy: &Policy) {
+    fn sweep(&mut self, now: u64, shape: &Shape) {
         let mut earliest = u64::MAX;
         self.table.retain(|entry| {
-            let drop_from = droppable_from(entry.state.idle_from(policy, &self.base));
+            let drop_from = droppable_from(entry.state.idle_from(shape, &self.base));
             let kept = drop_from > now || drop_from == u64::MAX;
             if kept {
                 earliest = earliest.min(drop_from);
-                entry.state.shed(policy);
+                entry.state.shed(shape);
             }
             kept
         });
@@ -80,17 +79,17 @@ impl<K, S: AlgorithmState> Shard<K, S> {
 
     /// Readies the shard to judge at `now`: a base that covers it, and idle
     /// entries gone if a sweep is due.
-    fn prepare(&mut self, now: u64, policy: &Policy) {
+    fn prepare(&mut self, now: u64, shape: &Shape) {
         if now >= self.next_sweep {
-            self.sweep(now, policy);
+            self.sweep(now, shape);
         }
         if !self.base.covers(now) {
             // Rare: on first use, and when the clock has moved about 2³¹
             // windows from the last base.
             let from = self.base;
-            let to = S::base_around(now, policy);
+            let to = S::base_around(now, shape);
             self.table
-                .retain(|entry| entry.state.rebase(&from, &to, policy));
+                .retain(|entry| entry.state.rebase(&from, &to, shape));
             self.base = to;
         }
     }
@@ -104,15 +103,17 @@ struct Padded<T>(T);
 type LockedShard<K, S> = Padded<Mutex<Shard<K, S>>>;
 
 /// Every key's state under one policy, whose algorithm's state is `S`.
-pub(super) struct Shards<K, S: AlgorithmState> {
+pub(super) struct Shards<K, S: EntryState> {
+    /// What the states are judged under: one policy's limits.
+    shape: Shape,
     shards: Box<[LockedShard<K, S>]>,
     hasher: RandomState,
     keys_per_shard: usize,
 }
 
-impl<K: Hash + Eq, S: AlgorithmState> Shards<K, S> {
+impl<K: Hash + Eq, S: EntryState> Shards<K, S> {
     /// Enough shards for `max_keys` (at most 64), each holding its share.
-    pub(super) fn new(max_keys: usize) -> Self {
+    pub(super) fn new(shape: Shape, max_keys: usize) -> Self {
         let count = (max_keys / 16).clamp(1, 64).next_power_of_two().min(64);
         let shards = (0..count)
             .map(|_| {
@@ -126,6 +127,7 @@ impl<K: Hash + Eq, S: AlgorithmState> Shards<K, S> {
             })
             .collect();
         Self {
+            shape,
             shards,
             hasher: RandomState::default(),
             // Rounded down, so that all shards together never exceed the cap.
@@ -133,8 +135,9 @@ impl<K: Hash + Eq, S: AlgorithmState> Shards<K, S> {
         }
     }
 
-    /// Only ever called with the one policy this map was made for.
-    pub(super) fn decide(&self, key: K, policy: &Policy, now: u64) -> Decision {
+    /// Judges and records a request for `key` at `now`.
+    pub(super) fn decide(&self, key: K, now: u64) -> Decision {
+        let shape = &self.shape;
         let hash = self.hasher.hash_one(&key);
         // The middle bits pick the shard: the table itself uses the low bits
         // for buckets and the top seven as tags.
@@ -146,16 +149,16 @@ impl<K: Hash + Eq, S: AlgorithmState> Shards<K, S> {
         // is a plain store).
         let mut guard = self.shards[index].0.lock();
         let shard = &mut *guard;
-        shard.prepare(now, policy);
+        shard.prepare(now, shape);
         if let Some(entry) = shard.table.find_mut(hash, |entry| entry.key == key) {
-            return entry.state.decide(now, policy, &shard.base);
+            return entry.state.decide(now, shape, &shard.base);
         }
-        if let Some(refusal) = self.no_room(shard, policy, now) {
+        if let Some(refusal) = self.no_room(shard, shape, now) {
             return refusal;
         }
         let mut state = S::default();
-        let decision = state.decide(now, policy, &shard.base);
-        let drop_from = droppable_from(state.idle_from(policy, &shard.base));
+        let decision = state.decide(now, shape, &shard.base);
+        let drop_from = droppable_from(state.idle_from(shape, &shard.base));
         shard.earliest_drop = shard.earliest_drop.min(drop_from);
         let hasher = &self.hasher;
         shard.table.insert_unique(
@@ -175,14 +178,12 @@ impl<K: Hash + Eq, S: AlgorithmState> Shards<K, S> {
     ///
     /// A new key at a full shard is refused as `decide` would refuse it: a
     /// key the store could not record must not pass unlimited.
-    pub(super) fn peek(&self, key: &K, policy: &Policy, now: u64) -> Decision
-    where
-        S: Clone,
-    {
+    pub(super) fn peek(&self, key: &K, now: u64) -> Decision {
+        let shape = &self.shape;
         let hash = self.hasher.hash_one(key);
         let index = (hash >> 32) as usize & (self.shards.len() - 1);
         let mut shard = self.shards[index].0.lock();
-        shard.prepare(now, policy);
+        shard.prepare(now, shape);
         let base = shard.base;
         let found = shard
             .table
@@ -191,14 +192,14 @@ impl<K: Hash + Eq, S: AlgorithmState> Shards<K, S> {
         let mut state = match found {
             Some(state) => state,
             None => {
-                if let Some(refusal) = self.no_room(&mut shard, policy, now) {
+                if let Some(refusal) = self.no_room(&mut shard, shape, now) {
                     return refusal;
                 }
                 S::default()
             }
         };
         drop(shard);
-        state.decide(now, policy, &base)
+        state.decide(now, shape, &base)
     }
 
     /// The refusal for a new key when the shard is full of live keys.
@@ -206,12 +207,12 @@ impl<K: Hash + Eq, S: AlgorithmState> Shards<K, S> {
     /// Live keys are never dropped to make room: that would hand their owners
     /// a fresh window. A new key waits until one may be dropped; a sweep runs
     /// only once one may, and at most every 100 ms, so a flood costs O(1) a key.
-    fn no_room(&self, shard: &mut Shard<K, S>, policy: &Policy, now: u64) -> Option<Decision> {
+    fn no_room(&self, shard: &mut Shard<K, S>, shape: &Shape, now: u64) -> Option<Decision> {
         if shard.table.len() < self.keys_per_shard {
             return None;
         }
         if now >= shard.earliest_drop && now >= shard.next_full_sweep {
-            shard.sweep(now, policy);
+            shard.sweep(now, shape);
             shard.next_full_sweep = now.saturating_add(FULL_SWEEP_GAP_MICROS);
         }
         if shard.table.len() < self.keys_per_shard {
@@ -221,11 +222,23 @@ impl<K: Hash + Eq, S: AlgorithmState> Shards<K, S> {
         let wait = room_at.saturating_sub(now).max(1);
         Some(Decision::substitute(
             false,
-            policy.limits()[0],
+            shape.limits()[0],
             wait,
             now,
             Origin::StoreFull,
         ))
+    }
+
+    /// Drops every key idle at `now`, as each shard's own sweep would, and
+    /// tells whether any is left.
+    pub(super) fn sweep_all(&self, now: u64) -> bool {
+        let mut left = false;
+        for shard in self.shards.iter() {
+            let mut shard = shard.0.lock();
+            shard.sweep(now, &self.shape);
+            left |= !shard.table.is_empty();
+        }
+        left
     }
 
     pub(super) fn len(&self) -> usize {
@@ -240,8 +253,8 @@ impl<K: Hash + Eq, S: AlgorithmState> Shards<K, S> {
 mod tests {
     use std::net::IpAddr;
 
+    use super::super::compact_log::{CompactLog, FEW_BESIDE_LARGER_KEYS, FEW_BESIDE_SMALL_KEYS};
     use super::Entry;
-    use crate::core::{CompactLog, FEW_BESIDE_LARGER_KEYS, FEW_BESIDE_SMALL_KEYS};
 
     /// A log's entry never straddles two cache lines: half a line with a
     /// small key, a whole one with a key of up to 24 bytes.

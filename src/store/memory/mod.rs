@@ -1,54 +1,23 @@
 //! The in-memory store: sharded, atomic per key, self-cleaning, capped.
 
+mod compact_log;
+mod layouts;
+mod packed;
+mod registry;
+mod shards;
+mod window_base;
+
 use std::future::{ready, Ready};
 use std::hash::Hash;
 use std::sync::Arc;
 
-use super::by_policy::Registry;
-use super::sharded::Shards;
+use self::layouts::Layout;
+use self::registry::Registry;
 use super::{Store, StoreError};
+use crate::algorithm::Decision;
 use crate::clock::{Clock, SystemClock};
-use crate::core::{
-    AlgorithmState, CompactCounter, CompactLog, FixedWindow, PackedCounter, PackedFixed,
-    SlidingCounter, FEW_BESIDE_LARGER_KEYS, FEW_BESIDE_SMALL_KEYS,
-};
-use crate::decision::Decision;
 use crate::error::ConfigError;
-use crate::policy::{Algorithm, Policy};
-
-/// Runs `$body` on the map for `policy`'s state layout: policies of one or
-/// two limits keep their counts inline, packed when they fit, so that an
-/// entry stays small enough for lookups to stay in cache; a sliding log
-/// keeps as many stamps beside its key as fill half a cache line (a key of
-/// up to 8 bytes) or a whole one (up to 24 bytes). A larger key gets two,
-/// and its entry is padded to a multiple of 32 bytes.
-macro_rules! by_layout {
-    ($store:ident, $key:ty, $policy:expr, |$shards:ident| $body:expr) => {{
-        macro_rules! run_in {
-            ($state:ty) => {
-                $store.with_shards::<$key, $state, _>($policy, |$shards| $body)
-            };
-        }
-        let small = $policy.largest_max() <= PackedCounter::<1>::LARGEST_MAX;
-        match ($policy.algorithm(), $policy.limits().len(), small) {
-            (Algorithm::SlidingCounter, 1, true) => run_in!(PackedCounter<1>),
-            (Algorithm::SlidingCounter, 2, true) => run_in!(PackedCounter<2>),
-            (Algorithm::SlidingCounter, 1, false) => run_in!(CompactCounter<1>),
-            (Algorithm::SlidingCounter, 2, false) => run_in!(CompactCounter<2>),
-            (Algorithm::SlidingCounter, _, _) => run_in!(SlidingCounter),
-            (Algorithm::FixedWindow, 1, _) => run_in!(PackedFixed<1>),
-            (Algorithm::FixedWindow, 2, _) => run_in!(PackedFixed<2>),
-            (Algorithm::FixedWindow, _, _) => run_in!(FixedWindow),
-            (Algorithm::SlidingLog, _, _) if size_of::<$key>() <= 8 => {
-                run_in!(CompactLog<FEW_BESIDE_SMALL_KEYS>)
-            }
-            (Algorithm::SlidingLog, _, _) if size_of::<$key>() <= 24 => {
-                run_in!(CompactLog<FEW_BESIDE_LARGER_KEYS>)
-            }
-            (Algorithm::SlidingLog, _, _) => run_in!(CompactLog<FEW_BESIDE_SMALL_KEYS>),
-        }
-    }};
-}
+use crate::policy::Policy;
 
 /// State for every key in this process's memory.
 ///
@@ -57,8 +26,9 @@ macro_rules! by_layout {
 ///   key are judged one after another and never over-admit, while requests
 ///   for different keys rarely meet.
 /// * **Shared by clones.** Clones share all state, so one store can serve many
-///   layers. Windows belong to a [`Policy`] and its clones: two layers built
-///   separately never share a window, even for equal keys.
+///   layers. A window belongs to (store, policy value, key): layers built
+///   apart with equal policies on one store count together, and a
+///   different [name](Policy::named) keeps them apart (see [`Store`]).
 /// * **Self-cleaning.** A key whose windows have all gone by for five seconds
 ///   is dropped at its shard's next sweep, run every five seconds of use (and
 ///   when the shard is full); no clean-up call is needed. The five seconds
@@ -95,6 +65,26 @@ struct Inner<C> {
     clock: C,
     max_keys: usize,
     maps: Registry,
+}
+
+/// A policy bound to a [`MemoryStore`]: the map of its keys, found once
+/// (see [`Store::bind`]). Cheap to clone; use it with the store that made it.
+pub struct MemoryBinding<K> {
+    layout: Layout<K>,
+}
+
+impl<K> Clone for MemoryBinding<K> {
+    fn clone(&self) -> Self {
+        Self {
+            layout: self.layout.clone(),
+        }
+    }
+}
+
+impl<K> std::fmt::Debug for MemoryBinding<K> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("MemoryBinding").finish_non_exhaustive()
+    }
 }
 
 impl<C> std::fmt::Debug for MemoryStore<C> {
@@ -156,13 +146,32 @@ impl<C: Clock> MemoryStore<C> {
         &self.inner.clock
     }
 
+    /// The map of `policy`'s keys of type `K` in this store, made if new.
+    pub fn bind<K>(&self, policy: &Policy) -> MemoryBinding<K>
+    where
+        K: Hash + Eq + Send + Sync + 'static,
+    {
+        let now = self.inner.clock.now_micros();
+        MemoryBinding {
+            layout: self.inner.maps.bind(policy, self.inner.max_keys, now),
+        }
+    }
+
     /// Judges a request for `key` under `policy` right now (no future involved).
     pub fn decide_now<K>(&self, key: K, policy: &Policy) -> Decision
     where
         K: Hash + Eq + Send + Sync + 'static,
     {
-        let now = self.inner.clock.now_micros();
-        by_layout!(self, K, policy, |shards| shards.decide(key, policy, now))
+        self.decide_bound_now(key, &self.bind(policy))
+    }
+
+    /// Judges a request for `key` under the policy `binding` holds.
+    #[inline]
+    pub fn decide_bound_now<K>(&self, key: K, binding: &MemoryBinding<K>) -> Decision
+    where
+        K: Hash + Eq + Send + Sync + 'static,
+    {
+        binding.layout.decide(key, self.inner.clock.now_micros())
     }
 
     /// Judges a request for `key` under `policy` right now as
@@ -171,8 +180,15 @@ impl<C: Clock> MemoryStore<C> {
     where
         K: Hash + Eq + Send + Sync + 'static,
     {
-        let now = self.inner.clock.now_micros();
-        by_layout!(self, K, policy, |shards| shards.peek(key, policy, now))
+        self.peek_bound_now(key, &self.bind(policy))
+    }
+
+    /// [`peek_now`](MemoryStore::peek_now) under the policy `binding` holds.
+    pub fn peek_bound_now<K>(&self, key: &K, binding: &MemoryBinding<K>) -> Decision
+    where
+        K: Hash + Eq + Send + Sync + 'static,
+    {
+        binding.layout.peek(key, self.inner.clock.now_micros())
     }
 
     /// The number of keys of type `K` held, live or not yet swept.
@@ -180,41 +196,7 @@ impl<C: Clock> MemoryStore<C> {
     where
         K: Hash + Eq + Send + Sync + 'static,
     {
-        fn count<K, S, C>(store: &MemoryStore<C>) -> usize
-        where
-            K: Hash + Eq + Send + Sync + 'static,
-            S: AlgorithmState,
-        {
-            let mut keys = 0;
-            store
-                .inner
-                .maps
-                .for_each(|shards: &Shards<K, S>| keys += shards.len());
-            keys
-        }
-        count::<K, PackedCounter<1>, C>(self)
-            + count::<K, PackedCounter<2>, C>(self)
-            + count::<K, CompactCounter<1>, C>(self)
-            + count::<K, CompactCounter<2>, C>(self)
-            + count::<K, SlidingCounter, C>(self)
-            + count::<K, PackedFixed<1>, C>(self)
-            + count::<K, PackedFixed<2>, C>(self)
-            + count::<K, FixedWindow, C>(self)
-            + count::<K, CompactLog<FEW_BESIDE_SMALL_KEYS>, C>(self)
-            + count::<K, CompactLog<FEW_BESIDE_LARGER_KEYS>, C>(self)
-    }
-
-    /// Runs `f` on `policy`'s map of `S` states for keys of type `K`.
-    #[inline]
-    fn with_shards<K, S, R>(&self, policy: &Policy, f: impl FnOnce(&Shards<K, S>) -> R) -> R
-    where
-        K: Hash + Eq + Send + Sync + 'static,
-        S: AlgorithmState,
-    {
-        let max_keys = self.inner.max_keys;
-        self.inner
-            .maps
-            .with(policy, || Shards::<K, S>::new(max_keys), f)
+        self.inner.maps.key_count::<K>()
     }
 }
 
@@ -223,13 +205,19 @@ where
     K: Hash + Eq + Send + Sync + 'static,
     C: Clock,
 {
+    type Binding = MemoryBinding<K>;
     type Future = Ready<Result<Decision, StoreError>>;
 
-    fn decide(&self, key: K, policy: &Policy) -> Self::Future {
-        ready(Ok(self.decide_now(key, policy)))
+    fn bind(&self, policy: &Policy) -> MemoryBinding<K> {
+        MemoryStore::bind(self, policy)
     }
 
-    fn peek(&self, key: K, policy: &Policy) -> Self::Future {
-        ready(Ok(self.peek_now(&key, policy)))
+    #[inline]
+    fn decide_bound(&self, key: K, binding: &MemoryBinding<K>) -> Self::Future {
+        ready(Ok(self.decide_bound_now(key, binding)))
+    }
+
+    fn peek_bound(&self, key: K, binding: &MemoryBinding<K>) -> Self::Future {
+        ready(Ok(self.peek_bound_now(&key, binding)))
     }
 }

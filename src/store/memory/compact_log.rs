@@ -2,21 +2,20 @@
 //! stamps keeps them beside its key, and only a busier key a ring on the
 //! heap.
 
-use super::log::{blocked_for, idle_from, quota, LogMut, SlidingLog};
-use super::refusal::{accepted, tightest_known, Verdict};
-use crate::decision::{Decision, Quota};
+use crate::algorithm::log::{blocked_for, idle_from, quota, LogMut, SlidingLog};
+use crate::algorithm::refusal::{accepted, tightest_known, Verdict};
+use crate::algorithm::{Decision, Quota, INLINE_LIMITS};
 use crate::limit::Limit;
-use crate::policy::Policy;
 
 /// Stamps a key with a key of up to eight bytes holds without a ring: as
 /// many as fit beside the variant's tag in three words, so that the entry
 /// is half a cache line.
-pub(crate) const FEW_BESIDE_SMALL_KEYS: usize = 2;
+pub(super) const FEW_BESIDE_SMALL_KEYS: usize = 2;
 
 /// Stamps a key with a key of up to 24 bytes (an IP address, a `String`)
 /// holds without a ring: as many as fit beside the variant's tag and such
 /// a key in a whole cache line, which its entry takes anyway.
-pub(crate) const FEW_BESIDE_LARGER_KEYS: usize = 4;
+pub(super) const FEW_BESIDE_LARGER_KEYS: usize = 4;
 
 /// Half a cache line's alignment, which a store's entry for a log of two
 /// inline stamps takes: with a key of up to eight bytes the entry fills
@@ -27,18 +26,18 @@ pub(crate) const FEW_BESIDE_LARGER_KEYS: usize = 4;
 /// to a multiple of 32 bytes.
 #[repr(align(32))]
 #[derive(Clone, Copy, Debug, Default)]
-pub(crate) struct HalfLine;
+pub(super) struct HalfLine;
 
 /// A whole cache line's alignment, for the entry of a log of four inline
 /// stamps: with a key of 9 to 24 bytes it fills the line, and costs no
 /// padding.
 #[repr(align(64))]
 #[derive(Clone, Copy, Debug, Default)]
-pub(crate) struct WholeLine;
+pub(super) struct WholeLine;
 
 /// The alignment a store's entry for a log with this many inline stamps
 /// takes, so that it never straddles two cache lines.
-pub(crate) trait EntryLine {
+pub(super) trait EntryLine {
     type Align: Default + Send + Sync + 'static;
 }
 
@@ -60,7 +59,7 @@ impl EntryLine for CompactLog<FEW_BESIDE_LARGER_KEYS> {
 /// policy's longest window would not fit, and back at a store's sweep once
 /// its stamps inside that window fit again.
 #[derive(Clone, Debug)]
-pub(crate) enum CompactLog<const FEW: usize> {
+pub(super) enum CompactLog<const FEW: usize> {
     /// The first `len` of `stamps`, oldest first.
     Few { len: u32, stamps: [u64; FEW] },
     /// More stamps inside the longest window than `Few` holds: a
@@ -88,7 +87,7 @@ impl<const FEW: usize> CompactLog<FEW> {
     /// window, both the same at every call. A stamp more than
     /// `forget_after` µs older than the newest then never counts again,
     /// and is what this log lets go where the ring would keep it.
-    pub(crate) fn decide_micros(
+    pub(super) fn decide_micros(
         &mut self,
         now: u64,
         limits: &[Limit],
@@ -105,7 +104,7 @@ impl<const FEW: usize> CompactLog<FEW> {
         let (len, stamps) = match self {
             // Any number of limits: the quotas below are kept on the stack
             // for as many as a policy may have.
-            Self::Few { len, stamps } if limits.len() <= Policy::MAX_LIMITS => (len, stamps),
+            Self::Few { len, stamps } if limits.len() <= INLINE_LIMITS => (len, stamps),
             Self::Few { len, stamps } => {
                 let stamps = stamps[..*len as usize].to_vec();
                 let log = SlidingLog::holding(limits, &stamps, capacity);
@@ -170,7 +169,7 @@ impl<const FEW: usize> CompactLog<FEW> {
             };
             return accepted(limits, now, 0, quota);
         }
-        let mut quotas = [(0, 0); Policy::MAX_LIMITS];
+        let mut quotas = [(0, 0); INLINE_LIMITS];
         for (quota, limit) in quotas.iter_mut().zip(limits) {
             *quota = counted(recorded, now, limit);
         }
@@ -179,7 +178,7 @@ impl<const FEW: usize> CompactLog<FEW> {
 
     /// From when (µs) the log judges as a fresh one would: one tick past
     /// the longest window (`longest` µs) from its newest stamp.
-    pub(crate) fn idle_from_micros(&self, longest: u64) -> u64 {
+    pub(super) fn idle_from_micros(&self, longest: u64) -> u64 {
         match self {
             Self::Few { len: 0, .. } => 0,
             Self::Few { len, stamps } => stamps[*len as usize - 1]
@@ -194,7 +193,7 @@ impl<const FEW: usize> CompactLog<FEW> {
     /// becomes `Few`; a larger one gives back the slots its traffic no
     /// longer fills. Every later decision is judged at the newest stamp or
     /// after it, so a stamp outside the window never counts again.
-    pub(crate) fn shed(&mut self, limits: usize, longest: u64) {
+    pub(super) fn shed(&mut self, limits: usize, longest: u64) {
         let Self::Ring { at, buf } = self else {
             return;
         };
@@ -267,7 +266,7 @@ mod tests {
     use proptest::prelude::*;
 
     use super::*;
-    use crate::core::log::tests::{capacity_and_longest, limit_sets};
+    use crate::algorithm::log::tests::{capacity_and_longest, limit_sets};
 
     #[test]
     fn stamps_and_tag_take_a_word_each() {
@@ -326,11 +325,11 @@ mod tests {
     /// are judged in a ring, as the core's log judges them.
     #[test]
     fn more_limits_than_a_policy_holds_are_judged_in_a_ring() {
-        let limits: Vec<Limit> = (1..=Policy::MAX_LIMITS as u32 + 1)
+        let limits: Vec<Limit> = (1..=INLINE_LIMITS as u32 + 1)
             .map(|max| Limit::new(max, Duration::from_micros(100 * u64::from(max))).unwrap())
             .collect();
         let longest = limits.iter().map(Limit::window_micros).max().unwrap();
-        let capacity = Policy::MAX_LIMITS as u32 + 1;
+        let capacity = INLINE_LIMITS as u32 + 1;
         let mut compact = CompactLog::<2>::default();
         let mut core = SlidingLog::new();
         for now in [0, 0, 50, 120, 130, 400, 401, 950] {

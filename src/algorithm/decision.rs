@@ -54,8 +54,8 @@ impl Quota {
                 previous,
                 current,
                 elapsed,
-            } => crate::core::counter::quota(previous, current, elapsed, limit),
-            Self::Fixed { count } => crate::core::fixed::quota(count, at, limit),
+            } => super::counter::quota(previous, current, elapsed, limit),
+            Self::Fixed { count } => super::fixed::quota(count, at, limit),
         }
     }
 }

@@ -3,22 +3,19 @@
 
 use std::time::Duration;
 
+use super::decision::{Decision, Origin, Quota};
 use super::refusal::{accepted, refused, tightest, Verdict};
 use super::slots::Slots;
-use super::window_base::WindowBase;
-use super::AlgorithmState;
 use crate::clock::micros;
-use crate::decision::{Decision, Origin, Quota};
 use crate::limit::Limit;
-use crate::policy::Policy;
 
 /// Counts for one limit: accepted requests in the fixed window `window` and
 /// in the one before it.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-struct Slot {
-    window: u64,
-    previous: u32,
-    current: u32,
+pub(crate) struct Slot {
+    pub(crate) window: u64,
+    pub(crate) previous: u32,
+    pub(crate) current: u32,
 }
 
 impl Slot {
@@ -110,9 +107,8 @@ impl SlidingCounter {
         if self.slots.len() != limits.len() {
             self.slots = Slots::new(limits.len());
         }
-        self.slots.unless_refused(|slots| {
-            decide::<{ crate::policy::Policy::MAX_LIMITS }>(slots, now, limits)
-        })
+        self.slots
+            .unless_refused(|slots| decide::<{ super::INLINE_LIMITS }>(slots, now, limits))
     }
 
     pub(crate) fn idle_from_micros(&self, limits: &[Limit]) -> u64 {
@@ -120,139 +116,14 @@ impl SlidingCounter {
     }
 }
 
-/// A sliding counter for exactly `N` limits, stored inline: what the memory
-/// store keeps per key for policies of one or two limits, so an entry stays
-/// within a few words.
-#[derive(Clone, Copy, Debug)]
-pub(crate) struct CompactCounter<const N: usize> {
-    slots: [Slot; N],
-}
-
-impl<const N: usize> Default for CompactCounter<N> {
-    fn default() -> Self {
-        Self {
-            slots: [Slot::default(); N],
-        }
-    }
-}
-
-impl<const N: usize> CompactCounter<N> {
-    /// Only for policies of exactly `N` limits; the store picks the type by
-    /// the number of limits.
-    pub(crate) fn decide_micros(&mut self, now: u64, limits: &[Limit]) -> Decision {
-        debug_assert_eq!(limits.len(), N);
-        // A refusal leaves the state as it was (see `Slots::unless_refused`):
-        // a single limit's path writes nothing then; others are judged on
-        // a copy.
-        if N == 1 {
-            return decide_inline(&mut self.slots, now, limits);
-        }
-        let mut slots = self.slots;
-        let decision = decide_inline(&mut slots, now, limits);
-        if decision.is_allowed() {
-            self.slots = slots;
-        }
-        decision
-    }
-
-    pub(crate) fn idle_from_micros(&self, limits: &[Limit]) -> u64 {
-        idle_from(&self.slots, limits)
-    }
-}
-
-/// One limit's counts as [`PackedCounter`] holds them: eight bytes.
-#[derive(Clone, Copy, Debug, Default)]
-struct PackedSlot {
-    offset: u32,
-    previous: u16,
-    current: u16,
-}
-
-/// A sliding counter for exactly `N` limits in eight bytes a limit: each
-/// window as an offset from its shard's [`WindowBase`], and 16-bit counts.
-/// The memory store uses it for policies of one or two limits whose every
-/// `max` is at most [`PackedCounter::LARGEST_MAX`]: a count never exceeds
-/// its limit's `max`, so it always fits.
-#[derive(Clone, Copy, Debug)]
-pub(crate) struct PackedCounter<const N: usize> {
-    slots: [PackedSlot; N],
-}
-
-impl<const N: usize> Default for PackedCounter<N> {
-    fn default() -> Self {
-        Self {
-            slots: [PackedSlot::default(); N],
-        }
-    }
-}
-
-impl<const N: usize> PackedCounter<N> {
-    /// The largest `max` a packed count can hold.
-    pub(crate) const LARGEST_MAX: u32 = u16::MAX as u32;
-
-    fn unpack(&self, base: &WindowBase<N>) -> [Slot; N] {
-        std::array::from_fn(|index| {
-            let packed = self.slots[index];
-            Slot {
-                window: base.window(index, packed.offset),
-                previous: packed.previous.into(),
-                current: packed.current.into(),
-            }
-        })
-    }
-}
-
-/// For policies of exactly `N` limits within
-/// [`LARGEST_MAX`](PackedCounter::LARGEST_MAX), judged at times the base
-/// covers.
-impl<const N: usize> AlgorithmState for PackedCounter<N> {
-    type Base = WindowBase<N>;
-    type EntryAlign = ();
-
-    fn base_around(now: u64, policy: &Policy) -> WindowBase<N> {
-        WindowBase::around(now, policy.limits())
-    }
-
-    fn rebase(&mut self, from: &WindowBase<N>, to: &WindowBase<N>, policy: &Policy) -> bool {
-        from.move_slots(
-            to,
-            &mut self.slots,
-            |packed| &mut packed.offset,
-            |packed| packed.previous == 0 && packed.current == 0,
-            policy.limits(),
-        )
-    }
-
-    fn decide(&mut self, now: u64, policy: &Policy, base: &WindowBase<N>) -> Decision {
-        let limits = policy.limits();
-        debug_assert!(limits.len() == N && base.covers(now));
-        let mut slots = self.unpack(base);
-        let decision = decide_inline(&mut slots, now, limits);
-        // A refusal leaves the state as it was (see `Slots::unless_refused`).
-        if !decision.is_allowed() {
-            return decision;
-        }
-        for (index, (packed, slot)) in self.slots.iter_mut().zip(&slots).enumerate() {
-            // A count never exceeds its limit's max (see the type's docs):
-            // truncating spares a check on every decision.
-            debug_assert!(slot.previous.max(slot.current) <= Self::LARGEST_MAX);
-            *packed = PackedSlot {
-                offset: base.offset_of(index, slot.window),
-                previous: slot.previous as u16,
-                current: slot.current as u16,
-            };
-        }
-        decision
-    }
-
-    fn idle_from(&self, policy: &Policy, base: &WindowBase<N>) -> u64 {
-        idle_from(&self.unpack(base), policy.limits())
-    }
-}
-
-/// [`decide`] for exactly `N` limits held inline: a single limit goes
-/// straight to [`decide_one`], settled when the type is chosen.
-fn decide_inline<const N: usize>(slots: &mut [Slot; N], now: u64, limits: &[Limit]) -> Decision {
+/// [`decide`] for exactly `N` limits held inline, as a store's packed
+/// entry unpacks them: a single limit goes straight to [`decide_one`].
+/// Like `decide`, it rolls the slots even when it refuses.
+pub(crate) fn decide_inline<const N: usize>(
+    slots: &mut [Slot; N],
+    now: u64,
+    limits: &[Limit],
+) -> Decision {
     match (N, slots.first_mut(), limits.first()) {
         (1, Some(slot), Some(limit)) => decide_one(slot, now, limit),
         _ => decide::<N>(slots, now, limits),
@@ -264,8 +135,8 @@ fn decide_inline<const N: usize>(slots: &mut [Slot; N], now: u64, limits: &[Limi
 /// Rolls the slots in place even when it refuses: callers that keep state
 /// judge on a copy, or restore it (see [`Slots::unless_refused`]).
 ///
-/// Never inlined: inlined into [`decide_inline`], its body made the
-/// one-limit path save and restore six registers it does not use.
+/// Out of line, so that the one-limit path through [`decide_inline`]
+/// stays as small as the single limit needs.
 #[inline(never)]
 fn decide<const N: usize>(slots: &mut [Slot], now: u64, limits: &[Limit]) -> Decision {
     if let ([slot], [limit]) = (&mut *slots, limits) {
@@ -328,8 +199,6 @@ fn clearly_tightest(slots: &[Slot], limits: &[Limit]) -> Option<usize> {
     };
     let (mut best, (mut best_least, mut best_most)) = (0, bounds(&slots[0], &limits[0]));
     let mut others_least = u32::MAX;
-    // Indexed from 1 by hand: `enumerate().skip(1)` left a call to `nth`
-    // on every decision.
     for (index, (slot, limit)) in (1..).zip(slots[1..].iter().zip(&limits[1..])) {
         let (least, most) = bounds(slot, limit);
         if most < best_most {
@@ -422,7 +291,7 @@ pub(crate) fn quota(previous: u32, current: u32, elapsed: u64, limit: &Limit) ->
     (left, replenish)
 }
 
-fn idle_from(slots: &[Slot], limits: &[Limit]) -> u64 {
+pub(crate) fn idle_from(slots: &[Slot], limits: &[Limit]) -> u64 {
     slots
         .iter()
         .zip(limits)

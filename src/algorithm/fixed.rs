@@ -4,19 +4,17 @@
 use std::time::Duration;
 
 use super::counter::counted_since;
+use super::decision::{Decision, Quota};
 use super::refusal::{accepted, refused, tightest, Verdict};
 use super::slots::Slots;
-use super::window_base::WindowBase;
-use super::AlgorithmState;
 use crate::clock::micros;
-use crate::decision::{Decision, Quota};
 use crate::limit::Limit;
-use crate::policy::Policy;
 
+/// The count for one limit: accepted requests in the fixed window `window`.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-struct Slot {
-    window: u64,
-    count: u32,
+pub(crate) struct Slot {
+    pub(crate) window: u64,
+    pub(crate) count: u32,
 }
 
 /// State of the fixed window for every limit of a policy.
@@ -73,84 +71,10 @@ impl FixedWindow {
     }
 }
 
-/// One limit's count as [`PackedFixed`] holds it: eight bytes.
-#[derive(Clone, Copy, Debug, Default)]
-struct PackedSlot {
-    offset: u32,
-    count: u32,
-}
-
-/// A fixed window for exactly `N` limits in eight bytes a limit: each
-/// window as an offset from its shard's [`WindowBase`] (see
-/// `PackedCounter`). Counts keep all 32 bits.
-#[derive(Clone, Copy, Debug)]
-pub(crate) struct PackedFixed<const N: usize> {
-    slots: [PackedSlot; N],
-}
-
-impl<const N: usize> Default for PackedFixed<N> {
-    fn default() -> Self {
-        Self {
-            slots: [PackedSlot::default(); N],
-        }
-    }
-}
-
-impl<const N: usize> PackedFixed<N> {
-    fn unpack(&self, base: &WindowBase<N>) -> [Slot; N] {
-        std::array::from_fn(|index| Slot {
-            window: base.window(index, self.slots[index].offset),
-            count: self.slots[index].count,
-        })
-    }
-}
-
-/// For policies of exactly `N` limits, judged at times the base covers.
-impl<const N: usize> AlgorithmState for PackedFixed<N> {
-    type Base = WindowBase<N>;
-    type EntryAlign = ();
-
-    fn base_around(now: u64, policy: &Policy) -> WindowBase<N> {
-        WindowBase::around(now, policy.limits())
-    }
-
-    fn rebase(&mut self, from: &WindowBase<N>, to: &WindowBase<N>, policy: &Policy) -> bool {
-        from.move_slots(
-            to,
-            &mut self.slots,
-            |packed| &mut packed.offset,
-            |packed| packed.count == 0,
-            policy.limits(),
-        )
-    }
-
-    fn decide(&mut self, now: u64, policy: &Policy, base: &WindowBase<N>) -> Decision {
-        let limits = policy.limits();
-        debug_assert!(limits.len() == N && base.covers(now));
-        let mut slots = self.unpack(base);
-        let decision = decide(&mut slots, now, limits);
-        // A refusal leaves the state as it was (see `Slots::unless_refused`).
-        if !decision.is_allowed() {
-            return decision;
-        }
-        for (index, (packed, slot)) in self.slots.iter_mut().zip(&slots).enumerate() {
-            *packed = PackedSlot {
-                offset: base.offset_of(index, slot.window),
-                count: slot.count,
-            };
-        }
-        decision
-    }
-
-    fn idle_from(&self, policy: &Policy, base: &WindowBase<N>) -> u64 {
-        idle_from(&self.unpack(base), policy.limits())
-    }
-}
-
 /// Moves the slots to `now`'s windows in place even when it refuses:
 /// callers that keep state judge on a copy, or restore it (see
 /// [`Slots::unless_refused`]).
-fn decide(slots: &mut [Slot], now: u64, limits: &[Limit]) -> Decision {
+pub(crate) fn decide(slots: &mut [Slot], now: u64, limits: &[Limit]) -> Decision {
     if let ([slot], [limit]) = (&mut *slots, limits) {
         return decide_one(slot, now, limit);
     }
@@ -229,7 +153,7 @@ pub(crate) fn quota(count: u32, at: u64, limit: &Limit) -> (u32, u64) {
     (remaining, replenish)
 }
 
-fn idle_from(slots: &[Slot], limits: &[Limit]) -> u64 {
+pub(crate) fn idle_from(slots: &[Slot], limits: &[Limit]) -> u64 {
     slots
         .iter()
         .zip(limits)

@@ -3,8 +3,7 @@
 
 use std::ops::{Deref, DerefMut};
 
-use crate::decision::Decision;
-use crate::policy::Policy;
+use super::decision::Decision;
 
 /// A fixed-length list of `T`, stored inline up to two items.
 #[derive(Clone, Debug)]
@@ -35,9 +34,9 @@ impl<T: Copy + Default> Slots<T> {
     /// Runs `decide` on the slots, then puts them back as they were unless
     /// the request was accepted.
     pub(crate) fn unless_refused(&mut self, decide: impl FnOnce(&mut [T]) -> Decision) -> Decision {
-        // A policy's limits are saved on the stack; the public core API
-        // takes longer lists.
-        let mut inline = [T::default(); Policy::MAX_LIMITS];
+        // A policy's limits are saved on the stack; the public API takes
+        // longer lists.
+        let mut inline = [T::default(); super::INLINE_LIMITS];
         let len = self.len();
         let saved: Vec<T>;
         let saved: &[T] = if len <= inline.len() {

@@ -2,9 +2,9 @@
 
 use std::time::Duration;
 
+use super::decision::{Decision, Quota};
 use super::refusal::{accepted, refused, tightest_known, Verdict};
 use crate::clock::micros;
-use crate::decision::{Decision, Quota};
 use crate::limit::Limit;
 
 /// The accepted requests' timestamps, newest last, in a ring that holds at
@@ -73,6 +73,13 @@ pub struct SlidingLog {
 /// machine would hold such a ring anyway.
 pub(crate) const MAX_SLOTS: usize = 1 << 31;
 
+/// The most stamps a log judged under `limits` keeps: the largest `max`,
+/// up to [`MAX_SLOTS`].
+pub(crate) fn capacity_for(limits: &[Limit]) -> u32 {
+    let largest = limits.iter().map(Limit::max).max().unwrap_or(0);
+    largest.min(MAX_SLOTS as u32)
+}
+
 /// Words before the windows.
 const HEADER: usize = 2;
 
@@ -102,9 +109,7 @@ impl SlidingLog {
     /// limit to report. A [`Policy`](crate::Policy) always has one.
     pub fn decide(&mut self, now: Duration, limits: &[Limit]) -> Decision {
         assert!(!limits.is_empty(), "a decision needs at least one limit");
-        let capacity = limits.iter().map(Limit::max).max().unwrap_or(0);
-        let capacity = capacity.min(MAX_SLOTS as u32);
-        self.decide_micros(micros(now), limits, capacity, KEEP_EVERY_STAMP)
+        self.decide_micros(micros(now), limits, capacity_for(limits), KEEP_EVERY_STAMP)
     }
 
     /// The number of timestamps held.
@@ -205,9 +210,9 @@ impl<'a> LogMut<'a> {
     /// ([`KEEP_EVERY_STAMP`] for never).
     ///
     /// Takes the view by value: two pointers, kept in registers, rather
-    /// than a pointer to them. Out of line: inlined into the store's ring
-    /// path, the compiler left other parts of it out of line instead, at
-    /// 8 to 58 instructions more a decision (`docs/bench-run.txt`).
+    /// than a pointer to them. Out of line, so that a store's ring path
+    /// reaches it with a call and keeps its own code small; the store
+    /// bench's full-ring case guards the shape.
     #[inline(never)]
     pub(crate) fn decide_micros(
         mut self,
@@ -241,7 +246,7 @@ impl<'a> LogMut<'a> {
         self.record(count, now, capacity as usize, forget_after);
         // Each cursor moves once here; the decision then reads the results
         // (on the stack for any policy; the public API takes longer lists).
-        let mut inline = [(0, 0); crate::policy::Policy::MAX_LIMITS];
+        let mut inline = [(0, 0); super::INLINE_LIMITS];
         let mut spilled = Vec::new();
         let quotas: &mut [(u32, u64)] = if limits.len() <= inline.len() {
             &mut inline[..limits.len()]
@@ -360,8 +365,8 @@ impl<'a> LogMut<'a> {
     /// Records a stamp at `now`: after the newest while the ring has room;
     /// else over the oldest, if `capacity` is reached or the oldest is more
     /// than `forget_after` old; else in a ring grown to make room.
-    // Forced: left to itself, the compiler stopped inlining it once it
-    // could grow a wrapped ring, and the call cost 20 instructions more.
+    // Forced into its one caller on the hot path, which the store bench's
+    // log cases guard.
     #[inline(always)]
     fn record(&mut self, limits: usize, now: u64, capacity: usize, forget_after: u64) {
         let (head, len) = self.ring(limits);
@@ -579,8 +584,7 @@ pub(crate) fn blocked_for(blocking: u64, now: u64, limit: &Limit) -> Option<u64>
 
 /// Remaining quota with `in_window` stamps inside `limit`'s window, and how
 /// long until the `oldest` of them leaves it.
-// Hinted: once two layouts of the store's log called it, the compiler left
-// it out of line, at 16 instructions more a decision.
+// Hinted: the memory store's log layouts call it on every decision.
 #[inline]
 pub(crate) fn quota(in_window: u32, oldest: Option<u64>, now: u64, limit: &Limit) -> (u32, u64) {
     let remaining = limit.max().saturating_sub(in_window);
@@ -628,9 +632,7 @@ pub(crate) mod tests {
     #[test]
     fn a_ring_is_bounded_so_its_position_fits_32_bits() {
         let huge = [Limit::new(u32::MAX, Duration::from_secs(1)).unwrap()];
-        let policy = crate::Policy::new(crate::Algorithm::SlidingLog, huge).unwrap();
-        assert_eq!(policy.largest_max(), u32::MAX);
-        assert_eq!(policy.log_capacity() as usize, MAX_SLOTS);
+        assert_eq!(capacity_for(&huge) as usize, MAX_SLOTS);
         assert_eq!(2 * MAX_SLOTS - 1, u32::MAX as usize, "the largest `at`");
         let mut log = SlidingLog::new();
         assert!(log.decide(Duration::ZERO, &huge).is_allowed());

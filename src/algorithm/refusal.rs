@@ -1,6 +1,6 @@
 //! Picking the limit that speaks for a multi-limit decision.
 
-use crate::decision::{Decision, Origin, Quota};
+use super::decision::{Decision, Origin, Quota};
 use crate::limit::Limit;
 
 /// Collects per-limit verdicts: a refusal names the longest wait, an

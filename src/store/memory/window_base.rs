@@ -14,7 +14,7 @@ const HALF_SPAN: u64 = 1 << 31;
 /// The window index per limit that a shard's offsets count from, and the
 /// times at which a decision keeps every offset in reach.
 #[derive(Clone, Copy, Debug)]
-pub(crate) struct WindowBase<const N: usize> {
+pub(super) struct WindowBase<const N: usize> {
     windows: [u64; N],
     /// Decisions are covered from `from` to `last`, both included.
     from: u64,
@@ -48,7 +48,7 @@ enum Moved {
 impl<const N: usize> WindowBase<N> {
     /// A base putting `now` in the middle of the reach of every limit, so
     /// that the clock can go as far back as forward before the next rebase.
-    pub(crate) fn around(now: u64, limits: &[Limit]) -> Self {
+    pub(super) fn around(now: u64, limits: &[Limit]) -> Self {
         debug_assert_eq!(limits.len(), N);
         let mut base = Self {
             windows: [0; N],
@@ -80,19 +80,19 @@ impl<const N: usize> WindowBase<N> {
     /// fresh slot's is the base, a moved one's is checked by `moved`, and a
     /// decision's is at most the time judged at), so the time judged at is
     /// covered too, and every limit's window at that time is in reach.
-    pub(crate) fn covers(&self, now: u64) -> bool {
+    pub(super) fn covers(&self, now: u64) -> bool {
         now >= self.from && now <= self.last
     }
 
     /// The full index of limit `index`'s window at `offset`.
-    pub(crate) fn window(&self, index: usize, offset: u32) -> u64 {
+    pub(super) fn window(&self, index: usize, offset: u32) -> u64 {
         self.windows[index] + u64::from(offset)
     }
 
     /// The offset of full window index `window` for limit `index`, for a
     /// window a decision at a covered time moved to: always in reach (see
     /// [`covers`](Self::covers)), so it is not checked on every decision.
-    pub(crate) fn offset_of(&self, index: usize, window: u64) -> u32 {
+    pub(super) fn offset_of(&self, index: usize, window: u64) -> u32 {
         debug_assert!(self.offset(index, window).is_some());
         window.wrapping_sub(self.windows[index]) as u32
     }
@@ -112,7 +112,7 @@ impl<const N: usize> WindowBase<N> {
     /// says nothing, except as the time a clock stepping back is judged at,
     /// and a slot reset by an earlier move sits at that move's base, later
     /// than any request it counted; kept, it would hold such a clock up.
-    pub(crate) fn move_slots<T: Default>(
+    pub(super) fn move_slots<T: Default>(
         &self,
         to: &Self,
         slots: &mut [T],

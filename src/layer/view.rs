@@ -1,0 +1,23 @@
+//! What the layer derives from a policy, once per policy rather than per
+//! request: the text of its headers and the names its events carry.
+
+use super::response::PolicyHeaders;
+use crate::observe::PolicyEvents;
+use crate::policy::Policy;
+
+#[derive(Debug)]
+pub(crate) struct PolicyView {
+    pub(crate) policy: Policy,
+    pub(crate) headers: PolicyHeaders,
+    pub(crate) events: PolicyEvents,
+}
+
+impl PolicyView {
+    pub(crate) fn new(policy: Policy) -> Self {
+        Self {
+            headers: PolicyHeaders::new(&policy),
+            events: PolicyEvents::new(&policy),
+            policy,
+        }
+    }
+}

@@ -2,7 +2,6 @@
 //! failures, extensions, stacking and configuration errors.
 
 use std::convert::Infallible;
-use std::future::{ready, Ready};
 use std::time::Duration;
 
 use http::{Request, Response, StatusCode};
@@ -10,8 +9,12 @@ use http_body_util::BodyExt;
 use tower::{service_fn, ServiceBuilder, ServiceExt};
 use tower_sliding_window::{
     Algorithm, ConfigError, Decision, Limit, ManualClock, MemoryStore, MissingKey, Policy,
-    SlidingWindowLayer, Store, StoreError,
+    SlidingWindowLayer,
 };
+
+#[path = "support/failing_store.rs"]
+mod failing_store;
+use failing_store::FailingStore;
 
 fn by_client(request: &Request<String>) -> Option<String> {
     request
@@ -177,31 +180,13 @@ async fn missing_key_is_refused_by_default_and_can_pass() {
     assert_eq!(body_text(response).await, "none", "no decision was made");
 }
 
-/// A store whose server is down.
-#[derive(Clone)]
-struct Unreachable;
-
-impl Store<String> for Unreachable {
-    type Binding = Policy;
-    type Future = Ready<Result<Decision, StoreError>>;
-
-    fn bind(&self, policy: &Policy) -> Policy {
-        policy.clone()
-    }
-
-    fn decide_bound(&self, _: String, _: &Policy) -> Self::Future {
-        ready(Err(StoreError::new("connection refused", None)))
-    }
-
-    fn peek_bound(&self, key: String, policy: &Policy) -> Self::Future {
-        self.decide_bound(key, policy)
-    }
-}
-
 #[tokio::test]
 async fn a_failing_store_answers_503_not_an_error() {
     let svc = ServiceBuilder::new()
-        .layer(SlidingWindowLayer::new(Limit::per_second(5), by_client).store(Unreachable))
+        .layer(
+            SlidingWindowLayer::new(Limit::per_second(5), by_client)
+                .store(FailingStore("connection refused")),
+        )
         .service(service_fn(echo_decision));
     let response = svc.clone().oneshot(request(Some("a"), None)).await.unwrap();
     assert_eq!(response.status(), StatusCode::SERVICE_UNAVAILABLE);

@@ -2,39 +2,21 @@
 #![cfg(feature = "metrics")]
 
 use std::convert::Infallible;
-use std::future::{ready, Ready};
 
 use http::{Request, Response};
 use metrics_util::debugging::{DebugValue, DebuggingRecorder};
 use metrics_util::MetricKind;
 use tower::{service_fn, ServiceBuilder, ServiceExt};
 use tower_sliding_window::{
-    Algorithm, Decision, Limit, ManualClock, MemoryStore, Policy, SlidingWindowLayer, Store,
-    StoreError,
+    Algorithm, Limit, ManualClock, MemoryStore, Policy, SlidingWindowLayer,
 };
+
+#[path = "support/failing_store.rs"]
+mod failing_store;
+use failing_store::FailingStore;
 
 fn key(_: &Request<()>) -> Option<&'static str> {
     Some("secret-client-key")
-}
-
-#[derive(Clone)]
-struct Down;
-
-impl Store<&'static str> for Down {
-    type Binding = Policy;
-    type Future = Ready<Result<Decision, StoreError>>;
-
-    fn bind(&self, policy: &Policy) -> Policy {
-        policy.clone()
-    }
-
-    fn decide_bound(&self, _: &'static str, _: &Policy) -> Self::Future {
-        ready(Err(StoreError::new("down", None)))
-    }
-
-    fn peek_bound(&self, key: &'static str, policy: &Policy) -> Self::Future {
-        self.decide_bound(key, policy)
-    }
 }
 
 #[tokio::test]
@@ -58,7 +40,7 @@ async fn decisions_and_store_errors_are_counted_by_policy_label() {
         svc.clone().oneshot(Request::new(())).await.unwrap();
     }
     let failing = ServiceBuilder::new()
-        .layer(SlidingWindowLayer::with_policy(policy, key).store(Down))
+        .layer(SlidingWindowLayer::with_policy(policy, key).store(FailingStore("down")))
         .service(service_fn(|_: Request<()>| async {
             Ok::<_, Infallible>(Response::new(()))
         }));

@@ -1,32 +1,27 @@
-//! What the Redis store keeps for a counter or fixed window, and how it
-//! reads what it finds: the state packed into one integer for policies with
-//! small counts, an index wrapping around its modulus, and values that are
-//! no state at all; and log trailers that contradict themselves. Each run is
-//! checked against the memory store on the same clock.
+//! What the Redis store keeps, as docs/design.md describes it, and how it
+//! reads what it finds: the counter's state packed into one integer for
+//! small counts, an index wrapping around its modulus, values that are no
+//! state at all, log trailers that contradict themselves; bytes a key, one
+//! script call a decision, and how the log reads and writes its ring. Each
+//! run is checked against the memory store on the same clock.
 #![cfg(feature = "redis")]
 
 #[path = "support/redis_server.rs"]
 mod redis_server;
+#[path = "support/stores.rs"]
+mod stores;
 
 use std::time::Duration;
 
 use redis::AsyncCommands;
-use redis_server::{shared_url, unique_prefix};
-use tower_sliding_window::{
-    Algorithm, FailurePolicy, Limit, ManualClock, MemoryStore, Policy, RedisStore, Store,
-};
+use redis_server::{shared_url, Server};
+use stores::{policy, redis_store, ALGORITHMS};
+use tower_sliding_window::{Algorithm, Limit, ManualClock, MemoryStore, Policy, RedisStore, Store};
 
 const SECOND: u64 = 1_000_000;
 
 async fn store_at(clock: &ManualClock) -> RedisStore {
-    let url = shared_url();
-    RedisStore::connect(&url)
-        .await
-        .unwrap_or_else(|e| panic!("the Redis tests need a Redis at {url} (set REDIS_URL): {e}"))
-        .with_prefix(&unique_prefix("stored-state"))
-        .with_clock(clock.clone())
-        .with_failure_policy(FailurePolicy::FailClosed)
-        .with_timeout(Duration::from_secs(5))
+    redis_store(&shared_url(), "stored-state", clock).await
 }
 
 async fn connection() -> redis::aio::MultiplexedConnection {
@@ -342,4 +337,311 @@ async fn a_log_string_longer_than_its_trailer_says_starts_afresh() {
         let ttl: i64 = connection.ttl(&name).await.unwrap();
         assert!(ttl > 0, "{what}: TTL {ttl}");
     }
+}
+
+/// Under steady traffic a log's cursors move to the next stamp, which the
+/// trailer keeps, without reading the ring for it every time: where the
+/// ring is too large to be read whole, a decision reads the trailer, and a
+/// cursor moving one stamp at a time reads two stamps every other
+/// decision; a cursor on the newest stamp learns the next one as it is
+/// recorded, and reads nothing. (Without the next stamp in the trailer,
+/// those two cases took 1,050 reads: one stamp a cursor a decision.) A
+/// ring small enough to be read whole takes one `GET` a decision instead.
+/// Once full, either way, the new stamp and the trailer are written in
+/// place, one `SETRANGE` each, or one for both when the stamp goes in the
+/// ring's last slot, just before the trailer; nothing is rewritten whole.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn steady_traffic_reads_the_logs_ring_rarely() {
+    let server = tokio::task::spawn_blocking(Server::start).await.unwrap();
+    let clock = ManualClock::new();
+    let store = redis_store(&server.url(), "stored-state", &clock).await;
+    // 300 stamps are read in ranges, 20 whole. A request every 7 s: a 10
+    // or 12 s window holds one or two stamps, a 100 s window about
+    // fifteen, and every decision moves each cursor by one; the ring wraps.
+    // Seconds, not milliseconds: keys expire on the server's own clock,
+    // which runs on while the test's stands still between calls, and a
+    // TTL of two 12 ms windows could lapse between two calls on a busy
+    // machine, starting the key afresh.
+    for (limits, gets, reads_range) in [
+        ([(200, 10_000), (300, 12_000)], 0, 350..=350),
+        ([(200, 10_000), (300, 100_000)], 0, 350..=350 + 350 / 2 + 5),
+        ([(10, 10_000), (20, 100_000)], 350, 0..=0),
+    ] {
+        let policy = policy(Algorithm::SlidingLog, &limits);
+        let mut step = 0u64;
+        let mut decide_next = async || {
+            clock.set(Duration::from_secs(7 * step));
+            step += 1;
+            assert!(store.decide("steady", &policy).await.unwrap().is_allowed());
+        };
+        // Every ring full first: the stamp that fills one rewrites it.
+        for _ in 0..300 {
+            decide_next().await;
+        }
+        server.cli(&["CONFIG", "RESETSTAT"]);
+        for _ in 0..350 {
+            decide_next().await;
+        }
+        let reads = server.command_calls("getrange");
+        println!("log {limits:?}, 350 decisions: {reads} GETRANGE");
+        assert_eq!(server.command_calls("evalsha"), 350);
+        assert!(reads_range.contains(&reads), "{limits:?}: {reads} reads");
+        assert_eq!(server.command_calls("get"), gets, "{limits:?}");
+        assert_eq!(server.command_calls("set"), 0, "{limits:?}");
+        // After 300 decisions each ring is full with its oldest stamp in
+        // slot 0 (300 is a multiple of both rings' sizes), so 350 more
+        // write its last slot 350 / size times.
+        let size = limits.iter().map(|&(max, _)| max).max().unwrap();
+        assert_eq!(
+            server.command_calls("setrange"),
+            700 - 350 / u64::from(size),
+            "{limits:?}: the stamp and the trailer"
+        );
+    }
+}
+
+/// How a log key is written, counted call by call. A fresh key's first
+/// stamp and trailer go in one `SET` with the TTL, whatever the layout. A
+/// ring read whole is rewritten whole (one `SET`) while it grows, and
+/// written in place once full (two `SETRANGE`, one if the stamp goes in
+/// the last slot). A ring read in ranges grows in place, one `SETRANGE`
+/// for the new stamp and the trailer after it, and the stamp that fills
+/// one of up to 4,096 stamps rewrites it
+/// whole (a `GET` and a `SET`), so that no room grown for it is left; a
+/// larger one is filled in place. Then it is written in place. The TTL is
+/// set on the first write and renewed as a new span of the window starts,
+/// not on every write.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn log_keys_are_rewritten_whole_only_to_stay_small() {
+    let server = tokio::task::spawn_blocking(Server::start).await.unwrap();
+    let clock = ManualClock::new();
+    let store = redis_store(&server.url(), "stored-state", &clock).await;
+    // One limit a second, a request every 100 ms: at most eleven stamps
+    // inside the window, so every request is accepted while the ring fills.
+    // Renewals by `PEXPIRE`, as each second starts: none where every
+    // growing write is a `SET`; at 1 to 4 s for the ring of 50, which its
+    // `SET` fills at 5 s; at every second up to 409 s for the ring of
+    // 4,097, filled in place at 409.7 s.
+    for (max, renewals) in [(20u32, 0), (50, 4), (4_097, 409)] {
+        let whole = max <= 32;
+        let rewritten_when_full = !whole && max <= 4_096;
+        let policy = policy(Algorithm::SlidingLog, &[(max, 1_000)]);
+        let name = store.key_name(&"writes", &policy);
+        clock.set(Duration::ZERO);
+        server.cli(&["CONFIG", "RESETSTAT"]);
+        let calls = |command| server.command_calls(command);
+        let decide = async || {
+            clock.advance(Duration::from_millis(100));
+            assert!(store.decide("writes", &policy).await.unwrap().is_allowed());
+        };
+        decide().await;
+        assert_eq!(
+            (
+                calls("set"),
+                calls("setrange"),
+                calls("pexpire"),
+                calls("get") > 0
+            ),
+            (1, 0, 0, whole),
+            "limit {max}: the first stamp"
+        );
+        let ttl: i64 = server.cli(&["PTTL", &name]).unwrap().parse().unwrap();
+        assert!(ttl > 1_000 && ttl <= 2_001, "limit {max}: PTTL {ttl}");
+        // The stamps up to the one before the ring is full.
+        for _ in 2..max {
+            decide().await;
+        }
+        let growing = u64::from(max) - 2;
+        if whole {
+            assert_eq!((calls("set"), calls("setrange")), (1 + growing, 0));
+        } else {
+            assert_eq!(
+                (calls("set"), calls("setrange"), calls("get")),
+                (1, growing, 0),
+                "limit {max}: growing in place"
+            );
+        }
+        // The stamp that fills the ring, then one on a full ring.
+        decide().await;
+        let (sets, setranges) = (calls("set"), calls("setrange"));
+        if whole {
+            assert_eq!((sets, setranges), (u64::from(max), 0));
+        } else if rewritten_when_full {
+            assert_eq!((sets, setranges, calls("get")), (2, growing, 1));
+        } else {
+            assert_eq!(
+                (sets, setranges, calls("get")),
+                (1, growing + 1, 0),
+                "limit {max}: too large to rewrite"
+            );
+        }
+        decide().await;
+        assert_eq!(
+            (calls("set"), calls("setrange")),
+            (sets, setranges + 2),
+            "limit {max}: a full ring is written in place"
+        );
+        let length: u64 = server.cli(&["STRLEN", &name]).unwrap().parse().unwrap();
+        assert_eq!(
+            length,
+            36 + 8 * u64::from(max),
+            "limit {max}: one slot a stamp, one trailer"
+        );
+        assert_eq!(calls("pexpire"), renewals, "limit {max}: renewals");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_script_call_per_decision_whatever_the_number_of_limits() {
+    let server = tokio::task::spawn_blocking(Server::start).await.unwrap();
+    let clock = ManualClock::new();
+    let store = redis_store(&server.url(), "stored-state", &clock).await;
+    for algorithm in ALGORITHMS {
+        let policy = policy(algorithm, &[(5, 1_000), (50, 60_000), (500, 3_600_000)]);
+        // Load the script first, so the count below is the steady state.
+        store.decide("warm-up", &policy).await.unwrap();
+        // MONITOR shows every command a client sends, and marks the ones a
+        // script runs inside the server with "lua]".
+        let monitor = server.monitor();
+        for i in 0..200u64 {
+            clock.set(Duration::from_millis(i * 37));
+            store.decide(format!("k{}", i % 3), &policy).await.unwrap();
+        }
+        let seen = monitor.finish();
+        let from_client: Vec<&String> = seen.iter().filter(|line| !line.contains("lua]")).collect();
+        let evalsha = from_client
+            .iter()
+            .filter(|line| line.contains("\"EVALSHA\""))
+            .count();
+        assert_eq!(evalsha, 200, "{algorithm:?}");
+        assert_eq!(
+            from_client.len(),
+            200,
+            "{algorithm:?}: nothing but EVALSHA: {from_client:?}"
+        );
+        println!(
+            "{algorithm:?}, 3 limits: 200 decisions, {} round trips",
+            from_client.len()
+        );
+    }
+}
+
+/// `MEMORY USAGE` and `OBJECT ENCODING` of one key's state after filling
+/// its limit (or after at most `cap` requests, for limits too large to
+/// fill).
+async fn bytes_for(
+    store: &RedisStore,
+    server: &Server,
+    algorithm: Algorithm,
+    limits: &[(u32, u64)],
+    cap: u32,
+) -> (u64, String) {
+    let policy = policy(algorithm, limits);
+    let requests = limits.iter().map(|&(max, _)| max).max().unwrap().min(cap);
+    let tasks: Vec<_> = (0..requests)
+        .map(|_| {
+            let (store, policy) = (store.clone(), policy.clone());
+            tokio::spawn(async move { store.decide("203.0.113.7", &policy).await.unwrap() })
+        })
+        .collect();
+    let mut accepted = 0;
+    for task in tasks {
+        accepted += u32::from(task.await.unwrap().is_allowed());
+    }
+    let smallest = limits.iter().map(|&(max, _)| max).min().unwrap();
+    assert_eq!(accepted, smallest.min(requests), "{algorithm:?} {limits:?}");
+    let name = store.key_name(&"203.0.113.7", &policy);
+    let encoding = server.cli(&["OBJECT", "ENCODING", &name]).unwrap();
+    let bytes = server
+        .cli(&["MEMORY", "USAGE", &name, "SAMPLES", "0"])
+        .unwrap()
+        .parse()
+        .unwrap();
+    (bytes, encoding)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn state_is_compact() {
+    let server = tokio::task::spawn_blocking(Server::start).await.unwrap();
+    let clock = ManualClock::new();
+    // The default prefix and an IPv4 key, as in production: MEMORY USAGE
+    // counts the key's name too.
+    let store = redis_store(&server.url(), "stored-state", &clock)
+        .await
+        .with_prefix(RedisStore::DEFAULT_PREFIX);
+    for max in [5u32, 100, 3_000, 10_000] {
+        let (bytes, _) = bytes_for(
+            &store,
+            &server,
+            Algorithm::SlidingLog,
+            &[(max, 3_600_000)],
+            u32::MAX,
+        )
+        .await;
+        let per_stamp = bytes as f64 / f64::from(max);
+        println!("log, limit {max}: MEMORY USAGE {bytes} bytes ({per_stamp:.1} per timestamp)");
+        // 8 bytes a stamp, plus a fixed trailer and Redis's own key overhead.
+        assert!(
+            bytes <= 16 * u64::from(max) + 100,
+            "log limit {max}: {bytes} bytes"
+        );
+        // A ring read in ranges grows in place, where Redis reserves up to
+        // as much again, but the stamp that fills one of up to 4,096 stamps
+        // rewrites the string to size: what is left is the allocator's
+        // rounding, up to a quarter. (Grown in place to the end, limit 3,000
+        // took 41,032 bytes.) Larger rings keep their room.
+        if max > 32 && max <= 4_096 {
+            assert!(
+                bytes <= 10 * u64::from(max) + 150,
+                "log limit {max}: {bytes} bytes, room left from growing"
+            );
+        }
+    }
+    // Small counts pack into one integer, which Redis keeps inside the
+    // key's object: within 100 bytes with one limit or two.
+    for limits in [
+        &[(100u32, 60_000u64)][..],
+        &[(10, 1_000), (100, 60_000)][..],
+    ] {
+        let (bytes, encoding) =
+            bytes_for(&store, &server, Algorithm::SlidingCounter, limits, u32::MAX).await;
+        println!(
+            "counter, {} limit(s): MEMORY USAGE {bytes} bytes, {encoding}",
+            limits.len()
+        );
+        assert_eq!(encoding, "int", "counter {limits:?}");
+        assert!(bytes <= 100, "counter {limits:?}: {bytes} bytes");
+    }
+    // Counts too wide for the index to span 24.8 days in the bits left
+    // keep 12 bytes a limit in a string: one limit still fits Redis's
+    // smallest string allocation. (Nearly ten million a minute is not filled: the
+    // layout does not depend on the counts.)
+    for limits in [
+        &[(9_999_999u32, 60_000u64)][..],
+        &[(100, 1_000), (1_000, 60_000)][..],
+    ] {
+        let (bytes, encoding) =
+            bytes_for(&store, &server, Algorithm::SlidingCounter, limits, 1_000).await;
+        println!(
+            "counter, {} wide limit(s): MEMORY USAGE {bytes} bytes, {encoding}",
+            limits.len()
+        );
+        assert_eq!(encoding, "embstr", "counter {limits:?}");
+        // The key's name counts too: its format version (`v2:`) takes the
+        // longest of these names over one allocator size.
+        let bound = 104 + 32 * (limits.len() as u64 - 1);
+        assert!(bytes <= bound, "counter {limits:?}: {bytes} bytes");
+    }
+    let ttl: i64 = server
+        .cli(&[
+            "PTTL",
+            &store.key_name(
+                &"203.0.113.7",
+                &policy(Algorithm::SlidingCounter, &[(100, 60_000)]),
+            ),
+        ])
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert!(ttl > 0 && ttl <= 120_001, "every key expires: PTTL {ttl}");
 }

@@ -72,27 +72,19 @@ mod external_store {
 #[cfg(feature = "redis")]
 #[path = "../support/redis_server.rs"]
 mod redis_server;
+#[cfg(feature = "redis")]
+#[path = "../support/stores.rs"]
+mod stores;
 
 #[cfg(feature = "redis")]
 mod redis_single {
-    use std::time::Duration;
+    use tower_sliding_window::{ManualClock, RedisStore};
 
-    use tower_sliding_window::{FailurePolicy, ManualClock, RedisStore};
-
-    use crate::redis_server::{shared_url, unique_prefix};
+    use crate::redis_server::shared_url;
+    use crate::stores::redis_store;
 
     async fn make(clock: ManualClock) -> RedisStore {
-        let url = shared_url();
-        RedisStore::connect(&url)
-            .await
-            .unwrap_or_else(|e| {
-                panic!("the Redis tests need a Redis at {url} (set REDIS_URL): {e}")
-            })
-            .with_prefix(&unique_prefix("conformance"))
-            .with_clock(clock)
-            // Failures must show up as failures here, not as admissions.
-            .with_failure_policy(FailurePolicy::FailClosed)
-            .with_timeout(Duration::from_secs(5))
+        redis_store(&shared_url(), "conformance", &clock).await
     }
 
     crate::conformance_suite!(make);
@@ -100,22 +92,18 @@ mod redis_single {
 
 #[cfg(feature = "redis")]
 mod redis_cluster {
-    use std::time::Duration;
+    use tower_sliding_window::{ManualClock, RedisStore};
 
-    use tower_sliding_window::{FailurePolicy, ManualClock, RedisStore};
-
-    use crate::redis_server::{unique_prefix, Cluster};
+    use crate::redis_server::Cluster;
+    use crate::stores::set_up;
     use crate::suite;
 
     async fn make(urls: &[String], clock: ManualClock) -> RedisStore {
         let urls: Vec<&str> = urls.iter().map(String::as_str).collect();
-        RedisStore::connect_cluster(&urls)
+        let store = RedisStore::connect_cluster(&urls)
             .await
-            .expect("connect to the test cluster")
-            .with_prefix(&unique_prefix("cluster"))
-            .with_clock(clock)
-            .with_failure_policy(FailurePolicy::FailClosed)
-            .with_timeout(Duration::from_secs(5))
+            .expect("connect to the test cluster");
+        set_up(store, "cluster", &clock)
     }
 
     /// One test for the whole suite, so the cluster is started and torn down once.

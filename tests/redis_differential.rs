@@ -1,0 +1,408 @@
+//! The Redis store decides as the memory store does, decision for decision:
+//! on random traffic, on the log's window edges and full rings, beyond
+//! double precision, with an index that wraps, and with several
+//! connections racing for one key.
+#![cfg(feature = "redis")]
+
+#[path = "support/redis_server.rs"]
+mod redis_server;
+#[path = "support/stores.rs"]
+mod stores;
+
+use std::time::Duration;
+
+use redis_server::{shared_url, unique_prefix};
+use stores::{policy, redis_store, ALGORITHMS};
+use tower_sliding_window::{
+    Algorithm, Decision, FailurePolicy, Limit, ManualClock, MemoryStore, Policy, RedisStore, Store,
+};
+
+/// As many limits as a policy may hold, windows in ms.
+const EIGHT: [(u32, u64); 8] = [
+    (2, 300),
+    (3, 700),
+    (5, 1_500),
+    (8, 4_000),
+    (12, 9_000),
+    (20, 20_000),
+    (30, 50_000),
+    (45, 120_000),
+];
+
+/// Judges `key` in both stores, peeking first if `peek`; they must agree.
+async fn alike(
+    redis: &RedisStore,
+    memory: &MemoryStore<ManualClock>,
+    key: &str,
+    policy: &Policy,
+    peek: bool,
+    context: &str,
+) -> Decision {
+    if peek {
+        let from_memory = memory.peek(key.to_owned(), policy).await.unwrap();
+        let from_redis = redis.peek(key.to_owned(), policy).await.unwrap();
+        assert_eq!(from_redis, from_memory, "peek, {context}");
+    }
+    let from_memory = memory.decide(key.to_owned(), policy).await.unwrap();
+    let from_redis = redis.decide(key.to_owned(), policy).await.unwrap();
+    assert_eq!(from_redis, from_memory, "{context}");
+    from_redis
+}
+
+struct XorShift(u64);
+
+impl XorShift {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn random_traffic_gets_identical_decisions_from_redis_and_memory() {
+    let mut decisions = 0;
+    // Two runs' log rings (300 and 200 stamps) are past the size the script
+    // reads whole, so they exercise the other read and write paths too; full
+    // rings are the next test's.
+    let small: &[(u32, u64)] = &[(4, 1_000), (20, 10_000)];
+    // Every script is written for each policy: one, two and three limits
+    // here, eight below.
+    let one: &[(u32, u64)] = &[(6, 2_000)];
+    let three: &[(u32, u64)] = &[(3, 500), (8, 2_000), (25, 10_000)];
+    // The window script is written for each policy, up to the most limits
+    // a policy may hold.
+    let eight: &[(u32, u64)] = &EIGHT;
+    assert_eq!(eight.len(), Policy::MAX_LIMITS);
+    type Run<'a> = (u64, Algorithm, &'a [(u32, u64)]);
+    let runs: [Run; 15] = [
+        (7, ALGORITHMS[0], small),
+        (11, ALGORITHMS[1], small),
+        (13, ALGORITHMS[2], small),
+        (17, ALGORITHMS[0], small),
+        (19, ALGORITHMS[0], &[(150, 1_000), (300, 10_000)]),
+        (23, ALGORITHMS[1], one),
+        (29, ALGORITHMS[2], one),
+        (31, ALGORITHMS[1], three),
+        (37, ALGORITHMS[2], three),
+        (41, ALGORITHMS[1], eight),
+        (43, ALGORITHMS[2], eight),
+        (47, ALGORITHMS[0], one),
+        (53, ALGORITHMS[0], three),
+        (59, ALGORITHMS[0], eight),
+        // One limit whose ring is read a few bytes at a time.
+        (61, ALGORITHMS[0], &[(200, 3_000)]),
+    ];
+    for (seed, algorithm, limits) in runs {
+        // Fresh stores per run: Redis shares windows between equal policies.
+        let clock = ManualClock::new();
+        let redis = redis_store(&shared_url(), "differential", &clock).await;
+        let memory = MemoryStore::with_clock(clock.clone());
+        let policy = policy(algorithm, limits);
+        let mut rng = XorShift(seed.wrapping_mul(0x9e37_79b9_7f4a_7c15));
+        let mut now = 0u64;
+        for _ in 0..600 {
+            let r = rng.next();
+            now = match r % 10 {
+                0..=2 => now,
+                3..=6 => now + r % 400_000,
+                // A clock stepping back: both stores judge at the start of
+                // the latest window (or stamp) already counted in.
+                7 => now.saturating_sub(r % 1_500_000),
+                _ => now + r % 6_000_000,
+            };
+            clock.set(Duration::from_micros(now));
+            let key = format!("client-{}", (r >> 32) % 5);
+            // Judging without recording takes the scripts' other mode.
+            let peek = (r >> 16).is_multiple_of(4);
+            let context = format!("{algorithm:?} at {now} µs");
+            alike(&redis, &memory, &key, &policy, peek, &context).await;
+            decisions += 1;
+        }
+    }
+    println!("differential: {decisions} decisions, Redis and memory identical");
+}
+
+/// Scripted traffic on a window's edge, where the trailer's next stamp and
+/// a cursor's first probe decide whether it moves (a stamp exactly one
+/// window old still counts, one a microsecond older does not), read whole
+/// and in ranges; a next stamp that lies past the ring's last slot; steps
+/// that divide a window; and eight limits read in ranges. Redis and memory
+/// must agree on every decision and peek.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn log_cursors_on_window_edges_decide_alike_in_redis_and_memory() {
+    // Windows of seconds: keys expire on the server's own clock, which runs
+    // on while the test's stands still, and a TTL of two 10 ms windows
+    // could lapse between two calls on a busy machine, so that Redis
+    // forgot stamps the memory store still counts.
+    const W: u64 = 10_000_000;
+    let ranged: &[(u32, u64)] = &[(5, 10_000), (300, 10_000)];
+    let whole: &[(u32, u64)] = &[(5, 10_000), (30, 10_000)];
+    // The largest limit past the size read whole.
+    let mut eight = EIGHT;
+    eight[7].0 = 140;
+    let eight: &[(u32, u64)] = &eight;
+    let steady = |step: u64, count: u64| -> Vec<u64> { (0..count).map(|i| i * step).collect() };
+    // Each run: limits (max, window in ms), and the times of its requests (µs).
+    type Run<'a> = (&'a [(u32, u64)], Vec<u64>);
+    let mut runs: Vec<Run> = Vec::new();
+    for limits in [ranged, whole] {
+        runs.push((limits, vec![0, 1, W + 2]));
+        runs.push((limits, vec![0, 1, W + 1]));
+        runs.push((limits, vec![0, 1, 2, 3, W + 1, W + 2]));
+        runs.push((
+            limits,
+            vec![0, 1, 2, 3, W, W + 1, W + 2, W + 3, 2 * W + 3, 2 * W + 4],
+        ));
+        runs.push((limits, steady(W / 2, 400)));
+    }
+    runs.push((&[(33, 10_000)], steady(W * 3 / 10, 300)));
+    runs.push((&[(200, 10_000), (300, 100_000)], steady(W / 2, 400)));
+    runs.push((eight, steady(250_000, 1_000)));
+    let mut decisions = 0;
+    for (limits, times) in runs {
+        let clock = ManualClock::new();
+        let redis = redis_store(&shared_url(), "differential", &clock).await;
+        let memory = MemoryStore::with_clock(clock.clone());
+        let policy = policy(Algorithm::SlidingLog, limits);
+        for (i, &at) in times.iter().enumerate() {
+            clock.set(Duration::from_micros(at));
+            let context = format!("{limits:?} at {at} µs");
+            alike(&redis, &memory, "edge", &policy, i % 3 == 2, &context).await;
+            decisions += 1;
+        }
+    }
+    println!("window edges: {decisions} decisions, Redis and memory identical");
+}
+
+/// Log rings filled to their size, on both sides of the size the script
+/// reads whole (32 stamps), and a larger one: one key, steps of
+/// up to 600 ms against a 60 s window, so that rings fill, refuse, wrap and
+/// drop their oldest stamp, with the clock stepping back now and then. Redis and memory
+/// must agree on every decision.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn full_log_rings_wrap_and_refuse_alike_in_redis_and_memory() {
+    let (mut accepted, mut refused) = (0, 0);
+    // A ring of one slot too: every stamp goes in its last slot.
+    let cases: [(u64, &[(u32, u64)]); 4] = [
+        (3, &[(31, 2_000), (32, 60_000)]),
+        (5, &[(33, 2_000), (34, 60_000)]),
+        (7, &[(127, 2_000), (128, 60_000)]),
+        (11, &[(1, 2_000)]),
+    ];
+    for (seed, limits) in cases {
+        let clock = ManualClock::new();
+        let redis = redis_store(&shared_url(), "differential", &clock).await;
+        let memory = MemoryStore::with_clock(clock.clone());
+        let policy = policy(Algorithm::SlidingLog, limits);
+        let mut rng = XorShift(seed.wrapping_mul(0x9e37_79b9_7f4a_7c15));
+        let mut now = 0u64;
+        let (mut recorded, mut refused_here) = (0, 0);
+        for _ in 0..900 {
+            let r = rng.next();
+            now = match r % 20 {
+                0 => now.saturating_sub(r % 3_000_000),
+                1..=4 => now,
+                _ => now + r % 600_000,
+            };
+            clock.set(Duration::from_micros(now));
+            let peek = (r >> 20).is_multiple_of(8);
+            let context = format!("{limits:?} at {now} µs");
+            if alike(&redis, &memory, "one", &policy, peek, &context)
+                .await
+                .is_allowed()
+            {
+                accepted += 1;
+                recorded += u32::from(!peek);
+            } else {
+                refused += 1;
+                refused_here += 1;
+            }
+        }
+        // The ring took more stamps than it holds, so it wrapped, and it
+        // refused too.
+        let slots = limits.iter().map(|&(max, _)| max).max().unwrap();
+        assert!(
+            recorded > slots && refused_here > 10,
+            "{limits:?}: {recorded} recorded, {refused_here} refused"
+        );
+    }
+    println!("full rings: {accepted} accepted, {refused} refused, Redis and memory identical");
+}
+
+/// The counter's weighted test multiplies counts by windows. With a window
+/// near the longest allowed, the products pass 2^53, where doubles are 2,048
+/// apart: here the two sides differ by exactly 1 at the boundary, which only
+/// exact arithmetic tells apart, in the script as in the core.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_counter_stays_exact_beyond_double_precision() {
+    // 3001 is prime and w ≡ 1 (mod 3001): at `boundary` into the next
+    // window, 3001 * (w - boundary) = 3000 * w + 1.
+    const W: u64 = 3_000_000_000_000_742;
+    const BOUNDARY: u64 = 999_666_777_741;
+    assert_eq!(3001 * (W - BOUNDARY), 3000 * W + 1);
+    let long = Limit::new(3001, Duration::from_micros(W)).unwrap();
+    // Beside a limit whose products stay exact in doubles, and never binds.
+    let short = Limit::new(10_000, Duration::from_millis(1)).unwrap();
+    for limits in [vec![long], vec![short, long]] {
+        let policy = Policy::new(Algorithm::SlidingCounter, limits).unwrap();
+        let clock = ManualClock::new();
+        let redis = redis_store(&shared_url(), "differential", &clock).await;
+        let memory = MemoryStore::with_clock(clock.clone());
+        let both = |at: u64| {
+            clock.set(Duration::from_micros(at));
+            let (redis, memory, policy) = (&redis, &memory, &policy);
+            async move {
+                let from_memory = memory.decide("k", policy).await.unwrap();
+                let from_redis = redis.decide("k", policy).await.unwrap();
+                assert_eq!(from_redis, from_memory, "at {at} µs");
+                from_redis.is_allowed()
+            }
+        };
+        for _ in 0..3001 {
+            assert!(both(0).await);
+        }
+        // previous * (w - e) <= (max - current - 1) * w decides; the two
+        // sides are 9e18, and one over at the boundary.
+        assert!(!both(W + BOUNDARY).await, "one past the quota is refused");
+        assert!(both(W + BOUNDARY + 1).await, "a microsecond later it fits");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_connections_hammering_one_key_admit_exactly_the_limit() {
+    let clock = ManualClock::new();
+    clock.set(Duration::from_secs(5));
+    let url = shared_url();
+    let first = redis_store(&url, "differential", &clock)
+        .await
+        .with_prefix("tsw-test:shared-two-conn");
+    let prefix = unique_prefix("two-connections");
+    let first = first.with_prefix(&prefix);
+    let second = redis_store(&url, "differential", &clock)
+        .await
+        .with_prefix(&prefix);
+    for algorithm in ALGORITHMS {
+        for limit in [1u32, 10, 100] {
+            let policy = policy(algorithm, &[(limit, 60_000)]);
+            let tasks: Vec<_> = (0..(limit as usize * 2 + 50))
+                .map(|i| {
+                    let store = if i % 2 == 0 {
+                        first.clone()
+                    } else {
+                        second.clone()
+                    };
+                    let policy = policy.clone();
+                    tokio::spawn(
+                        async move { store.decide("hot", &policy).await.unwrap().is_allowed() },
+                    )
+                })
+                .collect();
+            let mut accepted = 0;
+            for task in tasks {
+                accepted += u32::from(task.await.unwrap());
+            }
+            assert_eq!(accepted, limit, "{algorithm:?} limit {limit}");
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn log_never_over_admits_on_server_time_from_two_connections() {
+    // 10^5 decisions on Redis TIME from two connections, 32 in flight each,
+    // against 10 per 20 ms on four keys; every accepted time is checked.
+    let url = shared_url();
+    let prefix = unique_prefix("real-time");
+    let connect = || async {
+        RedisStore::connect(&url)
+            .await
+            .expect("Redis")
+            .with_prefix(&prefix)
+            .with_failure_policy(FailurePolicy::FailClosed)
+            .with_timeout(Duration::from_secs(5))
+    };
+    let stores = [connect().await, connect().await];
+    let window = Duration::from_millis(20);
+    let policy = Policy::new(Algorithm::SlidingLog, [Limit::new(10, window).unwrap()]).unwrap();
+    let tasks: Vec<_> = (0..64usize)
+        .map(|task| {
+            let store = stores[task % 2].clone();
+            let policy = policy.clone();
+            tokio::spawn(async move {
+                let mut accepted = Vec::new();
+                for i in 0..1_563usize {
+                    let key = (task + i) % 4;
+                    let decision = store.decide(key, &policy).await.expect("Redis answers");
+                    if decision.is_allowed() {
+                        accepted.push((key, decision.decided_at().as_micros() as u64));
+                    }
+                }
+                accepted
+            })
+        })
+        .collect();
+    let mut accepted = Vec::new();
+    for task in tasks {
+        accepted.extend(task.await.unwrap());
+    }
+    let mut violations = 0;
+    for key in 0..4 {
+        let mut times: Vec<u64> = accepted
+            .iter()
+            .filter(|(k, _)| *k == key)
+            .map(|(_, t)| *t)
+            .collect();
+        times.sort_unstable();
+        let w = window.as_micros() as u64;
+        let mut end = 0;
+        for (start, &from) in times.iter().enumerate() {
+            while end < times.len() && times[end] <= from + w {
+                end += 1;
+            }
+            if end - start > 10 {
+                violations += 1;
+            }
+        }
+    }
+    println!(
+        "{} decisions on server time, {} accepted, {violations} windows over the limit",
+        64 * 1_563,
+        accepted.len()
+    );
+    assert_eq!(violations, 0);
+    assert!(accepted.len() > 100, "the run must slide windows");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_short_window_beside_a_very_long_one_survives_index_wraparound() {
+    // Redis keeps each window index modulo 2^32 in the binary layout (and
+    // one index of 45 bits where the counts are small enough to pack); a
+    // 1 ms window idle for 30 days (2.6 * 10^9 windows) inside a key kept
+    // alive by a 10-year limit must still read as old, not as a window in
+    // the future. A `max` of 255 makes the counts too wide to pack.
+    for long_max in [5, 255] {
+        let clock = ManualClock::new();
+        let redis = redis_store(&shared_url(), "differential", &clock).await;
+        let memory = MemoryStore::with_clock(clock.clone());
+        let policy = Policy::new(
+            Algorithm::SlidingCounter,
+            [
+                Limit::new(1, Duration::from_millis(1)).unwrap(),
+                Limit::new(long_max, Duration::from_secs(3_650 * 86_400)).unwrap(),
+            ],
+        )
+        .unwrap();
+        for step in [
+            Duration::ZERO,
+            Duration::from_secs(30 * 86_400),
+            Duration::from_secs(86_400),
+        ] {
+            clock.advance(step);
+            let from_redis = redis.decide("wrap", &policy).await.unwrap();
+            let from_memory = memory.decide("wrap", &policy).await.unwrap();
+            assert!(from_redis.is_allowed(), "after {step:?}: {from_redis:?}");
+            assert_eq!(from_redis, from_memory, "after {step:?}");
+        }
+    }
+}

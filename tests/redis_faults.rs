@@ -1,0 +1,269 @@
+//! The Redis store when things go wrong or change under it: a script cache
+//! flushed, server time, keys expiring on Redis's clock, and the failure
+//! policies against a server that dies and comes back.
+#![cfg(feature = "redis")]
+
+#[path = "support/redis_server.rs"]
+mod redis_server;
+#[path = "support/stores.rs"]
+mod stores;
+
+use std::time::{Duration, Instant};
+
+use http::{Request, Response, StatusCode};
+use redis_server::{shared_url, unique_prefix, Server};
+use stores::{policy, redis_store, ALGORITHMS};
+use tower::{service_fn, ServiceBuilder, ServiceExt};
+use tower_sliding_window::{
+    Algorithm, FailurePolicy, ManualClock, Origin, Policy, RedisStore, SlidingWindowLayer, Store,
+};
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn script_flush_is_recovered_transparently() {
+    let server = tokio::task::spawn_blocking(Server::start).await.unwrap();
+    let clock = ManualClock::new();
+    let store = redis_store(&server.url(), "faults", &clock).await;
+    let policy = policy(Algorithm::SlidingCounter, &[(2, 60_000)]);
+    assert!(store.decide("k", &policy).await.unwrap().is_allowed());
+    server.cli(&["SCRIPT", "FLUSH"]).unwrap();
+    let decision = store.decide("k", &policy).await.unwrap();
+    assert!(decision.is_allowed());
+    assert_eq!(decision.origin(), Origin::Limits);
+    assert!(
+        !store.decide("k", &policy).await.unwrap().is_allowed(),
+        "state survived the flush"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn server_time_is_used_by_default() {
+    let store = RedisStore::connect(&shared_url())
+        .await
+        .expect("Redis")
+        .with_prefix(&unique_prefix("server-time"))
+        .with_failure_policy(FailurePolicy::FailClosed)
+        .with_timeout(Duration::from_secs(5));
+    for algorithm in ALGORITHMS {
+        let policy = policy(algorithm, &[(3, 10_000)]);
+        for _ in 0..3 {
+            assert!(
+                store.decide("t", &policy).await.unwrap().is_allowed(),
+                "{algorithm:?}"
+            );
+        }
+        let refused = store.decide("t", &policy).await.unwrap();
+        assert!(!refused.is_allowed(), "{algorithm:?}");
+        assert!(
+            refused.retry_after() > Duration::ZERO
+                && refused.retry_after() <= Duration::from_secs(20)
+        );
+    }
+}
+
+/// The scripts renew a key's TTL only when a window rolls (counter, fixed)
+/// or the newest stamp enters a new span of the longest window (log). On
+/// server time, through several windows, the key must still outlive every
+/// state that matters: checked after each decision, with the server's time
+/// and the key's TTL read in one script so that no time passes between them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn keys_outlive_their_state_though_the_ttl_is_renewed_rarely() {
+    let server = tokio::task::spawn_blocking(Server::start).await.unwrap();
+    let store = RedisStore::connect(&server.url())
+        .await
+        .expect("Redis")
+        .with_failure_policy(FailurePolicy::FailClosed)
+        .with_timeout(Duration::from_secs(5));
+    let mut connection = redis::Client::open(server.url())
+        .unwrap()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap();
+    let time_and_ttl = redis::Script::new(
+        "local t = redis.call('TIME') return {t[1] * 1000000 + t[2], redis.call('PTTL', KEYS[1])}",
+    );
+    let window_micros = 20_000;
+    // A log of up to 32 stamps is read whole, a longer one in ranges.
+    let runs = [
+        (Algorithm::SlidingLog, 1_000),
+        (Algorithm::SlidingLog, 32),
+        (Algorithm::SlidingCounter, 1_000),
+        (Algorithm::FixedWindow, 1_000),
+    ];
+    for (algorithm, max) in runs {
+        let policy = policy(algorithm, &[(max, 20)]);
+        let name = store.key_name(&"ttl", &policy);
+        // What matters is the state the last accepted request left.
+        let mut accepted_at = 0;
+        let (mut renewals, mut checks, mut last_ttl) = (0, 0, 0);
+        let (mut windows, mut last_window) = (0, -1);
+        // A busy loop across six 20 ms windows: no sleeping, the property
+        // holds at every instant.
+        while windows < 6 {
+            let decision = store.decide("ttl", &policy).await.unwrap();
+            let at = decision.decided_at().as_micros() as i64;
+            if at / window_micros != last_window {
+                (windows, last_window) = (windows + 1, at / window_micros);
+            }
+            if decision.is_allowed() {
+                accepted_at = at;
+            }
+            let at = accepted_at;
+            let (now, ttl): (i64, i64) = time_and_ttl
+                .key(&name)
+                .invoke_async(&mut connection)
+                .await
+                .unwrap();
+            // Expiry counts in whole milliseconds: a key with `ttl` ms left
+            // at `now` is there until at least `now + ttl` ms.
+            let expires_at = now + ttl * 1_000;
+            let window_start = at - at % window_micros;
+            let needed_until = match algorithm {
+                // The newest stamp counts for one window.
+                Algorithm::SlidingLog => at + window_micros,
+                // This window's count weighs on the next one too.
+                Algorithm::SlidingCounter => window_start + 2 * window_micros,
+                _ => window_start + window_micros,
+            };
+            assert!(
+                expires_at >= needed_until - 1,
+                "{algorithm:?}: the key expires at {expires_at} µs, its state matters until {needed_until}"
+            );
+            renewals += usize::from(ttl > last_ttl);
+            last_ttl = ttl;
+            checks += 1;
+        }
+        // Renewed when a new window starts, not at each request.
+        assert!(
+            renewals >= 2 && renewals <= windows && renewals * 5 < checks,
+            "{algorithm:?} {max}: {renewals} renewals in {checks} checks over {windows} windows"
+        );
+        println!("{algorithm:?} {max}: {checks} checks, {renewals} renewals");
+    }
+}
+
+/// Sends one request through a layer over `store` and times it.
+async fn timed_status(
+    store: &RedisStore,
+    policy: &Policy,
+) -> (StatusCode, Duration, Option<Origin>) {
+    let layer = SlidingWindowLayer::with_policy(policy.clone(), |_: &Request<()>| Some("faulty"))
+        .store(store.clone());
+    let svc =
+        ServiceBuilder::new()
+            .layer(layer)
+            .service(service_fn(|request: Request<()>| async move {
+                let origin = request
+                    .extensions()
+                    .get::<tower_sliding_window::Decision>()
+                    .map(|d| d.origin());
+                let mut response = Response::new(());
+                response.extensions_mut().insert(origin);
+                Ok::<_, std::convert::Infallible>(response)
+            }));
+    let started = Instant::now();
+    let response = svc.oneshot(Request::new(())).await.unwrap();
+    let origin = response
+        .extensions()
+        .get::<Option<Origin>>()
+        .copied()
+        .flatten();
+    (response.status(), started.elapsed(), origin)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn failure_policies_hold_while_redis_is_down_and_recover() {
+    let mut server = tokio::task::spawn_blocking(Server::start).await.unwrap();
+    let clock = ManualClock::new();
+    let timeout = Duration::from_millis(100);
+    let make = |failure| {
+        let url = server.url();
+        let clock = clock.clone();
+        async move {
+            redis_store(&url, "faults", &clock)
+                .await
+                .with_failure_policy(failure)
+                .with_timeout(timeout)
+        }
+    };
+    let open = make(FailurePolicy::FailOpen).await;
+    let closed = make(FailurePolicy::FailClosed).await;
+    let fallback = make(FailurePolicy::Fallback).await;
+    let policy = policy(Algorithm::SlidingLog, &[(2, 60_000)]);
+    for store in [&open, &closed, &fallback] {
+        assert_eq!(timed_status(store, &policy).await.0, StatusCode::OK);
+    }
+
+    let mut worst = Duration::ZERO;
+    for (label, stop) in [("killed", true), ("paused", false)] {
+        if stop {
+            server.kill();
+        } else {
+            server.pause();
+        }
+        for _ in 0..3 {
+            let (status, took, origin) = timed_status(&open, &policy).await;
+            assert_eq!(
+                (status, origin),
+                (StatusCode::OK, Some(Origin::FailOpen)),
+                "fail open, {label}"
+            );
+            worst = worst.max(took);
+            let (status, took, _) = timed_status(&closed, &policy).await;
+            assert_eq!(
+                status,
+                StatusCode::SERVICE_UNAVAILABLE,
+                "fail closed, {label}"
+            );
+            worst = worst.max(took);
+        }
+        // The fallback limits locally: a fresh local window of 2.
+        clock.advance(Duration::from_secs(120));
+        let statuses: Vec<(StatusCode, Option<Origin>)> = {
+            let mut out = Vec::new();
+            for _ in 0..3 {
+                let (status, took, origin) = timed_status(&fallback, &policy).await;
+                worst = worst.max(took);
+                out.push((status, origin));
+            }
+            out
+        };
+        assert_eq!(
+            statuses[0],
+            (StatusCode::OK, Some(Origin::Fallback)),
+            "{label}"
+        );
+        assert_eq!(
+            statuses[1],
+            (StatusCode::OK, Some(Origin::Fallback)),
+            "{label}"
+        );
+        assert_eq!(statuses[2].0, StatusCode::TOO_MANY_REQUESTS, "{label}");
+
+        if stop {
+            server.restart();
+        } else {
+            server.resume();
+        }
+        // Reconnection is automatic: decisions come from Redis again.
+        clock.advance(Duration::from_secs(120));
+        let deadline = Instant::now() + Duration::from_secs(10);
+        for store in [&open, &closed, &fallback] {
+            loop {
+                let (status, _, origin) = timed_status(store, &policy).await;
+                if status == StatusCode::OK && origin == Some(Origin::Limits) {
+                    break;
+                }
+                assert!(
+                    Instant::now() < deadline,
+                    "no recovery after the server was {label}"
+                );
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        }
+    }
+    println!("worst latency while Redis was down: {worst:?} (timeout {timeout:?})");
+    assert!(
+        worst <= timeout + Duration::from_millis(250),
+        "worst {worst:?}"
+    );
+}

@@ -33,7 +33,7 @@ def script(which):
         # The yardstick of benches/redis.rs, read from there.
         text = (ROOT / "benches" / "redis.rs").read_text()
         return re.search(r'const BASELINE: &str = "(.*?)";', text, re.S).group(1).encode()
-    # The store's own text for the policy (examples/redis_script.rs).
+    # The store's own text for the policy (benches/drivers/redis_script.rs).
     return subprocess.run(
         ["cargo", "run", "-q", "--release", "--features", "redis", "--example", "redis_script", which],
         cwd=ROOT, check=True, capture_output=True,

@@ -179,7 +179,11 @@ fn main() {
         Duration::from_millis(20),
         0,
     );
-    println!("\nadded over the bare router, paired (median over rounds; ratio = median over rounds of added ns / the peer's added ns; peers: tower_governor, and tower_governor with its headers)");
+    let mut added_table = report::Table::new(
+        "The layer's cost: ns added over the bare router",
+        "Paired rounds as above; ratio: the median over rounds of the added ns / the peer's added ns.",
+        &["", "added ns (median)", "/ tower_governor", "/ tower_governor with headers"],
+    );
     let ratio_to = |i: usize, peer: usize| -> f64 {
         report::median(
             (0..rounds[0].len())
@@ -193,18 +197,24 @@ fn main() {
             .collect();
         // The peer with headers is compared only with rows that send them.
         let to_headers = if id.contains("headers on") || i == GOVERNOR_HEADERS {
-            format!("{:>7.2}", ratio_to(i, GOVERNOR_HEADERS))
+            format!("**{:.2}**", ratio_to(i, GOVERNOR_HEADERS))
         } else {
-            format!("{:>7}", "—")
+            "—".to_owned()
         };
-        println!(
-            "  {id:<34} {:>9.1} {:>7.2} {to_headers}",
-            report::median(added),
-            ratio_to(i, GOVERNOR),
-        );
+        added_table.row(&[
+            id.to_string(),
+            format!("{:.1}", report::median(added)),
+            format!("**{:.2}**", ratio_to(i, GOVERNOR)),
+            to_headers,
+        ]);
     }
+    added_table.finish();
 
-    println!("\nheap allocations per request (accepted, 1,000 requests each)");
+    let mut allocations_table = report::Table::new(
+        "Heap allocations per request",
+        "Accepted requests, 1,000 each.",
+        &["", "allocations"],
+    );
     for (name, router) in &routers {
         run(one_request(router));
         let before = allocations();
@@ -212,6 +222,7 @@ fn main() {
             black_box(run(one_request(router)));
         }
         let per_request = (allocations() - before) as f64 / 1_000.0;
-        println!("  {name:<34} {per_request:>6.2}");
+        allocations_table.row(&[name.to_string(), format!("{per_request:.2}")]);
     }
+    allocations_table.finish();
 }

@@ -7,6 +7,9 @@
 
 #[path = "../tests/support/redis_server.rs"]
 mod redis_server;
+// Its criterion helpers serve the other benches.
+#[allow(dead_code)]
+mod report;
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -198,22 +201,27 @@ async fn main() {
             cpu[i].push(usec_per_call(&server));
         }
     }
-    for (i, (name, _)) in contenders.iter().enumerate() {
-        let (s_min, s_med, s_max) = spread(sequential[i].clone());
-        let (p_min, p_med, p_max) = spread(parallel[i].clone());
-        let (_, cpu_med, _) = spread(cpu[i].clone());
-        println!("  {name:<32} 1 in flight {s_min:>8.0} {s_med:>8.0} {s_max:>8.0}   64 in flight {p_min:>8.0} {p_med:>8.0} {p_max:>8.0}   Redis CPU {cpu_med:.2} µs/call");
-    }
     let per_round = |values: &[Vec<f64>], i: usize| {
         spread((0..ROUNDS).map(|r| values[i][r] / values[0][r]).collect()).1
     };
-    println!("\nratios to the baseline script (median over rounds of the ratio within each round; throughput higher is better, CPU lower is better)");
-    for (i, (name, _)) in contenders.iter().enumerate().skip(1) {
-        println!(
-            "  {name:<32} 1 in flight {:.2}   64 in flight {:.2}   CPU {:.2}",
-            per_round(&sequential, i),
-            per_round(&parallel, i),
-            per_round(&cpu, i)
-        );
+    let mut table = report::Table::new(
+        "Redis: one script call per decision",
+        &format!("{ROUNDS} interleaved rounds against a private redis-server; decisions a second (median), and the median over rounds of the ratio to the baseline script in the same round. Redis CPU from `INFO commandstats`."),
+        &["", "1 in flight", "ratio", "64 in flight", "ratio", "Redis CPU µs/call", "ratio"],
+    );
+    for (i, (name, _)) in contenders.iter().enumerate() {
+        let (_, s_med, _) = spread(sequential[i].clone());
+        let (_, p_med, _) = spread(parallel[i].clone());
+        let (_, cpu_med, _) = spread(cpu[i].clone());
+        table.row(&[
+            name.to_string(),
+            format!("{s_med:.0}"),
+            format!("{:.2}", per_round(&sequential, i)),
+            format!("{p_med:.0}"),
+            format!("**{:.2}**", per_round(&parallel, i)),
+            format!("{cpu_med:.2}"),
+            format!("{:.2}", per_round(&cpu, i)),
+        ]);
     }
+    table.finish();
 }

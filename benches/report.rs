@@ -1,5 +1,7 @@
 //! Reads criterion's samples back and prints min/median/max per operation
-//! and ratios against a peer measured in the same run.
+//! and ratios against a peer measured in the same run; the tables that
+//! judge the targets also go, as Markdown, to the file `BENCH_TABLES`
+//! names, from which `bench/all.sh` writes BENCHMARKS.md.
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -60,6 +62,48 @@ pub fn print_group(group: &str, ids: &[&str], baseline: &str) -> BTreeMap<String
     found
 }
 
+/// A Markdown table: printed, and appended to the file `BENCH_TABLES`
+/// names, if any.
+pub struct Table {
+    text: String,
+}
+
+impl Table {
+    pub fn new(title: &str, note: &str, columns: &[&str]) -> Self {
+        let mut text = format!("\n### {title}\n\n");
+        if !note.is_empty() {
+            text.push_str(&format!("{note}\n\n"));
+        }
+        text.push_str(&format!("| {} |\n", columns.join(" | ")));
+        let rule: Vec<&str> = columns
+            .iter()
+            .enumerate()
+            .map(|(i, _)| if i == 0 { "---" } else { "---:" })
+            .collect();
+        text.push_str(&format!("|{}|\n", rule.join("|")));
+        Self { text }
+    }
+
+    pub fn row(&mut self, cells: &[String]) {
+        self.text.push_str(&format!("| {} |\n", cells.join(" | ")));
+    }
+
+    pub fn finish(self) {
+        print!("{}", self.text);
+        if let Some(path) = std::env::var_os("BENCH_TABLES") {
+            use std::io::Write;
+            let written = std::fs::OpenOptions::new()
+                .create(true)
+                .append(true)
+                .open(&path)
+                .and_then(|mut file| file.write_all(self.text.as_bytes()));
+            if let Err(err) = written {
+                eprintln!("cannot append to {path:?}: {err}");
+            }
+        }
+    }
+}
+
 /// Runs `iters` operations and returns how long they took.
 pub type Batch<'a> = Box<dyn FnMut(u64) -> std::time::Duration + 'a>;
 
@@ -116,14 +160,11 @@ pub fn paired(
         let at = |q: f64| values[((values.len() - 1) as f64 * q).round() as usize];
         (at(0.25), at(0.5), at(0.75))
     };
-    println!(
-        "\n{title} (paired: {rounds} interleaved rounds; ratio = median over rounds of ns / {}'s ns in the same round)",
+    let note = format!(
+        "{rounds} interleaved rounds; ratio: the median over rounds of ns / {}'s ns in the same round, with the middle half of those ratios.",
         contenders[0].0
     );
-    println!(
-        "  {:<34} {:>9} {:>7} {:>15}",
-        "", "median", "ratio", "middle half"
-    );
+    let mut table = Table::new(title, &note, &["", "ns (median)", "ratio", "middle half"]);
     for (i, (name, _)) in contenders.iter().enumerate() {
         let ratios = per_op[i]
             .iter()
@@ -132,11 +173,14 @@ pub fn paired(
             .collect();
         let ns = median(per_op[i].clone());
         let (low, ratio, high) = quartiles(ratios);
-        println!(
-            "  {name:<34} {ns:>9.1} {ratio:>7.2} {:>15}",
-            format!("{low:.2}–{high:.2}")
-        );
+        table.row(&[
+            name.to_string(),
+            format!("{ns:.1}"),
+            format!("**{ratio:.2}**"),
+            format!("{low:.2}–{high:.2}"),
+        ]);
     }
+    table.finish();
     per_op
 }
 

@@ -15,7 +15,8 @@ use crate::error::ConfigError;
 /// A limit parses from the text a configuration file would hold,
 /// `MAX/WINDOW`: `"10/s"`, `"100/min"`, `"5/30s"`, `"1000/h"`, `"20/day"`.
 /// The window is a unit, or a whole number and a unit, with units `us`,
-/// `ms`, `s` (`sec`), `m` (`min`), `h` (`hour`) and `d` (`day`).
+/// `ms`, `s` (`sec`, `second`), `m` (`min`, `minute`), `h` (`hour`) and
+/// `d` (`day`), in lower case.
 /// [`Display`](fmt::Display) prints a form that parses back to the same limit.
 ///
 /// ```
@@ -132,10 +133,10 @@ impl Limit {
 const UNITS: &[(&[&str], u64)] = &[
     (&["us"], 1),
     (&["ms"], 1_000),
-    (&["s", "sec"], 1_000_000),
-    (&["m", "min"], 60_000_000),
-    (&["h", "hour"], 3_600_000_000),
-    (&["d", "day"], 86_400_000_000),
+    (&["s", "sec", "second", "seconds"], 1_000_000),
+    (&["m", "min", "minute", "minutes"], 60_000_000),
+    (&["h", "hour", "hours"], 3_600_000_000),
+    (&["d", "day", "days"], 86_400_000_000),
 ];
 
 impl FromStr for Limit {
@@ -144,7 +145,7 @@ impl FromStr for Limit {
     fn from_str(text: &str) -> Result<Self, ConfigError> {
         let bad = |why: &str| {
             ConfigError::Parse(format!(
-                "{text:?} is not a limit ({why}); expected MAX/WINDOW such as \"10/s\", \"100/min\", \"5/30s\" or \"1000/h\", with units us, ms, s, m or min, h, d or day"
+                "{text:?} is not a limit ({why}); expected MAX/WINDOW such as \"10/s\", \"100/min\", \"5/30s\" or \"1000/h\", with units us, ms, s or sec, m or min, h or hour, d or day"
             ))
         };
         let (max, window) = text.trim().split_once('/').ok_or_else(|| bad("no '/'"))?;
@@ -176,14 +177,11 @@ impl FromStr for Limit {
     }
 }
 
-/// `MAX/WINDOW`, the window in its largest whole unit (`10/s`, `100/60s`),
-/// as [`FromStr`] reads it.
+/// `MAX/WINDOW`, the window in its largest whole unit (`10/1s`,
+/// `100/60s`), as policy signatures spell it and [`FromStr`] reads it.
 impl fmt::Display for Limit {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self.window_micros {
-            1_000_000 => write!(f, "{}/s", self.max),
-            _ => write!(f, "{}/{}", self.max, self.window_name()),
-        }
+        write!(f, "{}/{}", self.max, self.window_name())
     }
 }
 
@@ -252,6 +250,7 @@ mod tests {
             );
         }
         assert_eq!(Limit::per_minute(100).to_string(), "100/60s");
-        assert_eq!(Limit::per_second(10).to_string(), "10/s");
+        assert_eq!(Limit::per_second(10).to_string(), "10/1s");
+        assert_eq!("10/second".parse::<Limit>().unwrap(), Limit::per_second(10));
     }
 }

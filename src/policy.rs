@@ -2,7 +2,7 @@
 
 use std::fmt;
 use std::hash::{BuildHasher, Hash, Hasher};
-use std::sync::Arc;
+use std::sync::{Arc, LazyLock};
 use std::time::Duration;
 
 use crate::algorithm::{Algorithm, INLINE_LIMITS};
@@ -97,8 +97,10 @@ impl Policy {
     }
 
     fn build(algorithm: Algorithm, limits: Box<[Limit]>, name: Option<Box<str>>) -> Self {
-        // Fixed keys: the hash is the same in every process.
-        let hash = foldhash::fast::FixedState::with_seed(0).hash_one((algorithm, &limits, &name));
+        // Seeded once per process, so that policies built from data cannot
+        // be chosen to collide.
+        static SEED: LazyLock<foldhash::fast::RandomState> = LazyLock::new(Default::default);
+        let hash = SEED.hash_one((algorithm, &limits, &name));
         Self {
             inner: Arc::new(PolicyInner {
                 signature: signature(algorithm, &limits).into(),
@@ -141,11 +143,28 @@ impl Policy {
 
     /// The longest window among the limits.
     pub fn longest_window(&self) -> Duration {
+        Duration::from_micros(self.longest_window_micros())
+    }
+
+    pub(crate) fn longest_window_micros(&self) -> u64 {
         self.limits()
             .iter()
-            .map(Limit::window)
+            .map(Limit::window_micros)
             .max()
-            .unwrap_or_default()
+            .unwrap_or(1)
+    }
+
+    /// The same name, with `algorithm` and `limits`.
+    pub(crate) fn with_rules(
+        &self,
+        algorithm: Algorithm,
+        limits: impl IntoIterator<Item = Limit>,
+    ) -> Result<Self, ConfigError> {
+        let policy = Self::new(algorithm, limits)?;
+        Ok(match self.name() {
+            Some(name) => policy.named(name),
+            None => policy,
+        })
     }
 
     /// A short text naming the algorithm and limits, e.g. `l5/30s` or

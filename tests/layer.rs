@@ -330,3 +330,19 @@ async fn the_decision_extension_can_be_switched_off() {
     assert_eq!(response.status(), StatusCode::OK);
     assert_eq!(body_text(response).await, "none");
 }
+
+#[test]
+fn refining_a_named_policy_keeps_its_name() {
+    let key = |_: &Request<()>| Some("client");
+    let login = Policy::new(Algorithm::SlidingCounter, [Limit::per_second(1)])
+        .unwrap()
+        .named("login");
+    let layer = SlidingWindowLayer::with_policy(login, key)
+        .limit(Limit::per_minute(10))
+        .algorithm(Algorithm::SlidingLog);
+    assert_eq!(layer.policy().name(), Some("login"));
+    assert_eq!(layer.policy().limits().len(), 2);
+    assert_eq!(layer.policy().algorithm(), Algorithm::SlidingLog);
+    let signup = SlidingWindowLayer::new(Limit::per_second(1), key).named("signup");
+    assert_eq!(signup.policy().label(), "signup");
+}

@@ -147,7 +147,7 @@ proptest! {
         }
     }
 
-    /// The public core may judge one log under different limits from one
+    /// The public algorithm may judge one log under different limits from one
     /// call to the next. It then keeps the newest stamps its largest limit
     /// allows, in order, and judges them exactly: a ring that wrapped and
     /// then grows, shrinks or gains a cursor loses nothing else. The clock
@@ -327,7 +327,7 @@ proptest! {
     /// Keyed by a byte and by a `String`: the store keeps two stamps beside
     /// the one and four beside the other before it needs a ring, and each
     /// store must move its keys to rings and back without a change.
-    /// (`src/core/log.rs` tests shrinking itself at any point of traffic.)
+    /// (`src/algorithm/log.rs` tests shrinking itself at any point of traffic.)
     #[test]
     fn a_stores_log_that_forgets_decides_as_the_core_that_keeps(
         limits in prop::collection::vec(

@@ -1,4 +1,5 @@
-//! SPEC.md's vectors L, C and Q, and the boundary burst, through the sans-IO core.
+//! The source document's vectors L, C and Q and the boundary burst (as
+//! docs/design.md restates them), through the sans-IO algorithms.
 
 use std::time::Duration;
 

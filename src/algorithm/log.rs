@@ -628,7 +628,7 @@ pub(crate) mod tests {
     /// one exactly a window old (the window is closed), and decides after
     /// as the unshed log does, at that newest time and later.
     /// A ring never takes more slots than `at` can count, whatever the
-    /// limit: a policy's and the core's capacity stop at [`MAX_SLOTS`].
+    /// limit: every caller's capacity stops at [`MAX_SLOTS`].
     #[test]
     fn a_ring_is_bounded_so_its_position_fits_32_bits() {
         let huge = [Limit::new(u32::MAX, Duration::from_secs(1)).unwrap()];

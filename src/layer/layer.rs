@@ -136,7 +136,7 @@ impl<E, St, P, M> SlidingWindowLayer<E, St, P, M> {
     pub fn limit(self, limit: Limit) -> Self {
         let policy = self.policy();
         let limits = policy.limits().iter().copied().chain([limit]);
-        match Policy::new(policy.algorithm(), limits) {
+        match policy.with_rules(policy.algorithm(), limits) {
             Ok(policy) => self.replace_policy(policy),
             Err(err) => panic!("cannot add limit: {err}"),
         }
@@ -147,10 +147,18 @@ impl<E, St, P, M> SlidingWindowLayer<E, St, P, M> {
     /// This makes a new policy value, with windows of its own.
     pub fn algorithm(self, algorithm: Algorithm) -> Self {
         let limits = self.policy().limits().to_vec();
-        match Policy::new(algorithm, limits) {
+        match self.policy().with_rules(algorithm, limits) {
             Ok(policy) => self.replace_policy(policy),
             Err(err) => unreachable!("the limits came from a valid policy: {err}"),
         }
+    }
+
+    /// Names the policy (see [`Policy::named`]): its label in metrics and
+    /// logs, and part of its value, so that layers with equal limits on one
+    /// shared store (per-route limits, say) keep windows of their own.
+    pub fn named(self, name: impl Into<String>) -> Self {
+        let policy = self.policy().clone().named(name);
+        self.replace_policy(policy)
     }
 
     /// Keeps state in `store` instead of a private [`MemoryStore`].

@@ -39,9 +39,8 @@ pub struct SlidingWindow<S, E, St, P = SinglePolicy, M = WrapBody> {
 /// What the clones of one service share. axum clones the service for every
 /// request (its routes are boxed, cloneable services), so everything but
 /// the inner service sits behind one reference count: a clone costs one
-/// increment (and a decrement when dropped), where a `MemoryStore` and the
-/// configuration counted apart took two. The price: the service is `Send`
-/// only if its extractor and plan are also `Sync`, as an `Arc` asks.
+/// increment (and a decrement when dropped). The price: the service is
+/// `Send` only if its extractor and plan are also `Sync`, as an `Arc` asks.
 #[derive(Debug)]
 struct Shared<E, St, P> {
     extractor: E,
@@ -185,7 +184,7 @@ where
         let own = &config.own.policy;
         let planned;
         let (binding, chosen) = match shared.plan.policy(&request, &key, own) {
-            Cow::Borrowed(policy) if std::ptr::eq(policy, own) => {
+            Cow::Borrowed(policy) if policy == own => {
                 (shared.own_binding::<E::Key>(), Chosen::Layer)
             }
             policy => {

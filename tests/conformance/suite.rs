@@ -75,7 +75,7 @@ fn at(clock: &ManualClock, secs: f64) {
     clock.set(Duration::from_secs_f64(secs));
 }
 
-/// SPEC vector L through the layer, with the `Retry-After` values it implies.
+/// Vector L (docs/design.md) through the layer, with the `Retry-After` values it implies.
 pub async fn vector_l<St: Store<String>>(store: St, clock: ManualClock) {
     let svc = service(store, policy(Algorithm::SlidingLog, &[(5, 30)]));
     let script: [(f64, &[u16]); 6] = [
@@ -113,7 +113,7 @@ async fn fill_previous_window<St: Store<String>>(
     }
 }
 
-/// SPEC vectors C and Q through the layer.
+/// Vectors C and Q (docs/design.md) through the layer.
 pub async fn vectors_c_and_q<St: Store<String>>(store: St, clock: ManualClock) {
     let svc = service(store, policy(Algorithm::SlidingCounter, &[(5, 30)]));
     let spread = [0.0, 5.0, 5.0, 15.0, 15.0];
@@ -141,7 +141,7 @@ pub async fn vectors_c_and_q<St: Store<String>>(store: St, clock: ManualClock) {
     }
 }
 
-/// SPEC vector Q.3: traffic bunched at the start of the previous window.
+/// Vector Q.3 (docs/design.md): traffic bunched at the start of the previous window.
 pub async fn vector_q_log_versus_counter<St: Store<String>>(store: St, clock: ManualClock) {
     let log = service(store.clone(), policy(Algorithm::SlidingLog, &[(5, 30)]));
     let counter = service(store, policy(Algorithm::SlidingCounter, &[(5, 30)]));

@@ -246,8 +246,7 @@ impl<const FEW: usize> CompactLog<FEW> {
 
 /// Remaining quota under `limit` at `now` with `stamps` (oldest first)
 /// recorded, and when it next grows.
-// Hinted, as `quota` is: with two layouts calling it, the compiler left it
-// out of line, at 15 instructions more a decision.
+// Hinted, as `quota` is: both log layouts call it on every decision.
 #[inline]
 fn counted(stamps: &[u64], now: u64, limit: &Limit) -> (u32, u64) {
     let oldest_counted = now.saturating_sub(limit.window_micros());
@@ -322,7 +321,7 @@ mod tests {
     }
 
     /// More limits than a policy may have (the store never passes them)
-    /// are judged in a ring, as the core's log judges them.
+    /// are judged in a ring, as the algorithm's log judges them.
     #[test]
     fn more_limits_than_a_policy_holds_are_judged_in_a_ring() {
         let limits: Vec<Limit> = (1..=INLINE_LIMITS as u32 + 1)
@@ -343,7 +342,7 @@ mod tests {
     }
 
     proptest! {
-        /// Decision for decision the same as the public core's log, which
+        /// Decision for decision the same as the algorithm's log, which
         /// keeps every stamp, with two stamps inline or four, whatever the limits, the traffic and the
         /// sweeps in between, with the clock stepping back at times.
         #[test]

@@ -4,15 +4,16 @@
 //! Each policy's keys live in one map of one layout, so an entry holds a
 //! key and its state and nothing else: no policy, no tag. The table keeps
 //! the layouts that earn their place in the store bench: the counter and
-//! fixed window of one or two limits packed into eight bytes a limit, and
-//! the log with its few newest stamps beside the key; every other policy
-//! takes the algorithm's own state.
+//! fixed window of one or two limits packed into eight bytes a limit (or,
+//! for counts too wide to pack, the counter's slots inline), and the log
+//! with its few newest stamps beside the key; every other policy takes the
+//! algorithm's own state.
 
 use std::hash::Hash;
 use std::sync::Arc;
 
 use super::compact_log::{CompactLog, FEW_BESIDE_LARGER_KEYS, FEW_BESIDE_SMALL_KEYS};
-use super::packed::{CounterSlot, FixedSlot, Packed, PackedSlot};
+use super::packed::{CounterSlot, FixedSlot, Packed, PackedSlot, WideCounter};
 use super::shards::Shards;
 use super::window_base::WindowBase;
 use crate::algorithm::{log, Algorithm, Decision, FixedWindow, SlidingCounter};
@@ -24,6 +25,7 @@ use crate::policy::Policy;
 pub(super) struct Shape {
     algorithm: Algorithm,
     limits: Box<[Limit]>,
+    largest_max: u32,
     /// The most stamps a log keeps for one key.
     log_capacity: u32,
     longest_window_micros: u64,
@@ -34,8 +36,9 @@ impl Shape {
         Self {
             algorithm: policy.algorithm(),
             limits: policy.limits().into(),
+            largest_max: policy.largest_max(),
             log_capacity: log::capacity_for(policy.limits()),
-            longest_window_micros: policy.longest_window().as_micros() as u64,
+            longest_window_micros: policy.longest_window_micros(),
         }
     }
 
@@ -44,7 +47,7 @@ impl Shape {
     }
 
     pub(super) fn largest_max(&self) -> u32 {
-        self.limits.iter().map(Limit::max).max().unwrap_or(1)
+        self.largest_max
     }
 
     pub(super) fn log_capacity(&self) -> u32 {
@@ -190,6 +193,8 @@ layouts! {
     |shape, key_bytes|
     Counter1(Packed<CounterSlot, 1>) if shape.is(Algorithm::SlidingCounter, 1) && CounterSlot::fits(&shape),
     Counter2(Packed<CounterSlot, 2>) if shape.is(Algorithm::SlidingCounter, 2) && CounterSlot::fits(&shape),
+    WideCounter1(WideCounter<1>) if shape.is(Algorithm::SlidingCounter, 1),
+    WideCounter2(WideCounter<2>) if shape.is(Algorithm::SlidingCounter, 2),
     Counter(SlidingCounter) if shape.algorithm == Algorithm::SlidingCounter,
     Fixed1(Packed<FixedSlot, 1>) if shape.is(Algorithm::FixedWindow, 1),
     Fixed2(Packed<FixedSlot, 2>) if shape.is(Algorithm::FixedWindow, 2),

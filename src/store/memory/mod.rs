@@ -33,10 +33,13 @@ use crate::policy::Policy;
 ///   is dropped at its shard's next sweep, run every five seconds of use (and
 ///   when the shard is full); no clean-up call is needed. The five seconds
 ///   spare a request read a little behind the clock (on another thread, or
-///   after a step back) a fresh window it should not get. When the last
-///   clone of a policy is dropped, its keys are dropped with it.
+///   after a step back) a fresh window it should not get. A policy's map,
+///   once no layer binds it and its keys have all gone idle, is dropped
+///   the next time a new policy is bound.
 /// * **Capped.** At most [`max_keys`](MemoryStore::with_max_keys) live keys
-///   (one million by default) per policy and key type, split evenly over the
+///   (one million by default) per policy value and key type, so a plan
+///   building many distinct policies may hold that many for each, split
+///   evenly over the
 ///   shards (rounded down): stacked layers with two policies may hold twice
 ///   as many.
 ///   A *new* key arriving at a full shard is refused — a 429 whose

@@ -214,6 +214,47 @@ impl<P: PackedSlot, const N: usize> EntryState for Packed<P, N> {
     }
 }
 
+/// The counter's state for exactly `N` limits whose counts are too wide to
+/// pack: the algorithm's own slots, inline beside the key rather than
+/// behind the algorithm's list. The store bench's wide counter guards it.
+#[derive(Clone, Copy, Debug)]
+pub(super) struct WideCounter<const N: usize> {
+    slots: [counter::Slot; N],
+}
+
+impl<const N: usize> Default for WideCounter<N> {
+    fn default() -> Self {
+        Self {
+            slots: [counter::Slot::default(); N],
+        }
+    }
+}
+
+impl<const N: usize> EntryState for WideCounter<N> {
+    type Base = ();
+    type EntryAlign = ();
+
+    fn decide(&mut self, now: u64, shape: &Shape, _: &()) -> Decision {
+        let limits = shape.limits();
+        debug_assert_eq!(limits.len(), N);
+        // A refusal leaves the state as it was: one limit's path writes
+        // nothing then, and several limits are judged on a copy.
+        if N == 1 {
+            return counter::decide_inline(&mut self.slots, now, limits);
+        }
+        let mut slots = self.slots;
+        let decision = counter::decide_inline(&mut slots, now, limits);
+        if decision.is_allowed() {
+            self.slots = slots;
+        }
+        decision
+    }
+
+    fn idle_from(&self, shape: &Shape, _: &()) -> u64 {
+        counter::idle_from(&self.slots, shape.limits())
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -223,5 +264,6 @@ mod tests {
         assert_eq!(size_of::<Packed<CounterSlot, 1>>(), 8);
         assert_eq!(size_of::<Packed<CounterSlot, 2>>(), 16);
         assert_eq!(size_of::<Packed<FixedSlot, 2>>(), 16);
+        assert_eq!(size_of::<WideCounter<1>>(), 16);
     }
 }

@@ -142,11 +142,10 @@ impl<K: Hash + Eq, S: EntryState> Shards<K, S> {
         // The middle bits pick the shard: the table itself uses the low bits
         // for buckets and the top seven as tags.
         let index = (hash >> 32) as usize & (self.shards.len() - 1);
-        // parking_lot's lock spins before it parks: under contention on one
-        // hot key, std's parked the waiting thread through the kernel on
-        // most decisions. It does not poison, which is sound here: a panic
-        // while holding it cannot leave a shard half-updated (every update
-        // is a plain store).
+        // A lock that spins briefly before it parks: under contention on one
+        // hot key a decision is over before a parked thread would wake. It
+        // does not poison, which is sound here: a panic while holding it
+        // cannot leave a shard half-updated (every update is a plain store).
         let mut guard = self.shards[index].0.lock();
         let shard = &mut *guard;
         shard.prepare(now, shape);

@@ -1,29 +1,8 @@
 //! A counter's or fixed window's state packed into one integer below 2^53,
-//! for the policies whose counts are small enough.
-//!
-//! Redis keeps a string that reads as an integer inside the key's object,
-//! with no allocation for its bytes. With an IPv4 key and two limits that
-//! is 88 bytes of `MEMORY USAGE` where the 24-byte binary state took 120,
-//! and 72 rather than 88 with one limit. Below 2^53 the script's doubles
-//! hold it exactly.
-//!
-//! Every stored window index is `floor(t / window)` for the one time `t`
-//! the state was last written at (an accepted request rolls every window
-//! to its time, and a refusal writes nothing). So the integer holds a single
-//! index, `floor(t / unit)` with `unit` the windows' greatest common divisor,
-//! from which each window's index follows: `floor(index / (window / unit))`.
-//! Only its low bits are kept, and rebuilt from now: a stored index up to
-//! 2^31 ms (24.8 days, the binary layout's own bound for a 1 ms window)
-//! ahead of now's is read as ahead, after a clock that stepped back;
-//! anything else as behind. The packing is used only where that stays
-//! exact: the bits left for the index must also span the key's lifetime
-//! behind now, with another 2^31 ms to spare for a client's clock that runs
-//! ahead of Redis's, on which keys expire. A number that no script wrote is
-//! then at worst read as a state up to 24.8 days ahead, never further.
-//!
-//! Below the index sit the counts, each as wide as its limit's `max`: the
-//! previous and current window's for the sliding counter, only the current
-//! one for the fixed window, whose previous count is always zero.
+//! for the policies whose counts are small enough: Redis keeps such a
+//! string inside the key's object, with no allocation of its own. Where
+//! each part sits, and why the index it keeps stays exact, is in
+//! docs/design.md ("the integer state").
 
 use super::window_script::EXACT_BITS;
 use crate::algorithm::Algorithm;
@@ -122,10 +101,9 @@ impl IntegerState {
     }
 
     /// A Lua expression of the integer to store, as decimal text, once
-    /// every window is rolled to `now`. Redis 7.0 would turn a number into
-    /// text with `%.17g`, some 2,400 instructions a call more under
-    /// callgrind than `string.format('%d')` (`%.0f` costs as much). `%d`
-    /// goes through a C `long`, so this needs a 64-bit Redis.
+    /// every window is rolled to `now`, printed by `string.format('%d')`:
+    /// Redis would otherwise print the number with `%.17g`, which costs it
+    /// far more. `%d` goes through a C `long`, so this needs a 64-bit Redis.
     pub(super) fn encode(&self) -> String {
         let (unit, modulus) = (self.unit, self.modulus);
         let mut shift = 0;

@@ -6,6 +6,7 @@ mod integer_state;
 mod keys;
 mod log_script;
 mod scripts;
+mod template;
 mod window_script;
 
 use std::fmt::Display;
@@ -31,14 +32,13 @@ use crate::policy::Policy;
 /// * **One round trip per decision.** All limits of a policy are judged and
 ///   recorded all-or-nothing by one script, called by its SHA (reloaded
 ///   transparently after a restart, failover or `SCRIPT FLUSH`). The
-///   script is written for each policy, with its limits as constants,
-///   which spares Redis a fifth of its work per call (a third for the
-///   log); each policy shape (algorithm and limits) therefore adds one
-///   script (two if peeked) to Redis's script cache, about 5.5 KB of Redis
-///   memory each for the counter, 13.6 KB for the log (measured for two
-///   limits). A handful of plans costs nothing worth counting; limits computed per tenant, thousands of
-///   distinct shapes, cost megabytes until a `SCRIPT FLUSH` (after which
-///   the store reloads what it uses).
+///   script is a Lua template filled for each policy, its limits as
+///   constants, which spares Redis the work of reading them on every call;
+///   each policy shape (algorithm and limits) therefore adds one script
+///   (two if peeked) to Redis's script cache, a few kilobytes each. A
+///   handful of plans costs nothing worth counting; limits computed per
+///   tenant, thousands of distinct shapes, cost megabytes until a
+///   `SCRIPT FLUSH` (after which the store reloads what it uses).
 ///   [`script_source`](RedisStore::script_source) shows the text.
 /// * **Server time.** By default the script reads Redis `TIME`, so
 ///   application servers with skewed clocks agree, and fixed windows are
@@ -53,14 +53,11 @@ use crate::policy::Policy;
 ///   expire on Redis's time and their TTL is renewed only when a new window
 ///   starts.
 /// * **Compact.** The log keeps a ring of 8-byte timestamps (as many as the
-///   largest limit) in one string, followed by a trailer of 16 bytes and 20 per
-///   limit (a cursor, its stamp and the next). The counter and fixed
-///   window keep one integer below 2^53 where the counts are small enough to share it with the
-///   window index (ten a second and a hundred a minute take 22 bits of
-///   counts; an IPv4 key then takes 88 bytes of Redis memory), else a
-///   string of 12 bytes per limit (120 bytes for the same key).
-///   Every key expires once it has been idle long enough to no longer
-///   matter.
+///   largest limit) and a short trailer in one string; the counter and
+///   fixed window keep one integer where the counts are small enough to
+///   share it with the window index, else 12 bytes a limit (docs/design.md
+///   has the layouts). Every key expires once it has been idle long enough
+///   to no longer matter.
 /// * **Keys** are `prefix:{user key}:v2:name/signature`: the user's key is a
 ///   hash tag, escaped so that `{`, `}`, `%` and control bytes can neither
 ///   move it to another slot nor make two keys collide. `v2` names the

@@ -1,6 +1,6 @@
-//! What every script shares (the TTL, the opening lines that read the
-//! time, the per-limit lists), and the decoding of the scripts' replies
-//! into decisions, through the same core code the memory store runs.
+//! What every script shares (the TTL, the lines that read the time, the
+//! per-limit lists), and the decoding of the scripts' replies into
+//! decisions, through the same algorithm code the memory store runs.
 
 use crate::algorithm::log::{blocked_for, quota};
 use crate::algorithm::refusal::{tightest_known, Verdict};
@@ -11,29 +11,23 @@ use crate::policy::Policy;
 use crate::store::StoreError;
 
 use super::log_script;
+use super::template::Vars;
 
-/// A script's first lines: a comment naming what it judges (`kind`, for
-/// `policy`, recording or not), then `now`, in microseconds, from
-/// `ARGV[1]` (the client's clock) or else the server's `TIME`.
-pub(super) fn preamble(kind: &str, policy: &Policy, record: bool) -> String {
+/// What every script's template starts from: `kind` judged for `policy`,
+/// recording or not, its TTL, and the lines that read the time (`ARGV[1]`,
+/// the client's clock in µs, or else the server's `TIME`).
+pub(super) fn header(kind: &str, policy: &Policy, record: bool) -> Vars {
     let mode = if record {
         "judge and record"
     } else {
         "judge only"
     };
-    format!(
-        "-- tower-sliding-window: {kind} for {} ({mode}), TTL {} ms
-local now
-if ARGV[1] then
-  now = tonumber(ARGV[1])
-else
-  local t = redis.call('TIME')
-  now = t[1] * 1000000 + t[2]
-end
-",
-        policy.signature(),
-        ttl_millis(policy),
-    )
+    Vars::default()
+        .value("kind", kind)
+        .value("signature", policy.signature())
+        .value("mode", mode)
+        .value("ttl", ttl_millis(policy))
+        .value("now", include_str!("lua/now.lua").trim_end())
 }
 
 /// `template` written once per limit, `#` standing for the limit's number
@@ -46,11 +40,6 @@ pub(super) fn per_limit(n: usize, template: &str) -> String {
         .join(", ")
 }
 
-/// The policy's longest window, µs.
-pub(super) fn longest_micros(policy: &Policy) -> u64 {
-    policy.longest_window().as_micros() as u64
-}
-
 /// How long a key's state is kept, in milliseconds, rounded up: the TTL
 /// that lets idle clients vanish. The scripts renew it only now and then
 /// (the window script when a window rolls, the log script when its newest
@@ -58,7 +47,7 @@ pub(super) fn longest_micros(policy: &Policy) -> u64 {
 /// longest window, which a state needs at most after the renewal; the fixed
 /// window needs only one.
 pub(super) fn ttl_millis(policy: &Policy) -> u64 {
-    let longest = longest_micros(policy);
+    let longest = policy.longest_window_micros();
     let span = match policy.algorithm() {
         Algorithm::SlidingCounter | Algorithm::SlidingLog => longest.saturating_mul(2),
         Algorithm::FixedWindow => longest,
@@ -108,7 +97,7 @@ impl<'a> Reply<'a> {
 
 /// Turns the window script's reply (the verdict, the time judged at and the
 /// state, windows rolled, counting the request if it was accepted and
-/// `recorded`) into the decision the core makes from the state the request
+/// `recorded`) into the decision the algorithm makes from the state the request
 /// was judged against, and checks that both sides agree.
 pub(super) fn window_decision(
     policy: &Policy,
@@ -146,7 +135,7 @@ pub(super) fn window_decision(
     };
     if decision.is_allowed() != reply.allowed() {
         return Err(StoreError::new(
-            format!("the script and the core disagree on {bytes:02x?}"),
+            format!("the script and the algorithm disagree on {bytes:02x?}"),
             None,
         ));
     }
@@ -252,6 +241,43 @@ mod tests {
     use std::time::Duration;
 
     use super::*;
+
+    /// Every template, filled for policies that take each of its branches,
+    /// leaves no placeholder or directive behind, and holds each limit's
+    /// constants.
+    #[test]
+    fn the_templates_fill_whole_for_every_shape() {
+        let ms = |max, ms| Limit::new(max, Duration::from_millis(ms)).unwrap();
+        let shapes: Vec<Vec<Limit>> = vec![
+            vec![ms(10, 1_000)],
+            vec![ms(10, 1_000), ms(100, 60_000)],
+            vec![ms(100_000, 1_000), ms(1_000_000, 60_000)],
+            vec![ms(1_000_000, 60_000), ms(10_000_000, 3_600_000)],
+            (1..=8).map(|i| ms(i * 5, u64::from(i) * 700)).collect(),
+            vec![ms(33, 1_000)],
+            vec![ms(5_000, 1_000)],
+        ];
+        for algorithm in [
+            Algorithm::SlidingCounter,
+            Algorithm::FixedWindow,
+            Algorithm::SlidingLog,
+        ] {
+            for limits in &shapes {
+                let policy = Policy::new(algorithm, limits.iter().copied()).unwrap();
+                for record in [true, false] {
+                    let source = super::super::script_source(&policy, record);
+                    assert!(
+                        !source.contains("{{") && !source.contains("--@"),
+                        "{policy:?}, record {record}:\n{source}"
+                    );
+                    for limit in limits {
+                        assert!(source.contains(&limit.window_micros().to_string()));
+                    }
+                    assert_eq!(source.contains("redis.call('SET"), record, "{policy:?}");
+                }
+            }
+        }
+    }
 
     fn log_policy() -> Policy {
         let limit = |max, secs| Limit::new(max, Duration::from_secs(secs)).unwrap();

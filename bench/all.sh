@@ -12,9 +12,13 @@ trap 'rm -f "$tables"' EXIT
 # Only the features each bench needs: `metrics` and `tracing` would add
 # their own cost to every figure.
 cargo bench --no-run --features axum,redis -q
-BENCH_TABLES="$tables" cargo bench --bench store
-BENCH_TABLES="$tables" cargo bench --features axum --bench layer
-BENCH_TABLES="$tables" cargo bench --features redis --bench redis
+# The tables come from the paired rounds alone: a filter matching no
+# criterion benchmark skips criterion's part (run `cargo bench` without it
+# for criterion's absolute times and spread).
+skip_criterion=no-criterion-benchmark-matches-this
+BENCH_TABLES="$tables" cargo bench --bench store -- "$skip_criterion"
+BENCH_TABLES="$tables" cargo bench --features axum --bench layer -- "$skip_criterion"
+BENCH_TABLES="$tables" cargo bench --features redis --bench redis -- "$skip_criterion"
 
 cpu=$(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -n 1)
 machine="$(nproc) CPUs ($cpu), $(free -g | awk '/^Mem:/ {print $2}') GiB, $(rustc --version | cut -d' ' -f1-2), $(redis-server --version | cut -d' ' -f3)"

@@ -21,7 +21,7 @@ BENCH_TABLES="$tables" cargo bench --features axum --bench layer -- "$skip_crite
 BENCH_TABLES="$tables" cargo bench --features redis --bench redis -- "$skip_criterion"
 
 cpu=$(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -n 1)
-machine="$(nproc) CPUs ($cpu), $(free -g | awk '/^Mem:/ {print $2}') GiB, $(rustc --version | cut -d' ' -f1-2), $(redis-server --version | cut -d' ' -f3)"
+machine="$(nproc) CPUs ($cpu), $(free -g | awk '/^Mem:/ {print $2}') GiB, $(rustc --version | cut -d' ' -f1-2), Redis $(redis-server --version | cut -d' ' -f3 | sed 's/^v=//')"
 revision="$(git rev-parse --short HEAD)$(git diff --quiet HEAD -- src benches || echo ' with uncommitted changes')"
 {
   sed -e "s|@MACHINE@|$machine|" -e "s|@REVISION@|$revision|" -e "s|@DATE@|$(date -u +%Y-%m-%d)|" \

@@ -113,31 +113,26 @@ impl<const N: usize> Base for WindowBase<N> {
     }
 }
 
-impl EntryState for SlidingCounter {
-    type Base = ();
-    type EntryAlign = ();
+/// The algorithms' own states, their windows whole: for the policies no
+/// packed layout serves.
+macro_rules! whole_state {
+    ($($state:ty),*) => {$(
+        impl EntryState for $state {
+            type Base = ();
+            type EntryAlign = ();
 
-    fn decide(&mut self, now: u64, shape: &Shape, _: &()) -> Decision {
-        self.decide_micros(now, shape.limits())
-    }
+            fn decide(&mut self, now: u64, shape: &Shape, _: &()) -> Decision {
+                self.decide_micros(now, shape.limits())
+            }
 
-    fn idle_from(&self, shape: &Shape, _: &()) -> u64 {
-        self.idle_from_micros(shape.limits())
-    }
+            fn idle_from(&self, shape: &Shape, _: &()) -> u64 {
+                self.idle_from_micros(shape.limits())
+            }
+        }
+    )*};
 }
 
-impl EntryState for FixedWindow {
-    type Base = ();
-    type EntryAlign = ();
-
-    fn decide(&mut self, now: u64, shape: &Shape, _: &()) -> Decision {
-        self.decide_micros(now, shape.limits())
-    }
-
-    fn idle_from(&self, shape: &Shape, _: &()) -> u64 {
-        self.idle_from_micros(shape.limits())
-    }
-}
+whole_state!(SlidingCounter, FixedWindow);
 
 /// Writes [`Layout`], an enum with one variant per `Variant(State)` row,
 /// its choice (the first row whose condition holds, else the `_` row), and

@@ -8,7 +8,7 @@
 pub enum FailurePolicy {
     /// Let the request through unjudged (the industry default: the limiter
     /// never takes the service down with it). An attacker who can knock the
-    /// store over is then unlimited — see the README's threat model.
+    /// store over is then unlimited — see SECURITY.md.
     #[default]
     FailOpen,
     /// Refuse the request with `503 Service Unavailable` (gRPC `UNAVAILABLE`).

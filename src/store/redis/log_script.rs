@@ -4,7 +4,7 @@
 
 use crate::policy::Policy;
 
-use super::scripts::{header, per_limit};
+use super::scripts::{header, joined, per_limit};
 use super::template::{fill, Vars};
 
 const TEMPLATE: &str = include_str!("lua/log.lua");
@@ -70,6 +70,27 @@ pub(super) fn source(policy: &Policy, record: bool) -> String {
         .value("restart", per_limit(n, "0, asked, -1"))
         .value("ring_bytes", u64::from(cap) * 8)
         .value("string_bytes", u64::from(cap) * 8 + trailer as u64)
+        .value(
+            "whole_length_holds",
+            if whole {
+                format!(" and #whole == 8 * len + {trailer}")
+            } else {
+                String::new()
+            },
+        )
+        .value(
+            "cursors_hold",
+            joined(n, "", " and u# <= len and (u# + 1 < len and t# >= -2 and t# ~= -1 or u# + 1 >= len and t# == -1)"),
+        )
+        .value("any_full", {
+            let full: Vec<String> = policy
+                .limits()
+                .iter()
+                .enumerate()
+                .map(|(i, limit)| format!("len - u{} >= {}", i + 1, limit.max()))
+                .collect();
+            full.join(" or ")
+        })
         .value("stamp_at", read(whole, "'<i8'", 7))
         .value("two_stamps_at", read(whole, "'<i8i8'", 15))
         .flag("whole", whole)

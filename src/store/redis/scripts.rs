@@ -34,10 +34,16 @@ pub(super) fn header(kind: &str, policy: &Policy, record: bool) -> Vars {
 /// (from 1), the copies separated by commas: `per_limit(2, "c#")` is
 /// `c1, c2`.
 pub(super) fn per_limit(n: usize, template: &str) -> String {
+    joined(n, ", ", template)
+}
+
+/// `template` written once per limit as [`per_limit`] writes it, the
+/// copies separated by `separator`.
+pub(super) fn joined(n: usize, separator: &str, template: &str) -> String {
     (1..=n)
         .map(|i| template.replace('#', &i.to_string()))
         .collect::<Vec<_>>()
-        .join(", ")
+        .join(separator)
 }
 
 /// How long a key's state is kept, in milliseconds, rounded up: the TTL

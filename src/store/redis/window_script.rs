@@ -6,7 +6,7 @@ use crate::algorithm::Algorithm;
 use crate::policy::Policy;
 
 use super::integer_state::IntegerState;
-use super::scripts::{header, per_limit, ttl_millis};
+use super::scripts::{header, joined, per_limit, ttl_millis};
 use super::template::{fill, Vars};
 
 const TEMPLATE: &str = include_str!("lua/window.lua");
@@ -47,7 +47,7 @@ pub(super) fn source(policy: &Policy, record: bool) -> String {
                 .as_ref()
                 .map_or_else(String::new, |integer| integer.decode().join("\n  ")),
         )
-        .value("all_fit", per_limit(n, "f#").replace(", ", " and "))
+        .value("all_fit", joined(n, " and ", "f#"))
         .value("currents", each("c#"))
         .value("currents_counted", each("c# + 1"))
         .value("packed", format!(", {}", each("k# % 4294967296, p#, c#")))

@@ -17,15 +17,11 @@ if #trailer >= {{trailer}} then
   {{state}} = struct.unpack('{{trailer_format}}', trailer)
 --@end
 end
--- A trailer that does not hold together reads as a fresh key.
-local valid = len and len <= {{cap}} and head < {{cap}} and (len == {{cap}} or head == 0)
---@if whole
-valid = valid and #whole == 8 * len + {{trailer}}
---@end
---@each
-valid = valid and u{{i}} <= len and (u{{i}} + 1 < len and t{{i}} >= -2 and t{{i}} ~= -1 or u{{i}} + 1 >= len and t{{i}} == -1)
---@end
-if not valid then
+-- A trailer that does not hold together reads as a fresh key: a ring
+-- larger than its slots, a cursor past the stamps, a next stamp where
+-- there is none or none where there is one, or a ring read whole whose
+-- string is not as long as its trailer says.
+if not (len and len <= {{cap}} and head < {{cap}} and (len == {{cap}} or head == 0){{whole_length_holds}}{{cursors_hold}}) then
   {{state}} = {{fresh}}
 end
 -- The time asked for, kept for a key that turns out to be no state of
@@ -86,11 +82,7 @@ end
 --@end
 -- Refused when any limit holds its max inside its window: the reply names
 -- the stamp that blocks each full limit.
-local full = false
---@each
-full = full or len - u{{i}} >= {{max}}
---@end
-if full then
+if {{any_full}} then
   local {{blocked}} = {{none_blocked}}
   --@each
   if len - u{{i}} >= {{max}} then
@@ -162,18 +154,18 @@ if grows or slot == {{last_slot}} then
     end
     return written
   end
-  written_at, written_to = slot * 8, 8 * len + {{trailer}}
+  written_at, written_to = format('%d', slot * 8), 8 * len + {{trailer}}
 else
   -- A full ring's other slots: the stamp and the trailer apart, and the
   -- trailer alone as the reply.
   written = struct.pack('{{trailer_format}}', {{recorded_state}})
   redis.call('SETRANGE', key, format('%d', slot * 8), struct.pack('<i8', now))
-  written_at, written_to = {{ring_bytes}}, {{string_bytes}}
+  written_at, written_to = '{{ring_bytes}}', {{string_bytes}}
 end
 -- SETRANGE answers with the string's length, which shows a string longer
 -- than its trailer says: no state of ours, it starts afresh with this
 -- request's stamp alone, at the time asked for.
-if redis.call('SETRANGE', key, format('%d', written_at), written) ~= written_to then
+if redis.call('SETRANGE', key, written_at, written) ~= written_to then
   written = struct.pack('<i8{{trailer_fields}}', asked, 0, 1, asked, {{restart}})
   redis.call('SET', key, written, 'PX', '{{ttl}}')
   return written

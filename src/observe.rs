@@ -3,9 +3,11 @@
 //!
 //! Counters:
 //! * `tower_sliding_window_decisions_total{policy, outcome}` with `outcome`
-//!   one of `allowed`, `rejected`, `store_full`, `fail_open`, `fallback`;
-//! * `tower_sliding_window_store_errors_total{policy}` for requests answered
-//!   `503` because the store failed.
+//!   one of `allowed`, `rejected`, `store_full`, `fail_open`, `fallback`,
+//!   and `shadow_rejected` for requests a layer in shadow mode let through
+//!   that enforcement would have refused;
+//! * `tower_sliding_window_store_errors_total{policy}` for requests the
+//!   store failed to judge (answered `503`, or let through in shadow mode).
 
 use crate::algorithm::{Decision, Origin};
 use crate::policy::Policy;
@@ -13,7 +15,14 @@ use crate::store::StoreError;
 
 /// The decisions' outcomes, in the order `MetricKeys` keeps their keys.
 #[cfg(any(feature = "metrics", feature = "tracing"))]
-const OUTCOMES: [&str; 5] = ["allowed", "rejected", "store_full", "fail_open", "fallback"];
+const OUTCOMES: [&str; 6] = [
+    "allowed",
+    "rejected",
+    "store_full",
+    "fail_open",
+    "fallback",
+    "shadow_rejected",
+];
 
 /// What events name a policy by: its label and, with `metrics`, its metric
 /// keys, built once per policy by whoever judges under it. With the label
@@ -65,6 +74,8 @@ fn count(key: &metrics::Key) {
 /// A decision was made (by the limits or a rule standing in for them).
 pub(crate) fn decided(policy: &PolicyEvents, decision: &Decision) {
     let index = match (decision.origin(), decision.is_allowed()) {
+        // Let through in shadow mode: enforcement would have refused it.
+        (_, false) if decision.is_shadow() => 5,
         (Origin::StoreFull, _) => 2,
         (Origin::FailOpen, _) => 3,
         (Origin::Fallback, _) => 4,
@@ -74,7 +85,14 @@ pub(crate) fn decided(policy: &PolicyEvents, decision: &Decision) {
     #[cfg(feature = "metrics")]
     count(&policy.decisions[index]);
     #[cfg(feature = "tracing")]
-    if !decision.is_allowed() {
+    if !decision.is_allowed() && decision.is_shadow() {
+        tracing::debug!(
+            policy = &*policy.label,
+            outcome = OUTCOMES[index],
+            limit = %decision.limit().window_name(),
+            "request let through in shadow mode; enforcement would refuse it"
+        );
+    } else if !decision.is_allowed() {
         tracing::debug!(
             policy = &*policy.label,
             outcome = OUTCOMES[index],

@@ -45,6 +45,21 @@ async fn decisions_and_store_errors_are_counted_by_policy_label() {
             Ok::<_, Infallible>(Response::new(()))
         }));
     failing.oneshot(Request::new(())).await.unwrap();
+    // In shadow mode what would be refused is counted apart, and passes.
+    let shadow = ServiceBuilder::new()
+        .layer(
+            SlidingWindowLayer::new(Limit::per_minute(1), key)
+                .named("rollout")
+                .shadow_mode(true)
+                .store(MemoryStore::with_clock(ManualClock::new())),
+        )
+        .service(service_fn(|_: Request<()>| async {
+            Ok::<_, Infallible>(Response::new(()))
+        }));
+    for _ in 0..4 {
+        let response = shadow.clone().oneshot(Request::new(())).await.unwrap();
+        assert_eq!(response.status(), 200);
+    }
 
     let mut counts = Vec::new();
     for (composite, _, _, value) in snapshotter.snapshot().into_vec() {
@@ -75,6 +90,16 @@ async fn decisions_and_store_errors_are_counted_by_policy_label() {
             (
                 "tower_sliding_window_decisions_total".to_owned(),
                 "policy=login,outcome=rejected".to_owned(),
+                3
+            ),
+            (
+                "tower_sliding_window_decisions_total".to_owned(),
+                "policy=rollout,outcome=allowed".to_owned(),
+                1
+            ),
+            (
+                "tower_sliding_window_decisions_total".to_owned(),
+                "policy=rollout,outcome=shadow_rejected".to_owned(),
                 3
             ),
             (

@@ -239,6 +239,7 @@ fn decide_one(slot: &mut Slot, now: u64, limit: &Limit) -> Decision {
         retry_after_micros: 0,
         at_micros: now,
         origin: Origin::Limits,
+        shadow: false,
     }
 }
 

@@ -17,6 +17,8 @@ pub struct Decision {
     pub(crate) retry_after_micros: u64,
     pub(crate) at_micros: u64,
     pub(crate) origin: Origin,
+    /// Judged by a layer in shadow mode, which lets every request through.
+    pub(crate) shadow: bool,
 }
 
 /// The deciding limit's remaining quota and time until it grows: known, or
@@ -97,6 +99,7 @@ impl Decision {
             retry_after_micros,
             at_micros,
             origin,
+            shadow: false,
         }
     }
 
@@ -164,6 +167,13 @@ impl Decision {
     pub fn origin(&self) -> Origin {
         self.origin
     }
+
+    /// Whether a layer in shadow mode judged the request: it was let
+    /// through whatever the verdict, so a decision that is not
+    /// [allowed](Decision::is_allowed) is one enforcement would have refused.
+    pub fn is_shadow(&self) -> bool {
+        self.shadow
+    }
 }
 
 /// Decisions are equal when everything they tell is, however their quota
@@ -176,6 +186,7 @@ impl PartialEq for Decision {
             && self.retry_after_micros == other.retry_after_micros
             && self.at_micros == other.at_micros
             && self.origin == other.origin
+            && self.shadow == other.shadow
             && self.quota.resolve(&self.limit, self.at_micros)
                 == other.quota.resolve(&other.limit, other.at_micros)
     }
@@ -195,6 +206,7 @@ impl std::fmt::Debug for Decision {
             .field("replenish_micros", &replenish_micros)
             .field("at_micros", &self.at_micros)
             .field("origin", &self.origin)
+            .field("shadow", &self.shadow)
             .finish()
     }
 }

@@ -41,6 +41,7 @@ pub(crate) fn refused(limits: &[Limit], now: u64, index: usize, retry_after: u64
         retry_after_micros: retry_after,
         at_micros: now,
         origin: Origin::Limits,
+        shadow: false,
     }
 }
 
@@ -107,5 +108,6 @@ pub(crate) fn accepted(limits: &[Limit], now: u64, index: usize, quota: Quota) -
         retry_after_micros: 0,
         at_micros: now,
         origin: Origin::Limits,
+        shadow: false,
     }
 }

@@ -187,14 +187,16 @@ where
     }
 }
 
-/// Readies a request the limits let through for the inner service.
+/// Readies a request the limits let through (or, in shadow mode, judged
+/// at all) for the inner service.
 #[inline(always)]
 pub(crate) fn admit<B>(
     request: &mut Request<B>,
-    decision: &Decision,
+    decision: &mut Decision,
     config: &LayerConfig,
     chosen: &Chosen,
 ) {
+    decision.shadow = config.shadow;
     observe::decided(&chosen.get(config).events, decision);
     if config.decision_extension {
         request.extensions_mut().insert(*decision);
@@ -215,9 +217,9 @@ where
 {
     let view = chosen.get(config);
     match outcome {
-        Ok(decision) => {
-            if decision.is_allowed() {
-                admit(&mut request, &decision, config, chosen);
+        Ok(mut decision) => {
+            if decision.is_allowed() || config.shadow {
+                admit(&mut request, &mut decision, config, chosen);
                 State::Call {
                     call: inner.call(request),
                     decision: Some(decision),
@@ -236,6 +238,13 @@ where
         }
         Err(err) => {
             observe::unavailable(&view.events, &err);
+            if config.shadow {
+                // Nothing is refused in shadow mode, not even by a failure.
+                return State::Call {
+                    call: inner.call(request),
+                    decision: None,
+                };
+            }
             State::Answer {
                 response: Some(Box::new(store_unavailable(is_grpc(&request)))),
             }

@@ -54,7 +54,12 @@ pub struct SlidingWindowLayer<E, St = MemoryStore, P = SinglePolicy, M = WrapBod
 pub(crate) struct LayerConfig {
     /// The layer's own policy, and what the layer derives from it.
     pub(crate) own: Arc<PolicyView>,
+    /// Whether accepted responses carry the headers: as asked, else unless
+    /// in shadow mode.
     pub(crate) headers_on_success: bool,
+    headers_asked: Option<bool>,
+    /// Judge and record, but let every request through.
+    pub(crate) shadow: bool,
     pub(crate) decision_extension: bool,
     pub(crate) missing_key: MissingKey,
     pub(crate) rejection: Rejection,
@@ -113,6 +118,8 @@ impl<E> SlidingWindowLayer<E> {
             config: Arc::new(LayerConfig {
                 own: Arc::new(PolicyView::new(policy)),
                 headers_on_success: true,
+                headers_asked: None,
+                shadow: false,
                 decision_extension: true,
                 missing_key: MissingKey::default(),
                 rejection: Rejection::default(),
@@ -238,9 +245,34 @@ impl<E, St, P, M> SlidingWindowLayer<E, St, P, M> {
     }
 
     /// Whether accepted responses carry `RateLimit-Policy` and `RateLimit`
-    /// (default `true`). Rejections always carry them.
+    /// (default `true`, and `false` in [shadow mode](Self::shadow_mode)).
+    /// Rejections always carry them.
     pub fn rate_limit_headers(mut self, on: bool) -> Self {
-        Arc::make_mut(&mut self.config).headers_on_success = on;
+        let config = Arc::make_mut(&mut self.config);
+        config.headers_asked = Some(on);
+        config.headers_on_success = on;
+        self
+    }
+
+    /// Shadow mode, for rolling a new limit out: every request is judged
+    /// and recorded exactly as enforcement would record it (a request that
+    /// would be refused is not recorded), so the figures predict
+    /// enforcement, but **nothing is refused**: no 429, no `Retry-After`,
+    /// no gRPC error, and a store that fails lets requests through too.
+    ///
+    /// What would have been refused shows: a `tracing` event (feature
+    /// `tracing`), the `metrics` counter
+    /// `tower_sliding_window_decisions_total{outcome="shadow_rejected"}`
+    /// (feature `metrics`), and the [`Decision`](crate::Decision) in the
+    /// request's extensions, whose
+    /// [`is_shadow`](crate::Decision::is_shadow) is true. Accepted
+    /// responses carry no `RateLimit` headers, which would advertise a
+    /// limit that is not enforced, unless
+    /// [`rate_limit_headers(true)`](Self::rate_limit_headers) asks for them.
+    pub fn shadow_mode(mut self, on: bool) -> Self {
+        let config = Arc::make_mut(&mut self.config);
+        config.shadow = on;
+        config.headers_on_success = config.headers_asked.unwrap_or(!on);
         self
     }
 

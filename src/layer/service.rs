@@ -216,9 +216,9 @@ where
             // request, rather than in a helper, and `request` is a `mut`
             // parameter rather than rebound: both spare copies of the
             // request on the accepted path, which the layer bench guards.
-            if let Ok(decision) = outcome {
-                if decision.is_allowed() {
-                    admit(&mut request, &decision, config, &chosen);
+            if let Ok(mut decision) = outcome {
+                if decision.is_allowed() || config.shadow {
+                    admit(&mut request, &mut decision, config, &chosen);
                     let call = self.inner.call(request);
                     return ResponseFuture::called(call, decision, config, chosen, recorder);
                 }

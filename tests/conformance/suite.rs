@@ -7,12 +7,13 @@ use std::convert::Infallible;
 use std::time::Duration;
 
 use http::{Request, Response, StatusCode};
+use http_body_util::BodyExt;
 use tower::util::ServiceFn;
 use tower::{service_fn, Layer, Service, ServiceExt};
 use tower_sliding_window::algorithm::KeyState;
 use tower_sliding_window::layer::ResponseBody;
 use tower_sliding_window::{
-    Algorithm, Limit, ManualClock, Policy, SlidingWindow, SlidingWindowLayer, Store,
+    Algorithm, Decision, Limit, ManualClock, Policy, SlidingWindow, SlidingWindowLayer, Store,
 };
 
 type Handler = ServiceFn<fn(Request<()>) -> std::future::Ready<Result<Response<()>, Infallible>>>;
@@ -342,6 +343,85 @@ pub async fn a_plan_built_per_request_limits<St: Store<String>>(store: St, clock
     }
 }
 
+/// Shadow mode refuses nothing, yet records as enforcement would: a request
+/// it would have refused leaves no trace, which an enforcing layer with the
+/// same policy on the same store then finds.
+pub async fn shadow_mode_refuses_nothing_and_records_as_enforcement_would<St: Store<String>>(
+    store: St,
+    clock: ManualClock,
+) {
+    fn shadowed(request: Request<()>) -> std::future::Ready<Result<Response<String>, Infallible>> {
+        let decision = request.extensions().get::<Decision>().copied();
+        let seen = decision.map_or("none".to_owned(), |d| {
+            format!("allowed={} shadow={}", d.is_allowed(), d.is_shadow())
+        });
+        std::future::ready(Ok(Response::new(seen)))
+    }
+    async fn send<S>(svc: &S, client: &str) -> (StatusCode, Option<String>, String)
+    where
+        S: Service<Request<()>, Response = Response<ResponseBody<String>>, Error = Infallible>
+            + Clone,
+    {
+        let request = Request::builder()
+            .header("x-client", client)
+            .body(())
+            .unwrap();
+        let response = svc.clone().oneshot(request).await.unwrap();
+        let status = response.status();
+        let ratelimit = header_of(&response, "ratelimit");
+        let body = response.into_body().collect().await.unwrap().to_bytes();
+        (status, ratelimit, String::from_utf8(body.to_vec()).unwrap())
+    }
+    for algorithm in ALGORITHMS {
+        at(&clock, 1.0);
+        let key = format!("shadow-{algorithm:?}");
+        let rules = policy(algorithm, &[(2, 10)]);
+        let shadow = SlidingWindowLayer::with_policy(rules.clone(), client_key as KeyFn)
+            .store(store.clone())
+            .shadow_mode(true)
+            .layer(service_fn(shadowed as fn(_) -> _));
+        let enforcing = service(store.clone(), rules);
+        for _ in 0..2 {
+            let (status, ratelimit, seen) = send(&shadow, &key).await;
+            assert_eq!(
+                (status, seen.as_str()),
+                (StatusCode::OK, "allowed=true shadow=true")
+            );
+            assert_eq!(ratelimit, None, "no headers for a limit not enforced");
+        }
+        at(&clock, 5.0);
+        let (status, _, seen) = send(&shadow, &key).await;
+        assert_eq!(
+            (status, seen.as_str()),
+            (StatusCode::OK, "allowed=false shadow=true"),
+            "{algorithm:?}: let through, though enforcement would refuse it"
+        );
+        assert_eq!(hit(&enforcing, &key).await.status(), 429, "{algorithm:?}");
+        // Had the refused request at 5 s been recorded, the log would still
+        // hold it at 11 s and admit one request, not two.
+        if algorithm == Algorithm::SlidingLog {
+            clock.set(Duration::from_micros(11_000_001));
+            assert_eq!(hit(&enforcing, &key).await.status(), 200);
+            assert_eq!(hit(&enforcing, &key).await.status(), 200);
+            assert_eq!(hit(&enforcing, &key).await.status(), 429);
+        }
+    }
+    // Asked for, the headers come back in shadow mode.
+    at(&clock, 100.0);
+    let with_headers = SlidingWindowLayer::with_policy(
+        policy(Algorithm::SlidingLog, &[(1, 10)]),
+        client_key as KeyFn,
+    )
+    .store(store)
+    .shadow_mode(true)
+    .rate_limit_headers(true)
+    .layer(service_fn(shadowed as fn(_) -> _));
+    let (_, ratelimit, _) = send(&with_headers, "shadow-headers").await;
+    assert!(ratelimit.is_some_and(|value| value.contains("r=0")));
+    let (status, _, _) = send(&with_headers, "shadow-headers").await;
+    assert_eq!(status, StatusCode::OK);
+}
+
 /// Counting only failed logins: successes never use quota, failures do, and
 /// once failures reach the limit every request is refused.
 pub async fn count_only_counts_matching_responses<St: Store<String>>(
@@ -522,6 +602,7 @@ macro_rules! for_each_case {
             equal_policies_share_windows,
             a_plan_built_per_request_limits,
             count_only_counts_matching_responses,
+            shadow_mode_refuses_nothing_and_records_as_enforcement_would,
             awkward_keys_stay_apart,
             clock_stepping_back_admits_nothing_extra,
             log_counts_a_stamp_exactly_one_window_old

@@ -118,14 +118,18 @@ impl Limit {
     /// The window in its largest whole unit: `60s`, `500ms` or `1500us`; the
     /// limit's name in `RateLimit` headers.
     pub fn window_name(&self) -> String {
-        let micros = self.window_micros;
-        if micros.is_multiple_of(1_000_000) {
-            format!("{}s", micros / 1_000_000)
-        } else if micros.is_multiple_of(1_000) {
-            format!("{}ms", micros / 1_000)
-        } else {
-            format!("{micros}us")
-        }
+        duration_name(self.window_micros)
+    }
+}
+
+/// `micros` in its largest whole unit: `60s`, `500ms` or `1500us`.
+pub(crate) fn duration_name(micros: u64) -> String {
+    if micros.is_multiple_of(1_000_000) {
+        format!("{}s", micros / 1_000_000)
+    } else if micros.is_multiple_of(1_000) {
+        format!("{}ms", micros / 1_000)
+    } else {
+        format!("{micros}us")
     }
 }
 

@@ -4,7 +4,8 @@
 //! Counters:
 //! * `tower_sliding_window_decisions_total{policy, outcome}` with `outcome`
 //!   one of `allowed`, `rejected`, `store_full`, `fail_open`, `fallback`,
-//!   and `shadow_rejected` for requests a layer in shadow mode let through
+//!   `penalty` for refusals while a key serves a penalty, and
+//!   `shadow_rejected` for requests a layer in shadow mode let through
 //!   that enforcement would have refused;
 //! * `tower_sliding_window_store_errors_total{policy}` for requests the
 //!   store failed to judge (answered `503`, or let through in shadow mode).
@@ -15,13 +16,14 @@ use crate::store::StoreError;
 
 /// The decisions' outcomes, in the order `MetricKeys` keeps their keys.
 #[cfg(any(feature = "metrics", feature = "tracing"))]
-const OUTCOMES: [&str; 6] = [
+const OUTCOMES: [&str; 7] = [
     "allowed",
     "rejected",
     "store_full",
     "fail_open",
     "fallback",
     "shadow_rejected",
+    "penalty",
 ];
 
 /// What events name a policy by: its label and, with `metrics`, its metric
@@ -79,6 +81,7 @@ pub(crate) fn decided(policy: &PolicyEvents, decision: &Decision) {
         (Origin::StoreFull, _) => 2,
         (Origin::FailOpen, _) => 3,
         (Origin::Fallback, _) => 4,
+        (Origin::Penalty, _) => 6,
         (_, true) => 0,
         (_, false) => 1,
     };

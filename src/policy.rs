@@ -7,12 +7,13 @@ use std::time::Duration;
 
 use crate::algorithm::{Algorithm, INLINE_LIMITS};
 use crate::error::ConfigError;
-use crate::limit::Limit;
+use crate::limit::{duration_name, Limit};
 
 /// An algorithm with one or more limits, judged all-or-nothing: a request is
 /// accepted only if every limit accepts it, and only then recorded in all.
 ///
-/// A policy is a plain value: its algorithm, its limits and its name. Two
+/// A policy is a plain value: its algorithm, its limits, its name and its
+/// [penalty](Policy::with_penalty). Two
 /// policies built apart with equal values are equal, hash alike, and find
 /// the same windows in a store (see [`Store`](crate::Store)), so a plan may
 /// build its policy from data on every request. Cloning is cheap (one `Arc`).
@@ -37,6 +38,8 @@ struct PolicyInner {
     algorithm: Algorithm,
     limits: Box<[Limit]>,
     name: Option<Box<str>>,
+    /// How long a refusal shuts the key out, µs; 0 for no penalty.
+    penalty_micros: u64,
     /// Derived from the fields above, kept to spare the work on lookups.
     signature: Box<str>,
     hash: u64,
@@ -49,6 +52,7 @@ impl fmt::Debug for Policy {
             .field("algorithm", &inner.algorithm)
             .field("limits", &inner.limits)
             .field("name", &inner.name)
+            .field("penalty", &self.penalty())
             .finish()
     }
 }
@@ -60,7 +64,8 @@ impl PartialEq for Policy {
             || (a.hash == b.hash
                 && a.algorithm == b.algorithm
                 && a.limits == b.limits
-                && a.name == b.name)
+                && a.name == b.name
+                && a.penalty_micros == b.penalty_micros)
     }
 }
 
@@ -93,20 +98,30 @@ impl Policy {
         if limits.len() > Self::MAX_LIMITS {
             return Err(ConfigError::TooManyLimits(limits.len()));
         }
-        Ok(Self::build(algorithm, limits, None))
+        Ok(Self::build(algorithm, limits, None, 0))
     }
 
-    fn build(algorithm: Algorithm, limits: Box<[Limit]>, name: Option<Box<str>>) -> Self {
+    fn build(
+        algorithm: Algorithm,
+        limits: Box<[Limit]>,
+        name: Option<Box<str>>,
+        penalty_micros: u64,
+    ) -> Self {
         // Seeded once per process, so that policies built from data cannot
         // be chosen to collide.
         static SEED: LazyLock<foldhash::fast::RandomState> = LazyLock::new(Default::default);
-        let hash = SEED.hash_one((algorithm, &limits, &name));
+        let hash = SEED.hash_one((algorithm, &limits, &name, penalty_micros));
+        let mut signature = signature(algorithm, &limits);
+        if penalty_micros > 0 {
+            signature.push_str(&format!(";p{}", duration_name(penalty_micros)));
+        }
         Self {
             inner: Arc::new(PolicyInner {
-                signature: signature(algorithm, &limits).into(),
+                signature: signature.into(),
                 algorithm,
                 limits,
                 name,
+                penalty_micros,
                 hash,
             }),
         }
@@ -122,7 +137,35 @@ impl Policy {
             inner.algorithm,
             inner.limits.clone(),
             Some(name.into().into_boxed_str()),
+            inner.penalty_micros,
         )
+    }
+
+    /// The same policy with a penalty: a refusal shuts the key out for
+    /// `penalty` from that instant. That refusal answers `Retry-After` with
+    /// the whole penalty; every request for the key during it is refused
+    /// with the time left, records nothing and does not extend it; after
+    /// it, the key is judged by its windows as usual. A zero `penalty` is
+    /// none; one is counted in whole microseconds, rounded up, and at most
+    /// [`Limit::MAX_WINDOW`]. The penalty is part of the policy's value.
+    pub fn with_penalty(self, penalty: Duration) -> Self {
+        let micros = penalty.min(Limit::MAX_WINDOW).as_nanos().div_ceil(1_000) as u64;
+        let inner = &self.inner;
+        Self::build(
+            inner.algorithm,
+            inner.limits.clone(),
+            inner.name.clone(),
+            micros,
+        )
+    }
+
+    /// The penalty given with [`with_penalty`](Policy::with_penalty), if any.
+    pub fn penalty(&self) -> Option<Duration> {
+        (self.inner.penalty_micros > 0).then(|| Duration::from_micros(self.inner.penalty_micros))
+    }
+
+    pub(crate) fn penalty_micros(&self) -> u64 {
+        self.inner.penalty_micros
     }
 
     /// The algorithm counting requests.
@@ -161,8 +204,12 @@ impl Policy {
         limits: impl IntoIterator<Item = Limit>,
     ) -> Result<Self, ConfigError> {
         let policy = Self::new(algorithm, limits)?;
-        Ok(match self.name() {
+        let policy = match self.name() {
             Some(name) => policy.named(name),
+            None => policy,
+        };
+        Ok(match self.penalty() {
+            Some(penalty) => policy.with_penalty(penalty),
             None => policy,
         })
     }

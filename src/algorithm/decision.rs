@@ -77,6 +77,8 @@ pub enum Origin {
     FailOpen,
     /// The store failed and a local fallback store judged the request.
     Fallback,
+    /// The key was refused earlier and is serving the policy's penalty.
+    Penalty,
 }
 
 impl Decision {
@@ -101,6 +103,22 @@ impl Decision {
             origin,
             shadow: false,
         }
+    }
+
+    /// A refusal during a penalty that ends `wait` µs after `at_micros`.
+    pub(crate) fn in_penalty(limit: Limit, wait: u64, at_micros: u64) -> Self {
+        Self::substitute(false, limit, wait, at_micros, Origin::Penalty)
+    }
+
+    /// This refusal, which starts a penalty of `penalty` µs: the client
+    /// must wait all of it.
+    pub(crate) fn starting_penalty(mut self, penalty: u64) -> Self {
+        self.retry_after_micros = penalty;
+        self.quota = Quota::Known {
+            remaining: 0,
+            replenish_micros: penalty,
+        };
+        self
     }
 
     /// Hands back the quota this request took, for a response that is not

@@ -1,6 +1,7 @@
 //! The layer: configuration, cheap to clone, that wraps services.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use http::{HeaderMap, Request, StatusCode};
 use tower_layer::Layer;
@@ -165,6 +166,17 @@ impl<E, St, P, M> SlidingWindowLayer<E, St, P, M> {
     /// shared store (per-route limits, say) keep windows of their own.
     pub fn named(self, name: impl Into<String>) -> Self {
         let policy = self.policy().clone().named(name);
+        self.replace_policy(policy)
+    }
+
+    /// Shuts a key out for `penalty` once it is refused, against abusive
+    /// clients that would otherwise get straight back in as the window
+    /// slides (see [`Policy::with_penalty`]): that refusal answers
+    /// `Retry-After` with the whole penalty, and every request during it is
+    /// refused with the time left, records nothing and does not extend it.
+    /// Refusals during a penalty have [`Origin::Penalty`](crate::Origin::Penalty).
+    pub fn penalty(self, penalty: Duration) -> Self {
+        let policy = self.policy().clone().with_penalty(penalty);
         self.replace_policy(policy)
     }
 

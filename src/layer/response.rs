@@ -99,6 +99,11 @@ fn refusal_message(decision: &Decision, wait: u64) -> String {
         Origin::StoreFull => format!(
             "Too Many Requests: the rate limiter is tracking too many clients; retry after {wait} s"
         ),
+        Origin::Penalty => format!(
+            "Too Many Requests: refused after going over the limit of {} per {}; retry after {wait} s",
+            decision.limit().max(),
+            decision.limit().window_name()
+        ),
         _ => format!(
             "Too Many Requests: limit of {} per {} reached; retry after {wait} s",
             decision.limit().max(),

@@ -13,7 +13,8 @@ use tower::{service_fn, Layer, Service, ServiceExt};
 use tower_sliding_window::algorithm::KeyState;
 use tower_sliding_window::layer::ResponseBody;
 use tower_sliding_window::{
-    Algorithm, Decision, Limit, ManualClock, Policy, SlidingWindow, SlidingWindowLayer, Store,
+    Algorithm, Decision, Limit, ManualClock, Origin, Policy, SlidingWindow, SlidingWindowLayer,
+    Store,
 };
 
 type Handler = ServiceFn<fn(Request<()>) -> std::future::Ready<Result<Response<()>, Infallible>>>;
@@ -422,6 +423,58 @@ pub async fn shadow_mode_refuses_nothing_and_records_as_enforcement_would<St: St
     assert_eq!(status, StatusCode::OK);
 }
 
+/// A penalty: the refusal that starts it waits all of it, every request
+/// during it is refused with the time left and does not extend it, other
+/// keys are untouched, and after it the key's windows judge again.
+pub async fn a_penalty_shuts_a_key_out_without_extending<St: Store<String>>(
+    store: St,
+    clock: ManualClock,
+) {
+    for algorithm in ALGORITHMS {
+        at(&clock, 1.0);
+        let key = format!("penalised-{algorithm:?}");
+        let other = format!("{key}-other");
+        let svc =
+            SlidingWindowLayer::with_policy(policy(algorithm, &[(2, 10)]), client_key as KeyFn)
+                .penalty(Duration::from_secs(60))
+                .store(store.clone())
+                .layer(service_fn(ok as fn(_) -> _));
+        assert_eq!(hit(&svc, &key).await.status(), 200);
+        assert_eq!(hit(&svc, &key).await.status(), 200);
+        let refused = hit(&svc, &key).await;
+        assert_eq!(refused.status(), 429, "{algorithm:?}");
+        assert_eq!(header(&refused, "retry-after"), Some("60"), "{algorithm:?}");
+        at(&clock, 30.0);
+        let during = hit(&svc, &key).await;
+        assert_eq!(header(&during, "retry-after"), Some("31"), "{algorithm:?}");
+        assert_eq!(
+            hit(&svc, &other).await.status(),
+            200,
+            "{algorithm:?}: other keys"
+        );
+        at(&clock, 50.5);
+        let later = hit(&svc, &key).await;
+        assert_eq!(
+            header(&later, "retry-after"),
+            Some("11"),
+            "{algorithm:?}: not extended by the refusals during it"
+        );
+        // The store says why: the penalty.
+        let decision = store
+            .decide(
+                key.clone(),
+                &policy(algorithm, &[(2, 10)]).with_penalty(Duration::from_secs(60)),
+            )
+            .await
+            .unwrap();
+        assert_eq!(decision.origin(), Origin::Penalty, "{algorithm:?}");
+        // It ends 60 s after the refusal at 1 s; the windows judge again.
+        at(&clock, 61.0);
+        assert_eq!(hit(&svc, &key).await.status(), 200, "{algorithm:?}");
+        assert_eq!(hit(&svc, &key).await.status(), 200, "{algorithm:?}");
+    }
+}
+
 /// Counting only failed logins: successes never use quota, failures do, and
 /// once failures reach the limit every request is refused.
 pub async fn count_only_counts_matching_responses<St: Store<String>>(
@@ -603,6 +656,7 @@ macro_rules! for_each_case {
             a_plan_built_per_request_limits,
             count_only_counts_matching_responses,
             shadow_mode_refuses_nothing_and_records_as_enforcement_would,
+            a_penalty_shuts_a_key_out_without_extending,
             awkward_keys_stay_apart,
             clock_stepping_back_admits_nothing_extra,
             log_counts_a_stamp_exactly_one_window_old

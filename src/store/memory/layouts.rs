@@ -14,6 +14,7 @@ use std::sync::Arc;
 
 use super::compact_log::{CompactLog, FEW_BESIDE_LARGER_KEYS, FEW_BESIDE_SMALL_KEYS};
 use super::packed::{CounterSlot, FixedSlot, Packed, PackedSlot, WideCounter};
+use super::penalty::Penalized;
 use super::shards::Shards;
 use super::window_base::WindowBase;
 use crate::algorithm::{log, Algorithm, Decision, FixedWindow, SlidingCounter};
@@ -26,6 +27,7 @@ pub(super) struct Shape {
     algorithm: Algorithm,
     limits: Box<[Limit]>,
     largest_max: u32,
+    penalty_micros: u64,
     /// The most stamps a log keeps for one key.
     log_capacity: u32,
     longest_window_micros: u64,
@@ -37,6 +39,7 @@ impl Shape {
             algorithm: policy.algorithm(),
             limits: policy.limits().into(),
             largest_max: policy.largest_max(),
+            penalty_micros: policy.penalty_micros(),
             log_capacity: log::capacity_for(policy.limits()),
             longest_window_micros: policy.longest_window_micros(),
         }
@@ -48,6 +51,11 @@ impl Shape {
 
     pub(super) fn largest_max(&self) -> u32 {
         self.largest_max
+    }
+
+    /// How long a refusal shuts a key out, µs; 0 for no penalty.
+    pub(super) fn penalty_micros(&self) -> u64 {
+        self.penalty_micros
     }
 
     pub(super) fn log_capacity(&self) -> u32 {
@@ -186,6 +194,11 @@ macro_rules! layouts {
 
 layouts! {
     |shape, key_bytes|
+    // A penalty's end beside the algorithm's state; rare enough for one
+    // layout per algorithm.
+    PenalizedCounter(Penalized<SlidingCounter>) if shape.penalty_micros > 0 && shape.algorithm == Algorithm::SlidingCounter,
+    PenalizedFixed(Penalized<FixedWindow>) if shape.penalty_micros > 0 && shape.algorithm == Algorithm::FixedWindow,
+    PenalizedLog(Penalized<CompactLog<FEW_BESIDE_SMALL_KEYS>>) if shape.penalty_micros > 0,
     Counter1(Packed<CounterSlot, 1>) if shape.is(Algorithm::SlidingCounter, 1) && CounterSlot::fits(&shape),
     Counter2(Packed<CounterSlot, 2>) if shape.is(Algorithm::SlidingCounter, 2) && CounterSlot::fits(&shape),
     WideCounter1(WideCounter<1>) if shape.is(Algorithm::SlidingCounter, 1),

@@ -3,6 +3,7 @@
 mod compact_log;
 mod layouts;
 mod packed;
+mod penalty;
 mod registry;
 mod shards;
 mod window_base;

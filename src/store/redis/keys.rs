@@ -63,6 +63,12 @@ pub(super) fn key_name(prefix: &str, key: &impl Display, suffix: &str) -> String
     out
 }
 
+/// The key holding until when the state at `name` serves a penalty: the
+/// same hash tag, so the same cluster slot.
+pub(super) fn penalty_key(name: &str) -> String {
+    format!("{name}:penalty")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

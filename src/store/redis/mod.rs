@@ -288,7 +288,12 @@ impl RedisStore {
         record: bool,
     ) -> Result<Decision, StoreError> {
         let policy = &binding.inner.policy;
+        let penalty = policy.penalty_micros();
         let mut invocation = binding.script(record).key(name);
+        if penalty > 0 {
+            // Beside the state, in the same slot: the hash tag is the same.
+            invocation.key(keys::penalty_key(name));
+        }
         // Without a client clock the script reads the server's TIME.
         if let Some(clock) = &self.clock {
             invocation.arg(clock());
@@ -297,12 +302,23 @@ impl RedisStore {
             .invoke(&invocation)
             .await
             .map_err(|e| error("Redis script failed".into(), e))?;
-        match policy.algorithm() {
-            Algorithm::SlidingLog => scripts::log_decision(policy, &reply, record),
-            Algorithm::SlidingCounter | Algorithm::FixedWindow => {
-                scripts::window_decision(policy, &reply, record)
+        if penalty > 0 {
+            if let Some(decision) = scripts::penalty_decision(policy, &reply)? {
+                return Ok(decision);
             }
         }
+        let decision = match policy.algorithm() {
+            Algorithm::SlidingLog => scripts::log_decision(policy, &reply, record)?,
+            Algorithm::SlidingCounter | Algorithm::FixedWindow => {
+                scripts::window_decision(policy, &reply, record)?
+            }
+        };
+        // The script started the key's penalty with this refusal.
+        Ok(if record && penalty > 0 && !decision.is_allowed() {
+            decision.starting_penalty(penalty)
+        } else {
+            decision
+        })
     }
 
     async fn invoke(&self, invocation: &ScriptInvocation<'_>) -> RedisResult<Vec<u8>> {

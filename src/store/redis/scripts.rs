@@ -22,7 +22,11 @@ pub(super) fn header(kind: &str, policy: &Policy, record: bool) -> Vars {
     } else {
         "judge only"
     };
+    let penalty = policy.penalty_micros();
     Vars::default()
+        .flag("penalty", penalty > 0)
+        .value("penalty", penalty)
+        .value("penalty_ttl", penalty.div_ceil(1_000).saturating_add(1))
         .value("kind", kind)
         .value("signature", policy.signature())
         .value("mode", mode)
@@ -99,6 +103,29 @@ impl<'a> Reply<'a> {
     fn now(&self) -> Result<u64, StoreError> {
         u64::try_from(self.word(0)).map_err(|_| self.malformed())
     }
+}
+
+/// The refusal of a key serving its penalty, from a reply led by the
+/// verdict 2 (then now and the penalty's end, 8 bytes each); `None` for
+/// any other reply.
+pub(super) fn penalty_decision(
+    policy: &Policy,
+    bytes: &[u8],
+) -> Result<Option<Decision>, StoreError> {
+    if bytes.first() != Some(&2) {
+        return Ok(None);
+    }
+    let reply = Reply { bytes };
+    if bytes.len() != 17 {
+        return Err(reply.malformed());
+    }
+    let now = reply.now()?;
+    let until = u64::try_from(reply.word(1)).map_err(|_| reply.malformed())?;
+    let wait = until
+        .checked_sub(now)
+        .filter(|&wait| wait > 0)
+        .ok_or_else(|| reply.malformed())?;
+    Ok(Some(Decision::in_penalty(policy.limits()[0], wait, now)))
 }
 
 /// Turns the window script's reply (the verdict, the time judged at and the

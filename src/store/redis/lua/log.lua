@@ -4,6 +4,14 @@
 -- head and length, the newest stamp, and per limit a cursor, its stamp and
 -- the next (docs/design.md, "Redis"). ARGV[1], if given, is now in µs.
 {{now}}
+--@if penalty
+-- KEYS[2] holds until when (µs) the key serves a penalty: it is refused
+-- until then, with nothing recorded.
+local penalty_until = tonumber(redis.call('GET', KEYS[2]) or '0') or 0
+if penalty_until > now then
+  return struct.pack('<Bi8i8', 2, now, penalty_until)
+end
+--@end
 local key = KEYS[1]
 local format = string.format
 local {{state}}
@@ -90,6 +98,11 @@ if {{any_full}} then
     if at >= {{cap}} then at = at - {{cap}} end
     b{{i}} = {{stamp_at}}
   end
+  --@end
+  --@if penalty
+  --@if record
+  redis.call('SET', KEYS[2], format('%d', now + {{penalty}}), 'PX', '{{penalty_ttl}}')
+  --@end
   --@end
   return struct.pack('<Bi8{{blocked_format}}', 0, now, {{blocked}})
 end

@@ -3,6 +3,14 @@
 -- limits are the constants below (docs/design.md, "Redis"). KEYS[1] holds
 -- the state; ARGV[1], if given, is now in microseconds.
 {{now}}
+--@if penalty
+-- KEYS[2] holds until when (µs) the key serves a penalty: it is refused
+-- until then, with nothing recorded.
+local penalty_until = tonumber(redis.call('GET', KEYS[2]) or '0') or 0
+if penalty_until > now then
+  return struct.pack('<Bi8i8', 2, now, penalty_until)
+end
+--@end
 --@if exact_fits
 -- a * b <= c * d for integers below 2^53 whose products may not be: the
 -- products on 16-bit limbs, nine limbs each, least significant first.
@@ -93,6 +101,11 @@ local allowed = {{all_fit}}
 if allowed then
   {{currents}} = {{currents_counted}}
 end
+--@if penalty
+if not allowed then
+  redis.call('SET', KEYS[2], string.format('%d', now + {{penalty}}), 'PX', '{{penalty_ttl}}')
+end
+--@end
 --@end
 local reply = struct.pack('<BI8{{words}}', allowed and 1 or 0, now{{packed}})
 --@if record

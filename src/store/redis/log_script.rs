@@ -11,8 +11,9 @@ const TEMPLATE: &str = include_str!("lua/log.lua");
 
 /// The largest ring read whole, and rewritten whole while it grows: a
 /// small ring costs Redis less copied into Lua at once than read a few
-/// bytes at a time, a large one more (`bench/redis-callgrind.sh` measures
-/// both sides of the bound).
+/// bytes at a time, a large one more. The Redis bench's log rows (limits
+/// of 100 and 1,000, read in ranges) and the stored-state tests of rings
+/// on either side of the bound guard it.
 pub(super) const READ_WHOLE_UP_TO: u32 = 32;
 
 /// The largest ring read in ranges that the stamp filling it rewrites to

@@ -1,7 +1,8 @@
 //! The Redis store against a minimal GET/GET/INCR/PEXPIRE script, on a
 //! private redis-server started for the run: decisions per second with one
-//! call in flight and with 64, and Redis CPU per call from
-//! `INFO commandstats`, in interleaved rounds.
+//! call in flight and with 64, and Redis CPU per decision from
+//! `INFO commandstats`, in interleaved rounds. Two rows send half their
+//! calls for one key that is refused, with and without the deny cache.
 //!
 //! `cargo bench --bench redis --features redis`.
 
@@ -33,23 +34,26 @@ return n";
 #[derive(Clone)]
 enum Contender {
     Ours(RedisStore, Policy),
+    /// Every other call for one key over `flooded`'s limit, the rest
+    /// judged by the policy as `Ours`.
+    Flooded {
+        store: RedisStore,
+        policy: Policy,
+        flooded: Policy,
+    },
     Baseline(ConnectionManager, Arc<Script>),
 }
 
 impl Contender {
     async fn call(&self, key: u64) {
         match self {
-            Self::Ours(store, policy) => {
-                let decision = store
-                    .decide(key, policy)
-                    .await
-                    .expect("the bench store fails closed");
-                assert_eq!(
-                    decision.origin(),
-                    Origin::Limits,
-                    "Redis must answer every call"
-                );
-            }
+            Self::Ours(store, policy) => judged_by_redis(store, key, policy).await,
+            Self::Flooded {
+                store,
+                policy,
+                flooded,
+            } if key.is_multiple_of(2) => judged_by_redis(store, "flood", flooded).await,
+            Self::Flooded { store, policy, .. } => judged_by_redis(store, key, policy).await,
             Self::Baseline(connection, script) => {
                 let mut connection = connection.clone();
                 let _: i64 = script
@@ -62,6 +66,20 @@ impl Contender {
             }
         }
     }
+}
+
+/// One decision, which must come from the limits (Redis or the refusals it
+/// gave), never from a failure policy.
+async fn judged_by_redis(store: &RedisStore, key: impl std::fmt::Display, policy: &Policy) {
+    let decision = store
+        .decide(key, policy)
+        .await
+        .expect("the bench store fails closed");
+    assert_eq!(
+        decision.origin(),
+        Origin::Limits,
+        "Redis must judge every call"
+    );
 }
 
 /// Decisions per second with `in_flight` concurrent callers.
@@ -83,16 +101,17 @@ async fn throughput(contender: &Contender, in_flight: usize, calls: usize) -> f6
     calls as f64 / started.elapsed().as_secs_f64()
 }
 
-/// Redis CPU per script call (µs), from `INFO commandstats`.
-fn usec_per_call(server: &Server) -> f64 {
+/// Redis CPU per decision (µs) over `decisions`, from `INFO commandstats`.
+fn usec_per_decision(server: &Server, decisions: usize) -> f64 {
     let stats = server.cli(&["INFO", "commandstats"]).unwrap_or_default();
-    stats
+    let usec: f64 = stats
         .lines()
         .find(|line| line.starts_with("cmdstat_evalsha:"))
-        .and_then(|line| line.split("usec_per_call=").nth(1))
+        .and_then(|line| line.split("usec=").nth(1))
         .and_then(|rest| rest.split(',').next())
         .and_then(|n| n.parse().ok())
-        .unwrap_or(f64::NAN)
+        .unwrap_or(f64::NAN);
+    usec / decisions as f64
 }
 
 fn spread(mut values: Vec<f64>) -> (f64, f64, f64) {
@@ -136,6 +155,8 @@ async fn main() {
     // the other rows' turns, which a shorter window's would not: the rings
     // would start afresh every round.
     let small_log_policy = Policy::new(Algorithm::SlidingLog, [Limit::per_second(100)]).unwrap();
+    // The flooding key's limit: spent by the warm-up, refused for a minute.
+    let flooded = Policy::new(Algorithm::SlidingCounter, [Limit::per_minute(10)]).unwrap();
     let store = RedisStore::connect(&url)
         .await
         .expect("connect")
@@ -163,7 +184,23 @@ async fn main() {
         ),
         (
             "ours log, limit 100, full",
-            Contender::Ours(store, small_log_policy),
+            Contender::Ours(store.clone(), small_log_policy),
+        ),
+        (
+            "ours counter, half the calls one refused key",
+            Contender::Flooded {
+                store: store.clone(),
+                policy: two_limits(Algorithm::SlidingCounter),
+                flooded: flooded.clone(),
+            },
+        ),
+        (
+            "the same without the deny cache",
+            Contender::Flooded {
+                store: store.with_deny_cache(0),
+                policy: two_limits(Algorithm::SlidingCounter),
+                flooded,
+            },
         ),
     ];
 
@@ -181,11 +218,12 @@ async fn main() {
     // shifts a whole round rather than one contender; ratios are taken
     // within each round.
     for (_, contender) in &contenders {
-        contender.call(0).await;
+        for key in 0..20 {
+            contender.call(key).await;
+        }
     }
-    // Every ring of the last row ("limit 100, full") full before anything
-    // is timed.
-    let (_, full_log) = contenders.last().expect("contenders");
+    // Every ring of the row "limit 100, full" full before anything is timed.
+    let (_, full_log) = &contenders[4];
     throughput(full_log, 64, 100 * KEYS as usize).await;
     let count = contenders.len();
     let mut sequential = vec![Vec::new(); count];
@@ -198,16 +236,16 @@ async fn main() {
             server.cli(&["CONFIG", "RESETSTAT"]);
             sequential[i].push(throughput(contender, 1, 3_000).await);
             parallel[i].push(throughput(contender, 64, 40_000).await);
-            cpu[i].push(usec_per_call(&server));
+            cpu[i].push(usec_per_decision(&server, 43_000));
         }
     }
     let per_round = |values: &[Vec<f64>], i: usize| {
         spread((0..ROUNDS).map(|r| values[i][r] / values[0][r]).collect()).1
     };
     let mut table = report::Table::new(
-        "Redis: one script call per decision",
-        &format!("{ROUNDS} interleaved rounds against a private redis-server; decisions a second (median), and the median over rounds of the ratio to the baseline script in the same round. Redis CPU from `INFO commandstats`."),
-        &["", "1 in flight", "ratio", "64 in flight", "ratio", "Redis CPU µs/call", "ratio"],
+        "Redis: one script call per decision, none for a key known to be refused",
+        &format!("{ROUNDS} interleaved rounds against a private redis-server; decisions a second (median), and the median over rounds of the ratio to the baseline script in the same round. Redis CPU per decision from `INFO commandstats`. The last two rows send every other call for one key over its limit (10 a minute)."),
+        &["", "1 in flight", "ratio", "64 in flight", "ratio", "Redis CPU µs/decision", "ratio"],
     );
     for (i, (name, _)) in contenders.iter().enumerate() {
         let (_, s_med, _) = spread(sequential[i].clone());

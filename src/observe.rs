@@ -8,7 +8,10 @@
 //!   `shadow_rejected` for requests a layer in shadow mode let through
 //!   that enforcement would have refused;
 //! * `tower_sliding_window_store_errors_total{policy}` for requests the
-//!   store failed to judge (answered `503`, or let through in shadow mode).
+//!   store failed to judge (answered `503`, or let through in shadow mode);
+//! * `tower_sliding_window_denied_locally_total{policy}` for refusals the
+//!   Redis store's deny cache answered without a call (they count among the
+//!   decisions too).
 
 use crate::algorithm::{Decision, Origin};
 use crate::policy::Policy;
@@ -118,6 +121,56 @@ pub(crate) fn unavailable(policy: &PolicyEvents, err: &StoreError) {
     let _ = err;
     #[cfg(not(any(feature = "metrics", feature = "tracing")))]
     let _ = policy;
+}
+
+/// What the Redis store's deny cache reports for one policy, built with its
+/// binding.
+#[cfg(feature = "redis")]
+#[derive(Debug)]
+pub(crate) struct DenyCacheEvents {
+    #[cfg(feature = "tracing")]
+    label: Box<str>,
+    #[cfg(feature = "metrics")]
+    answered: metrics::Key,
+}
+
+#[cfg(feature = "redis")]
+impl DenyCacheEvents {
+    pub(crate) fn new(policy: &Policy) -> Self {
+        #[cfg(not(any(feature = "metrics", feature = "tracing")))]
+        let _ = policy;
+        Self {
+            #[cfg(feature = "tracing")]
+            label: policy.label().into(),
+            #[cfg(feature = "metrics")]
+            answered: metrics::Key::from_parts(
+                "tower_sliding_window_denied_locally_total",
+                vec![metrics::Label::new("policy", policy.label().to_owned())],
+            ),
+        }
+    }
+}
+
+/// Redis refused a key, which the deny cache now answers until its wait is up.
+#[cfg(feature = "redis")]
+pub(crate) fn denied(events: &DenyCacheEvents, decision: &Decision) {
+    #[cfg(feature = "tracing")]
+    tracing::trace!(
+        policy = &*events.label,
+        retry_after_ms = decision.retry_after().as_millis() as u64,
+        "refused key answered locally until its wait is up"
+    );
+    #[cfg(not(feature = "tracing"))]
+    let _ = (events, decision);
+}
+
+/// The deny cache answered a refusal without calling Redis.
+#[cfg(feature = "redis")]
+pub(crate) fn denied_locally(events: &DenyCacheEvents) {
+    #[cfg(feature = "metrics")]
+    count(&events.answered);
+    #[cfg(not(feature = "metrics"))]
+    let _ = events;
 }
 
 /// A store failed; its failure policy answers instead.

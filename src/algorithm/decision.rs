@@ -121,6 +121,19 @@ impl Decision {
         self
     }
 
+    /// This refusal `elapsed` µs later, while it still stands: the same
+    /// deciding limit, with that much less to wait.
+    pub(crate) fn refusal_later(mut self, elapsed: u64) -> Self {
+        let wait = self.retry_after_micros.saturating_sub(elapsed);
+        self.retry_after_micros = wait;
+        self.at_micros = self.at_micros.saturating_add(elapsed);
+        self.quota = Quota::Known {
+            remaining: 0,
+            replenish_micros: wait,
+        };
+        self
+    }
+
     /// Hands back the quota this request took, for a response that is not
     /// counted after all.
     pub(crate) fn give_back_one(&mut self) {

@@ -170,12 +170,26 @@ impl Server {
 
     /// Calls of `command` (e.g. `evalsha`) recorded in `INFO commandstats`.
     pub fn command_calls(&self, command: &str) -> u64 {
+        self.command_stat(command, "calls")
+    }
+
+    /// Calls of `command` that did not fail (a script's first call by SHA
+    /// fails until the client has loaded it).
+    pub fn successful_calls(&self, command: &str) -> u64 {
+        self.command_stat(command, "calls") - self.command_stat(command, "failed_calls")
+    }
+
+    fn command_stat(&self, command: &str, field: &str) -> u64 {
         let stats = self.cli(&["INFO", "commandstats"]).unwrap_or_default();
-        let prefix = format!("cmdstat_{command}:calls=");
+        let prefix = format!("cmdstat_{command}:");
         stats
             .lines()
             .find_map(|line| line.strip_prefix(&prefix))
-            .and_then(|rest| rest.split(',').next())
+            .and_then(|fields| {
+                fields
+                    .split(',')
+                    .find_map(|pair| pair.strip_prefix(field)?.strip_prefix('='))
+            })
             .and_then(|n| n.parse().ok())
             .unwrap_or(0)
     }

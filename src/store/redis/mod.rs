@@ -1,6 +1,7 @@
 //! The Redis store: one server-side script call per decision, shared by
 //! every instance of a service, on a single node or a Redis Cluster.
 
+mod deny_cache;
 mod failure;
 mod integer_state;
 mod keys;
@@ -20,6 +21,7 @@ use redis::cluster::ClusterClient;
 use redis::cluster_async::ClusterConnection;
 use redis::{RedisResult, ScriptInvocation};
 
+use self::deny_cache::DenyCache;
 pub use self::failure::FailurePolicy;
 use super::{MemoryStore, Store, StoreError};
 use crate::algorithm::{Algorithm, Decision, Origin};
@@ -65,6 +67,17 @@ use crate::policy::Policy;
 ///   older release wrote. Windows are identified by the policy's value
 ///   ([name](Policy::named), algorithm and limits), the same in every
 ///   process: that is how instances share them, as the [`Store`] rule asks.
+/// * **Refused keys are answered locally.** A key Redis refused is
+///   remembered by this instance (and its clones) until its wait is up, and
+///   answered without a call: a flood of one key costs one call per wait, not
+///   one per request. The answer is the one Redis would give this instance,
+///   since nothing it does meanwhile can bring the wait closer; other
+///   instances only add traffic. The cache holds up to
+///   [`DEFAULT_DENY_CACHE`](RedisStore::DEFAULT_DENY_CACHE) keys and starts
+///   afresh when full; [`with_deny_cache`](RedisStore::with_deny_cache)
+///   sizes it or turns it off. State lost in Redis (a restart without
+///   persistence, a `FLUSHALL`) is then learnt once each remembered wait
+///   is up.
 /// * **Failures** are bounded by a timeout (50 ms by default) and answered
 ///   by a [`FailurePolicy`] (fail open by default).
 ///
@@ -79,7 +92,9 @@ pub struct RedisStore {
     clock: Option<ClientClock>,
     timeout: Duration,
     failure: FailurePolicy,
-    fallback: MemoryStore<FallbackClock>,
+    fallback: MemoryStore<LocalClock>,
+    /// Refusals still standing, by key name; `None` when turned off.
+    denied: Option<Arc<DenyCache>>,
 }
 
 #[derive(Clone)]
@@ -103,6 +118,7 @@ struct Bound {
     suffix: String,
     /// Peeking, then recording; each built the first time it is needed.
     scripts: [OnceLock<redis::Script>; 2],
+    events: crate::observe::DenyCacheEvents,
 }
 
 impl std::fmt::Debug for RedisBinding {
@@ -120,6 +136,7 @@ impl RedisBinding {
                 policy: policy.clone(),
                 suffix: keys::suffix(policy.name(), policy.signature()),
                 scripts: Default::default(),
+                events: crate::observe::DenyCacheEvents::new(policy),
             }),
         }
     }
@@ -131,21 +148,25 @@ impl RedisBinding {
     }
 }
 
-/// The clock of the local fallback store: the client clock if one was given,
-/// else the process's monotonic clock.
+/// The store's local time, for its fallback store and its deny cache: the
+/// client clock if one was given, else the process's monotonic clock.
 #[derive(Clone)]
-struct FallbackClock(Option<ClientClock>);
+struct LocalClock(Option<ClientClock>);
 
-impl Clock for FallbackClock {
+impl Clock for LocalClock {
     fn now(&self) -> Duration {
         Duration::from_micros(self.now_micros())
     }
 
     fn now_micros(&self) -> u64 {
-        match &self.0 {
-            Some(clock) => clock(),
-            None => crate::clock::SystemClock.now_micros(),
-        }
+        local_micros(self.0.as_ref())
+    }
+}
+
+fn local_micros(client_clock: Option<&ClientClock>) -> u64 {
+    match client_clock {
+        Some(clock) => clock(),
+        None => crate::clock::SystemClock.now_micros(),
     }
 }
 
@@ -160,6 +181,7 @@ impl std::fmt::Debug for RedisStore {
             .field("client_clock", &self.clock.is_some())
             .field("timeout", &self.timeout)
             .field("failure", &self.failure)
+            .field("denied_keys", &self.denied_keys())
             .finish()
     }
 }
@@ -169,6 +191,8 @@ impl RedisStore {
     pub const DEFAULT_PREFIX: &'static str = "tsw";
     /// The default time a decision may take before the failure policy answers.
     pub const DEFAULT_TIMEOUT: Duration = Duration::from_millis(50);
+    /// How many refused keys the deny cache holds by default.
+    pub const DEFAULT_DENY_CACHE: usize = 4096;
 
     /// Connects to one Redis server, e.g. `redis://127.0.0.1:6379`.
     ///
@@ -228,7 +252,8 @@ impl RedisStore {
             clock: None,
             timeout: Self::DEFAULT_TIMEOUT,
             failure: FailurePolicy::default(),
-            fallback: MemoryStore::with_clock(FallbackClock(None)),
+            fallback: MemoryStore::with_clock(LocalClock(None)),
+            denied: Some(Arc::new(DenyCache::new(Self::DEFAULT_DENY_CACHE))),
         }
     }
 
@@ -244,9 +269,30 @@ impl RedisStore {
     /// is meant for tests with a [`ManualClock`](crate::ManualClock).
     pub fn with_clock<C: Clock>(mut self, clock: C) -> Self {
         let clock: ClientClock = Arc::new(move || clock.now_micros());
-        self.fallback = MemoryStore::with_clock(FallbackClock(Some(Arc::clone(&clock))));
+        self.fallback = MemoryStore::with_clock(LocalClock(Some(Arc::clone(&clock))));
         self.clock = Some(clock);
+        // What it remembers was placed on the other clock.
+        self.denied = self
+            .denied
+            .as_ref()
+            .map(|denied| Arc::new(DenyCache::new(denied.capacity)));
         self
+    }
+
+    /// Remembers up to `keys` refused keys and answers them locally until
+    /// their wait is up (default [`DEFAULT_DENY_CACHE`](Self::DEFAULT_DENY_CACHE));
+    /// `0` turns the cache off, so that every decision is a call to Redis.
+    ///
+    /// Each key held costs its name and about a hundred bytes.
+    pub fn with_deny_cache(mut self, keys: usize) -> Self {
+        self.denied = (keys > 0).then(|| Arc::new(DenyCache::new(keys)));
+        self
+    }
+
+    /// How many keys the deny cache holds now (refusals that have run out
+    /// included, until they are looked up or swept).
+    pub fn denied_keys(&self) -> usize {
+        self.denied.as_ref().map_or(0, |denied| denied.len())
     }
 
     /// How long one decision may take before the failure policy answers
@@ -359,6 +405,52 @@ impl RedisStore {
     }
 }
 
+impl RedisStore {
+    fn local_now(&self) -> u64 {
+        local_micros(self.clock.as_ref())
+    }
+
+    /// Remembers Redis's refusal of `name` under `policy`, asked for at
+    /// local time `sent`, in the form Redis would give it until it runs out.
+    fn remember(
+        &self,
+        name: String,
+        decision: Decision,
+        sent: u64,
+        binding: &RedisBinding,
+        record: bool,
+    ) {
+        let Some(denied) = &self.denied else { return };
+        let policy = &binding.inner.policy;
+        let standing = match decision.origin {
+            // Redis answers the rest of a penalty as a penalty's.
+            Origin::Limits if policy.penalty_micros() > 0 => {
+                if !record {
+                    // A peek starts no penalty, so its wait is shorter than
+                    // the one the next recorded refusal will start.
+                    return;
+                }
+                Decision::in_penalty(
+                    policy.limits()[0],
+                    decision.retry_after_micros,
+                    decision.at_micros,
+                )
+            }
+            _ => decision,
+        };
+        // A client clock is the one the script judged by, so the refusal
+        // stands from the time Redis judged it at; the server's clock can
+        // only be placed by when the call left.
+        let from = if self.clock.is_some() {
+            decision.at_micros
+        } else {
+            sent
+        };
+        crate::observe::denied(&binding.inner.events, &standing);
+        denied.remember(name, standing, from);
+    }
+}
+
 /// The script judging under `policy`, recording what it accepts if `record`.
 fn script_source(policy: &Policy, record: bool) -> String {
     match policy.algorithm() {
@@ -396,6 +488,13 @@ impl RedisStore {
         record: bool,
     ) -> Pin<Box<dyn Future<Output = Result<Decision, StoreError>> + Send>> {
         let name = keys::key_name(&self.prefix, key, &binding.inner.suffix);
+        let sent = self.local_now();
+        if let Some(denied) = &self.denied {
+            if let Some(decision) = denied.refusal(&name, sent) {
+                crate::observe::denied_locally(&binding.inner.events);
+                return Box::pin(std::future::ready(Ok(decision)));
+            }
+        }
         let store = self.clone();
         let binding = binding.clone();
         Box::pin(async move {
@@ -403,7 +502,12 @@ impl RedisStore {
                 tokio::time::timeout(store.timeout, store.judge(&name, &binding, record)).await;
             let policy = &binding.inner.policy;
             match outcome {
-                Ok(Ok(decision)) => Ok(decision),
+                Ok(Ok(decision)) => {
+                    if !decision.is_allowed() {
+                        store.remember(name, decision, sent, &binding, record);
+                    }
+                    Ok(decision)
+                }
                 Ok(Err(err)) => store.on_failure(name, policy, err, record),
                 Err(_) => {
                     let err = StoreError::new(

@@ -105,20 +105,19 @@ impl<'a> Reply<'a> {
     }
 }
 
-/// The refusal of a key serving its penalty, from a reply led by the
-/// verdict 2 (then now and the penalty's end, 8 bytes each); `None` for
-/// any other reply.
+/// The refusal of a key serving its penalty, from a reply of 17 bytes led
+/// by the verdict 2 (then now and the penalty's end, 8 bytes each); `None`
+/// for any other reply. The length tells it apart: the log's reply to a
+/// recorded request is its trailer, whose first byte can be anything, but
+/// which is never 17 bytes long.
 pub(super) fn penalty_decision(
     policy: &Policy,
     bytes: &[u8],
 ) -> Result<Option<Decision>, StoreError> {
-    if bytes.first() != Some(&2) {
+    if bytes.len() != 17 || bytes.first() != Some(&2) {
         return Ok(None);
     }
     let reply = Reply { bytes };
-    if bytes.len() != 17 {
-        return Err(reply.malformed());
-    }
     let now = reply.now()?;
     let until = u64::try_from(reply.word(1)).map_err(|_| reply.malformed())?;
     let wait = until
@@ -427,5 +426,26 @@ mod tests {
         }
         assert!(log_decision(&policy, &judged, false).is_ok());
         assert!(log_decision(&policy, &judged, true).is_err());
+    }
+
+    #[test]
+    fn a_log_trailer_led_by_a_two_is_no_penalty() {
+        let policy = log_policy().with_penalty(Duration::from_secs(30));
+        let fine = (0, 1_000_000, -1);
+        let now = 2_000_000;
+        for trailer in [
+            written(now, 5, now, &[fine, fine]),
+            written(now, 5, now, &[fine, fine])[8..].to_vec(),
+        ] {
+            let mut bytes = trailer;
+            bytes[0] = 2;
+            assert!(penalty_decision(&policy, &bytes).unwrap().is_none());
+        }
+        let mut penalty = vec![2];
+        for word in [now, now + 30_000_000] {
+            penalty.extend_from_slice(&word.to_le_bytes());
+        }
+        let refusal = penalty_decision(&policy, &penalty).unwrap().unwrap();
+        assert_eq!(refusal.retry_after(), Duration::from_secs(30));
     }
 }

@@ -1,0 +1,78 @@
+//! Refusals remembered by one store instance, so that a key Redis has just
+//! refused is answered locally until it could pass again.
+//!
+//! A refusal's wait is the earliest instant the key could pass, and nothing
+//! this instance does meanwhile can bring that instant closer: a refused
+//! request records nothing, and other instances only add traffic. So until
+//! then Redis would refuse it again, and the call can be spared.
+
+use foldhash::quality::RandomState;
+use hashbrown::HashMap;
+use parking_lot::Mutex;
+
+use crate::algorithm::Decision;
+
+/// Refusals by Redis key name, at most `capacity` of them.
+pub(super) struct DenyCache {
+    held: Mutex<HashMap<Box<str>, Refusal, RandomState>>,
+    pub(super) capacity: usize,
+}
+
+/// A refusal, placed on the store's local clock.
+#[derive(Clone, Copy)]
+struct Refusal {
+    decision: Decision,
+    /// The local time the decision stands for: no later than the moment
+    /// Redis judged it, so the refusal never outlasts Redis's own.
+    from: u64,
+}
+
+impl Refusal {
+    fn until(&self) -> u64 {
+        self.from.saturating_add(self.decision.retry_after_micros)
+    }
+}
+
+impl DenyCache {
+    pub(super) fn new(capacity: usize) -> Self {
+        Self {
+            held: Mutex::default(),
+            capacity,
+        }
+    }
+
+    /// The refusal that still stands for `name` at local time `now`, if any.
+    ///
+    /// Before `from` it answers nothing: a clock stepping back may find the
+    /// key judged at another time than the refusal was.
+    pub(super) fn refusal(&self, name: &str, now: u64) -> Option<Decision> {
+        let mut held = self.held.lock();
+        let refusal = *held.get(name)?;
+        if now >= refusal.until() {
+            held.remove(name);
+            return None;
+        }
+        (now >= refusal.from).then(|| refusal.decision.refusal_later(now - refusal.from))
+    }
+
+    /// Remembers Redis's `decision` on `name`, a refusal standing for local
+    /// time `from`.
+    pub(super) fn remember(&self, name: String, decision: Decision, from: u64) {
+        let refusal = Refusal { decision, from };
+        let mut held = self.held.lock();
+        if held.len() >= self.capacity && !held.contains_key(name.as_str()) {
+            // Refusals that have run out go first; if that frees too little
+            // for the next inserts to be cheap, everything goes: a refusal
+            // forgotten costs one call to Redis, never a wrong answer.
+            held.retain(|_, kept| kept.until() > from);
+            if held.len() > self.capacity / 2 {
+                held.clear();
+            }
+        }
+        held.insert(name.into_boxed_str(), refusal);
+    }
+
+    pub(super) fn len(&self) -> usize {
+        self.held.lock().len()
+    }
+}

@@ -173,6 +173,14 @@ pub(crate) fn denied_locally(events: &DenyCacheEvents) {
     let _ = events;
 }
 
+/// A request's settling failed: its reservation stands.
+pub(crate) fn settle_failed(err: &StoreError) {
+    #[cfg(feature = "tracing")]
+    tracing::warn!(error = %err, "rate-limit settling failed; the reservation stands");
+    #[cfg(not(feature = "tracing"))]
+    let _ = err;
+}
+
 /// A store failed; its failure policy answers instead.
 #[cfg(feature = "redis")]
 pub(crate) fn store_failed(err: &StoreError, failure: crate::store::FailurePolicy) {

@@ -230,12 +230,11 @@ async fn service_builder_ext_adds_the_layer() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn count_only_overshoots_by_at_most_the_requests_in_flight() {
-    // Ten failed logins in flight at once against a limit of three: all ten
-    // are judged before any is recorded, so all ten reach the service (the
-    // documented overshoot); the records stop at three, and the next one is
-    // refused.
-    let barrier = Arc::new(tokio::sync::Barrier::new(10));
+async fn count_only_admits_exactly_the_limit_of_requests_in_flight() {
+    // Ten failed logins in flight at once against a limit of three: each
+    // reserves its unit on arrival, so three reach the service (which holds
+    // them until all three are there) and seven are refused at once.
+    let barrier = Arc::new(tokio::sync::Barrier::new(3));
     let layer = SlidingWindowLayer::new(Limit::per_minute(3), api_key)
         .count_only(|status, _| status == StatusCode::UNAUTHORIZED)
         .store(MemoryStore::with_clock(ManualClock::new()));
@@ -256,9 +255,13 @@ async fn count_only_overshoots_by_at_most_the_requests_in_flight() {
             tokio::spawn(async move { svc.oneshot(with_key("mallory")).await.unwrap().status() })
         })
         .collect();
+    let mut statuses = Vec::new();
     for task in tasks {
-        assert_eq!(task.await.unwrap(), StatusCode::UNAUTHORIZED);
+        statuses.push(task.await.unwrap());
     }
+    let count = |status| statuses.iter().filter(|&&s| s == status).count();
+    assert_eq!(count(StatusCode::UNAUTHORIZED), 3, "{statuses:?}");
+    assert_eq!(count(StatusCode::TOO_MANY_REQUESTS), 7, "{statuses:?}");
     let next = svc.oneshot(with_key("mallory")).await.unwrap();
     assert_eq!(next.status(), StatusCode::TOO_MANY_REQUESTS);
 }

@@ -243,8 +243,30 @@ impl Store<&'static str> for Late {
         self.0.bind(policy)
     }
 
-    fn decide_bound(&self, key: &'static str, binding: &Self::Binding) -> LateFuture {
-        LateFuture(Some(self.0.decide_bound_now(key, binding)), false)
+    fn decide_cost_bound(
+        &self,
+        key: &'static str,
+        binding: &Self::Binding,
+        cost: u32,
+    ) -> LateFuture {
+        LateFuture(
+            Some(self.0.decide_cost_bound_now(key, binding, cost)),
+            false,
+        )
+    }
+
+    fn settle_bound(
+        &self,
+        key: &'static str,
+        binding: &Self::Binding,
+        admitted: &tower_sliding_window::Decision,
+        cost: u32,
+        used: u32,
+    ) -> LateFuture {
+        LateFuture(
+            Some(self.0.settle_bound_now(key, binding, admitted, cost, used)),
+            false,
+        )
     }
 
     fn peek_bound(&self, key: &'static str, binding: &Self::Binding) -> LateFuture {

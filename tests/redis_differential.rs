@@ -406,3 +406,79 @@ async fn a_short_window_beside_a_very_long_one_survives_index_wraparound() {
         }
     }
 }
+
+/// Requests of random costs (0, over the limit, and between), some
+/// settled up or down once "answered", on random traffic with the clock
+/// stepping back now and then: Redis and memory decide and settle alike.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn costs_and_settling_decide_alike_in_redis_and_memory() {
+    let mut decisions = 0;
+    let shapes: [&[(u32, u64)]; 3] = [&[(12, 2_000)], &[(6, 1_000), (40, 10_000)], &[(300, 3_000)]];
+    for (seed, algorithm) in [
+        (5u64, ALGORITHMS[0]),
+        (7, ALGORITHMS[1]),
+        (11, ALGORITHMS[2]),
+    ] {
+        for limits in shapes {
+            let clock = ManualClock::new();
+            let redis = redis_store(&shared_url(), "differential-costs", &clock).await;
+            let memory = MemoryStore::with_clock(clock.clone());
+            let policy = policy(algorithm, limits);
+            let redis_binding = Store::<String>::bind(&redis, &policy);
+            let memory_binding = memory.bind::<String>(&policy);
+            let largest = limits.iter().map(|&(max, _)| max).max().unwrap();
+            let mut rng = XorShift(seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) ^ u64::from(largest));
+            let mut now = 0u64;
+            for _ in 0..400 {
+                let r = rng.next();
+                now = match r % 10 {
+                    0..=3 => now + r % 100_000,
+                    4..=7 => now + r % 700_000,
+                    8 => now.saturating_sub(r % 1_500_000),
+                    _ => now + r % 4_000_000,
+                };
+                clock.set(Duration::from_micros(now));
+                let key = format!("client-{}", (r >> 32) % 3);
+                let cost = match (r >> 8) % 8 {
+                    0 => 0,
+                    1 => largest + 1,
+                    _ => 1 + ((r >> 16) as u32) % (largest / 2).max(1),
+                };
+                let context = format!("{policy:?} at {now} µs, {key}, cost {cost}");
+                let from_memory = memory
+                    .decide_cost(key.clone(), &policy, cost)
+                    .await
+                    .unwrap();
+                let from_redis = redis.decide_cost(key.clone(), &policy, cost).await.unwrap();
+                assert_eq!(from_redis, from_memory, "{context}");
+                decisions += 1;
+                if (r >> 40) % 3 == 0 {
+                    // Answered a little later, using more or less than reserved.
+                    now += (r >> 44) % 50_000;
+                    clock.set(Duration::from_micros(now));
+                    let used = ((r >> 24) as u32) % (2 * cost + 2);
+                    let settled_memory = memory
+                        .settle_bound(key.clone(), &memory_binding, &from_memory, cost, used)
+                        .await
+                        .unwrap();
+                    let settled_redis = redis
+                        .settle_bound(key.clone(), &redis_binding, &from_redis, cost, used)
+                        .await
+                        .unwrap();
+                    assert_eq!(
+                        settled_redis, settled_memory,
+                        "{context}, settled at {used}"
+                    );
+                    // What the settling left: the next peek agrees too.
+                    let peek_memory = memory.peek(key.clone(), &policy).await.unwrap();
+                    let peek_redis = redis.peek(key, &policy).await.unwrap();
+                    assert_eq!(
+                        peek_redis, peek_memory,
+                        "{context}, peek after settling at {used}"
+                    );
+                }
+            }
+        }
+    }
+    println!("differential with costs: {decisions} decisions, Redis and memory identical");
+}

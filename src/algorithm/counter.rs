@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use super::decision::{Decision, Origin, Quota};
+use super::decision::{Decision, Origin, Quota, Settlement};
 use super::refusal::{accepted, refused, tightest, Verdict};
 use super::slots::Slots;
 use crate::clock::micros;
@@ -55,10 +55,11 @@ fn split(slot: &Slot, now: u64, w: u64) -> (u64, u64) {
 
 /// State of the sliding window counter for every limit of a policy.
 ///
-/// With `x` the elapsed fraction of the current fixed window, a request is
-/// accepted iff `(1 - x) * previous + current + 1 <= max`. The comparison is
-/// done in integers, multiplied through by the window length:
-/// `previous * (W - elapsed) + (current + 1) * W <= max * W`, so boundary
+/// With `x` the elapsed fraction of the current fixed window, a request of
+/// cost `c` (1 for a plain request) is accepted iff
+/// `(1 - x) * previous + current + c <= max`. The comparison is done in
+/// integers, multiplied through by the window length:
+/// `previous * (W - elapsed) + (current + c) * W <= max * W`, so boundary
 /// instants (accept at exactly 36 s in the spec's vector Q) come out exact.
 ///
 /// A clock that steps back is judged at the start of the latest fixed window
@@ -100,19 +101,52 @@ impl SlidingCounter {
     /// If `limits` is empty: a decision needs a limit to report. A
     /// [`Policy`](crate::Policy) always has one.
     pub fn decide(&mut self, now: Duration, limits: &[Limit]) -> Decision {
-        self.decide_micros(micros(now), limits)
+        self.decide_micros(micros(now), limits, 1)
     }
 
-    pub(crate) fn decide_micros(&mut self, now: u64, limits: &[Limit]) -> Decision {
+    /// Judges a request of `cost` units, from 1 to every limit's `max`.
+    pub(crate) fn decide_micros(&mut self, now: u64, limits: &[Limit], cost: u32) -> Decision {
         if self.slots.len() != limits.len() {
             self.slots = Slots::new(limits.len());
         }
         self.slots
-            .unless_refused(|slots| decide::<{ super::INLINE_LIMITS }>(slots, now, limits))
+            .unless_refused(|slots| decide::<{ super::INLINE_LIMITS }>(slots, now, limits, cost))
     }
 
     pub(crate) fn idle_from_micros(&self, limits: &[Limit]) -> u64 {
         idle_from(&self.slots, limits)
+    }
+
+    /// Settles a request as [`settle`] does.
+    pub(crate) fn settle_micros(&mut self, settled: &Settlement, limits: &[Limit]) {
+        if self.slots.len() == limits.len() {
+            settle(&mut self.slots, settled, limits);
+        }
+    }
+}
+
+/// Settles a request counted at `settled.at` for `settled.cost` units
+/// that really used `settled.used`, with the slots rolled to
+/// `settled.now` as a decision there would roll them: gives the
+/// difference back to the window it was counted in, if that is still the
+/// current or the previous one; or charges the excess to the current
+/// window, as far as the limit.
+pub(crate) fn settle(slots: &mut [Slot], settled: &Settlement, limits: &[Limit]) {
+    let (cost, used) = (settled.cost, settled.used);
+    let now = settled
+        .now
+        .max(counted_since(slots.iter().map(|s| s.window), limits));
+    for (slot, limit) in slots.iter_mut().zip(limits) {
+        let (k, _) = split(slot, now, limit.window_micros());
+        slot.roll_to(k);
+        let counted_in = settled.at / limit.window_micros();
+        if used > cost {
+            slot.current = slot.current.saturating_add(used - cost).min(limit.max());
+        } else if slot.window == counted_in {
+            slot.current = slot.current.saturating_sub(cost - used);
+        } else if counted_in.checked_add(1) == Some(slot.window) {
+            slot.previous = slot.previous.saturating_sub(cost - used);
+        }
     }
 }
 
@@ -123,10 +157,11 @@ pub(crate) fn decide_inline<const N: usize>(
     slots: &mut [Slot; N],
     now: u64,
     limits: &[Limit],
+    cost: u32,
 ) -> Decision {
     match (N, slots.first_mut(), limits.first()) {
-        (1, Some(slot), Some(limit)) => decide_one(slot, now, limit),
-        _ => decide::<N>(slots, now, limits),
+        (1, Some(slot), Some(limit)) => decide_one(slot, now, limit, cost),
+        _ => decide::<N>(slots, now, limits, cost),
     }
 }
 
@@ -138,9 +173,9 @@ pub(crate) fn decide_inline<const N: usize>(
 /// Out of line, so that the one-limit path through [`decide_inline`]
 /// stays as small as the single limit needs.
 #[inline(never)]
-fn decide<const N: usize>(slots: &mut [Slot], now: u64, limits: &[Limit]) -> Decision {
+fn decide<const N: usize>(slots: &mut [Slot], now: u64, limits: &[Limit], cost: u32) -> Decision {
     if let ([slot], [limit]) = (&mut *slots, limits) {
-        return decide_one(slot, now, limit);
+        return decide_one(slot, now, limit, cost);
     }
     let now = now.max(counted_since(slots.iter().map(|s| s.window), limits));
     // Per limit: the time into its window, kept for the decision.
@@ -156,8 +191,8 @@ fn decide<const N: usize>(slots: &mut [Slot], now: u64, limits: &[Limit]) -> Dec
     for (index, (slot, limit)) in slots.iter_mut().zip(limits).enumerate() {
         let (k, e) = split(slot, now, limit.window_micros());
         slot.roll_to(k);
-        if !fits(slot, limit, e) {
-            verdict.refuse(index, wait_for(slot, limit, e, 1));
+        if !fits(slot, limit, e, cost) {
+            verdict.refuse(index, wait_for(slot, limit, e, cost));
         }
         elapsed[index] = e;
     }
@@ -165,7 +200,7 @@ fn decide<const N: usize>(slots: &mut [Slot], now: u64, limits: &[Limit]) -> Dec
         return refusal;
     }
     for slot in slots.iter_mut() {
-        slot.current = slot.current.saturating_add(1);
+        slot.current = slot.current.saturating_add(cost);
     }
     let sliding = |index: usize| Quota::Sliding {
         previous: slots[index].previous,
@@ -213,7 +248,7 @@ fn clearly_tightest(slots: &[Slot], limits: &[Limit]) -> Option<usize> {
 
 /// [`decide`] for the commonest policy, a single limit: no choosing
 /// between limits, and the quota left to be worked out if it is read.
-fn decide_one(slot: &mut Slot, now: u64, limit: &Limit) -> Decision {
+fn decide_one(slot: &mut Slot, now: u64, limit: &Limit, cost: u32) -> Decision {
     let w = limit.window_micros();
     let now = now.max(slot.window.saturating_mul(w));
     let (k, elapsed) = split(slot, now, w);
@@ -221,11 +256,11 @@ fn decide_one(slot: &mut Slot, now: u64, limit: &Limit) -> Decision {
     // `Slots::unless_refused`).
     let mut rolled = *slot;
     rolled.roll_to(k);
-    if !fits(&rolled, limit, elapsed) {
-        let wait = wait_for(&rolled, limit, elapsed, 1);
+    if !fits(&rolled, limit, elapsed, cost) {
+        let wait = wait_for(&rolled, limit, elapsed, cost);
         return refused(std::slice::from_ref(limit), now, 0, wait);
     }
-    rolled.current = rolled.current.saturating_add(1);
+    rolled.current = rolled.current.saturating_add(cost);
     *slot = rolled;
     Decision {
         allowed: true,
@@ -243,14 +278,14 @@ fn decide_one(slot: &mut Slot, now: u64, limit: &Limit) -> Decision {
     }
 }
 
-/// Whether one more request fits: `previous * (W - e) + (current + 1) * W
-/// <= max * W`, multiplied out rather than divided, since multiplying is
+/// Whether `cost` more units fit: `previous * (W - e) + (current + cost) *
+/// W <= max * W`, multiplied out rather than divided, since multiplying is
 /// cheaper and every request asks.
-fn fits(slot: &Slot, limit: &Limit, elapsed: u64) -> bool {
+fn fits(slot: &Slot, limit: &Limit, elapsed: u64, cost: u32) -> bool {
     let Some(room) = limit
         .max()
         .checked_sub(slot.current)
-        .and_then(|r| r.checked_sub(1))
+        .and_then(|r| r.checked_sub(cost))
     else {
         return false;
     };

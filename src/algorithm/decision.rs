@@ -21,6 +21,17 @@ pub struct Decision {
     pub(crate) shadow: bool,
 }
 
+/// A request's settling: it was judged at `at` (the store's time its
+/// decision gives) and counted for `cost` units, and its response says it
+/// used `used`; `now` is the store's time of settling.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Settlement {
+    pub(crate) at: u64,
+    pub(crate) now: u64,
+    pub(crate) cost: u32,
+    pub(crate) used: u32,
+}
+
 /// The deciding limit's remaining quota and time until it grows: known, or
 /// kept as the counts it follows from and worked out only when asked.
 ///
@@ -79,6 +90,9 @@ pub enum Origin {
     Fallback,
     /// The key was refused earlier and is serving the policy's penalty.
     Penalty,
+    /// The request costs more units than a limit's `max`: no wait would
+    /// let it pass, so the refusal names no time to retry at.
+    TooCostly,
 }
 
 impl Decision {
@@ -105,6 +119,26 @@ impl Decision {
         }
     }
 
+    /// The refusal of a request of `cost` units, more than one of `limits`
+    /// holds (the first such), at `at_micros`.
+    pub(crate) fn too_costly(limits: &[Limit], cost: u32, at_micros: u64) -> Self {
+        let index = limits
+            .iter()
+            .position(|limit| cost > limit.max())
+            .unwrap_or(0);
+        let mut refusal = Self::substitute(false, limits[index], 0, at_micros, Origin::TooCostly);
+        refusal.limit_index = index as u16;
+        refusal
+    }
+
+    /// This judgement of a request of no cost, which records nothing and
+    /// always passes.
+    pub(crate) fn costing_nothing(mut self) -> Self {
+        self.allowed = true;
+        self.retry_after_micros = 0;
+        self
+    }
+
     /// A refusal during a penalty that ends `wait` µs after `at_micros`.
     pub(crate) fn in_penalty(limit: Limit, wait: u64, at_micros: u64) -> Self {
         Self::substitute(false, limit, wait, at_micros, Origin::Penalty)
@@ -123,6 +157,7 @@ impl Decision {
 
     /// This refusal `elapsed` µs later, while it still stands: the same
     /// deciding limit, with that much less to wait.
+    #[cfg(feature = "redis")]
     pub(crate) fn refusal_later(mut self, elapsed: u64) -> Self {
         let wait = self.retry_after_micros.saturating_sub(elapsed);
         self.retry_after_micros = wait;
@@ -134,20 +169,33 @@ impl Decision {
         self
     }
 
-    /// Hands back the quota this request took, for a response that is not
-    /// counted after all.
-    pub(crate) fn give_back_one(&mut self) {
+    /// Whether the store counted the request this decision let through:
+    /// the limits accepted it (not a failure policy).
+    pub(crate) fn counts(&self) -> bool {
+        self.allowed && self.origin == Origin::Limits
+    }
+
+    /// This acceptance of a request of `cost` units, settled at `used`:
+    /// the deciding limit's quota as the settling leaves it.
+    pub(crate) fn settled(mut self, cost: u32, used: u32) -> Self {
         let max = self.limit.max();
-        let remaining = self.remaining().saturating_add(1).min(max);
-        let replenish_micros = if remaining == max {
-            0
+        let remaining = if used < cost {
+            self.remaining().saturating_add(cost - used).min(max)
         } else {
-            self.replenish_micros()
+            self.remaining().saturating_sub(used - cost)
+        };
+        // A charge past a full quota has no known time to grow by one yet:
+        // at the latest, once a window has passed.
+        let replenish_micros = match self.replenish_micros() {
+            _ if remaining == max => 0,
+            0 => self.limit.window_micros(),
+            known => known,
         };
         self.quota = Quota::Known {
             remaining,
             replenish_micros,
         };
+        self
     }
 
     pub(crate) fn replenish_micros(&self) -> u64 {

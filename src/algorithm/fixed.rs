@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use super::counter::counted_since;
-use super::decision::{Decision, Quota};
+use super::decision::{Decision, Quota, Settlement};
 use super::refusal::{accepted, refused, tightest, Verdict};
 use super::slots::Slots;
 use crate::clock::micros;
@@ -19,8 +19,9 @@ pub(crate) struct Slot {
 
 /// State of the fixed window for every limit of a policy.
 ///
-/// Windows are `[kW, (k+1)W)` from the clock's zero; a request is accepted
-/// iff the current block has counted fewer than `max`. A burst straddling two
+/// Windows are `[kW, (k+1)W)` from the clock's zero; a request of cost `c`
+/// (1 for a plain request) is accepted iff the current block has counted
+/// at most `max - c`. A burst straddling two
 /// blocks can get up to twice the limit through in one window's length, which
 /// is what the sliding algorithms exist to prevent.
 #[derive(Clone, Debug, Default)]
@@ -55,28 +56,61 @@ impl FixedWindow {
     /// If `limits` is empty: a decision needs a limit to report. A
     /// [`Policy`](crate::Policy) always has one.
     pub fn decide(&mut self, now: Duration, limits: &[Limit]) -> Decision {
-        self.decide_micros(micros(now), limits)
+        self.decide_micros(micros(now), limits, 1)
     }
 
-    pub(crate) fn decide_micros(&mut self, now: u64, limits: &[Limit]) -> Decision {
+    /// Judges a request of `cost` units, from 1 to every limit's `max`.
+    pub(crate) fn decide_micros(&mut self, now: u64, limits: &[Limit], cost: u32) -> Decision {
         if self.slots.len() != limits.len() {
             self.slots = Slots::new(limits.len());
         }
         self.slots
-            .unless_refused(|slots| decide(slots, now, limits))
+            .unless_refused(|slots| decide(slots, now, limits, cost))
     }
 
     pub(crate) fn idle_from_micros(&self, limits: &[Limit]) -> u64 {
         idle_from(&self.slots, limits)
+    }
+
+    /// Settles a request as [`settle`] does.
+    pub(crate) fn settle_micros(&mut self, settled: &Settlement, limits: &[Limit]) {
+        if self.slots.len() == limits.len() {
+            settle(&mut self.slots, settled, limits);
+        }
+    }
+}
+
+/// Settles a request counted at `settled.at`, with the slots moved to the
+/// blocks of `settled.now` as a decision there would move them: gives the
+/// difference back if its block is still the current one, or charges the
+/// excess to the current block, as far as the limit.
+pub(crate) fn settle(slots: &mut [Slot], settled: &Settlement, limits: &[Limit]) {
+    let (cost, used) = (settled.cost, settled.used);
+    let now = settled
+        .now
+        .max(counted_since(slots.iter().map(|s| s.window), limits));
+    for (slot, limit) in slots.iter_mut().zip(limits) {
+        let k = now / limit.window_micros();
+        if slot.window != k {
+            *slot = Slot {
+                window: k,
+                count: 0,
+            };
+        }
+        if used > cost {
+            slot.count = slot.count.saturating_add(used - cost).min(limit.max());
+        } else if k == settled.at / limit.window_micros() {
+            slot.count = slot.count.saturating_sub(cost - used);
+        }
     }
 }
 
 /// Moves the slots to `now`'s windows in place even when it refuses:
 /// callers that keep state judge on a copy, or restore it (see
 /// [`Slots::unless_refused`]).
-pub(crate) fn decide(slots: &mut [Slot], now: u64, limits: &[Limit]) -> Decision {
+pub(crate) fn decide(slots: &mut [Slot], now: u64, limits: &[Limit], cost: u32) -> Decision {
     if let ([slot], [limit]) = (&mut *slots, limits) {
-        return decide_one(slot, now, limit);
+        return decide_one(slot, now, limit, cost);
     }
     // A clock that stepped back is judged in the latest block counted in.
     let now = now.max(counted_since(slots.iter().map(|s| s.window), limits));
@@ -95,7 +129,7 @@ pub(crate) fn decide(slots: &mut [Slot], now: u64, limits: &[Limit]) -> Decision
                 count: 0,
             };
         }
-        if slot.count >= limit.max() {
+        if !fits(slot.count, limit, cost) {
             verdict.refuse(index, until_next_window(now, limit));
         }
     }
@@ -103,7 +137,7 @@ pub(crate) fn decide(slots: &mut [Slot], now: u64, limits: &[Limit]) -> Decision
         return refusal;
     }
     for slot in slots.iter_mut() {
-        slot.count += 1;
+        slot.count += cost;
     }
     tightest(
         limits,
@@ -117,7 +151,7 @@ pub(crate) fn decide(slots: &mut [Slot], now: u64, limits: &[Limit]) -> Decision
 
 /// [`decide`] for one limit, the common case, without the bookkeeping that
 /// picks one limit among several. It moves the slot only when it accepts.
-fn decide_one(slot: &mut Slot, now: u64, limit: &Limit) -> Decision {
+fn decide_one(slot: &mut Slot, now: u64, limit: &Limit, cost: u32) -> Decision {
     let limits = std::slice::from_ref(limit);
     let w = limit.window_micros();
     // A clock that stepped back is judged in the latest block counted in.
@@ -131,14 +165,30 @@ fn decide_one(slot: &mut Slot, now: u64, limit: &Limit) -> Decision {
     } else {
         (now / w, 0)
     };
-    if count >= limit.max() {
+    if !fits(count, limit, cost) {
         return refused(limits, now, 0, until_next_window(now, limit));
     }
     *slot = Slot {
         window,
-        count: count + 1,
+        count: count + cost,
     };
-    accepted(limits, now, 0, Quota::Fixed { count: count + 1 })
+    accepted(
+        limits,
+        now,
+        0,
+        Quota::Fixed {
+            count: count + cost,
+        },
+    )
+}
+
+/// Whether `cost` more units fit beside `count`. A cost of at most `max`
+/// then waits for the next window at most.
+fn fits(count: u32, limit: &Limit, cost: u32) -> bool {
+    limit
+        .max()
+        .checked_sub(cost)
+        .is_some_and(|room| count <= room)
 }
 
 /// Remaining quota and time until it grows, for `count` requests (this one

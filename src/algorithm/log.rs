@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use super::decision::{Decision, Quota};
+use super::decision::{Decision, Quota, Settlement};
 use super::refusal::{accepted, refused, tightest_known, Verdict};
 use crate::clock::micros;
 use crate::limit::Limit;
@@ -13,8 +13,10 @@ use crate::limit::Limit;
 /// A request is accepted under a limit of `max` per `W` when fewer than `max`
 /// requests were ever accepted, or the `max`-th most recent one is more than
 /// `W` old: the window `[now - W, now]` is closed, so a timestamp exactly `W`
-/// old still counts. That test reads one slot, so a decision costs O(1) per
-/// limit, and a store's key holds at most the largest limit's stamps (in
+/// old still counts. A request of cost `c` is `c` requests at one instant:
+/// it needs the `(max - c + 1)`-th most recent stamp outside the window,
+/// and records `c` stamps. That test reads one slot, so a decision costs
+/// O(1) per limit (and O(c) to record), and a store's key holds at most the largest limit's stamps (in
 /// slots that grow by doubling, behind two words a limit and two more).
 /// Rejected requests are not recorded.
 ///
@@ -109,7 +111,13 @@ impl SlidingLog {
     /// limit to report. A [`Policy`](crate::Policy) always has one.
     pub fn decide(&mut self, now: Duration, limits: &[Limit]) -> Decision {
         assert!(!limits.is_empty(), "a decision needs at least one limit");
-        self.decide_micros(micros(now), limits, capacity_for(limits), KEEP_EVERY_STAMP)
+        self.decide_micros(
+            micros(now),
+            limits,
+            capacity_for(limits),
+            KEEP_EVERY_STAMP,
+            1,
+        )
     }
 
     /// The number of timestamps held.
@@ -129,9 +137,10 @@ impl SlidingLog {
         limits: &[Limit],
         capacity: u32,
         forget_after: u64,
+        cost: u32,
     ) -> Decision {
         self.view()
-            .decide_micros(now, limits, capacity, forget_after)
+            .decide_micros(now, limits, capacity, forget_after, cost)
     }
 
     /// A log laid out for `limits` and at most `capacity` stamps, holding
@@ -204,10 +213,11 @@ impl<'a> LogMut<'a> {
         (len > 0).then(|| self.stamp(limits, len - 1))
     }
 
-    /// Judges a request at `now` (µs) against every limit, recording it if
-    /// all accept in a ring of at most `capacity` stamps, which may drop a
-    /// stamp more than `forget_after` µs old instead of growing
-    /// ([`KEEP_EVERY_STAMP`] for never).
+    /// Judges a request of `cost` units (from 1 to every limit's `max`) at
+    /// `now` (µs) against every limit, recording it if all accept in a ring
+    /// of at most `capacity` stamps, which may drop a stamp more than
+    /// `forget_after` µs old instead of growing ([`KEEP_EVERY_STAMP`] for
+    /// never).
     ///
     /// Takes the view by value: two pointers, kept in registers, rather
     /// than a pointer to them. Out of line, so that a store's ring path
@@ -220,10 +230,15 @@ impl<'a> LogMut<'a> {
         limits: &[Limit],
         capacity: u32,
         forget_after: u64,
+        cost: u32,
     ) -> Decision {
         debug_assert!(capacity as usize <= MAX_SLOTS, "a ring's slots fit `at`");
+        debug_assert!(
+            cost >= 1 && limits.iter().all(|limit| cost <= limit.max()),
+            "a cost from 1 to every limit's max"
+        );
         if let [limit] = limits {
-            return self.decide_one(now, limit, capacity as usize, forget_after);
+            return self.decide_one(now, limit, capacity as usize, forget_after, cost);
         }
         let count = limits.len();
         self.fit(limits, capacity as usize);
@@ -233,17 +248,16 @@ impl<'a> LogMut<'a> {
         let (_, len) = self.ring(count);
         let mut verdict = Verdict::default();
         for (index, limit) in limits.iter().enumerate() {
-            let max = limit.max() as usize;
-            if len >= max {
-                if let Some(wait) = blocked_for(self.stamp(count, len - max), now, limit) {
-                    verdict.refuse(index, wait);
-                }
+            if let Some(wait) = self.blocking(count, len, now, limit, cost) {
+                verdict.refuse(index, wait);
             }
         }
         if let Some(refusal) = verdict.refusal(limits, now) {
             return refusal;
         }
-        self.record(count, now, capacity as usize, forget_after);
+        for _ in 0..cost {
+            self.record(count, now, capacity as usize, forget_after);
+        }
         // Each cursor moves once here; the decision then reads the results
         // (on the stack for any policy; the public API takes longer lists).
         let mut inline = [(0, 0); super::INLINE_LIMITS];
@@ -268,18 +282,18 @@ impl<'a> LogMut<'a> {
         limit: &Limit,
         capacity: usize,
         forget_after: u64,
+        cost: u32,
     ) -> Decision {
         let limits = std::slice::from_ref(limit);
         self.fit(limits, capacity);
         let now = self.newest(1).map_or(now, |newest| newest.max(now));
-        let max = limit.max() as usize;
         let (_, len) = self.ring(1);
-        if len >= max {
-            if let Some(wait) = blocked_for(self.stamp(1, len - max), now, limit) {
-                return refused(limits, now, 0, wait);
-            }
+        if let Some(wait) = self.blocking(1, len, now, limit, cost) {
+            return refused(limits, now, 0, wait);
         }
-        self.record(1, now, capacity, forget_after);
+        for _ in 0..cost {
+            self.record(1, now, capacity, forget_after);
+        }
         let (remaining, replenish_micros) = self.quota(1, 0, now, limit);
         accepted(
             limits,
@@ -290,6 +304,64 @@ impl<'a> LogMut<'a> {
                 replenish_micros,
             },
         )
+    }
+
+    /// Settles a request recorded at `settled.at` for `settled.cost`
+    /// stamps that really used `settled.used`: takes back as many of its
+    /// stamps as it did not use, or records the excess at `settled.now`
+    /// (as many as the ring holds; the oldest make way as for any
+    /// request). A ring laid out for other limits holds no such request,
+    /// and is left alone.
+    pub(crate) fn settle(
+        mut self,
+        settled: &Settlement,
+        limits: &[Limit],
+        capacity: u32,
+        forget_after: u64,
+    ) {
+        let count = limits.len();
+        if !self.laid_out_for(limits, capacity as usize) {
+            return;
+        }
+        if settled.used < settled.cost {
+            let (_, len) = self.ring(count);
+            let mut stamps: Vec<u64> = (0..len).map(|i| self.stamp(count, i)).collect();
+            // The stamps are in order: the request's are among those equal to its time.
+            let end = stamps.partition_point(|&stamp| stamp <= settled.at);
+            let start = stamps[..end].partition_point(|&stamp| stamp < settled.at);
+            let back = (end - start).min((settled.cost - settled.used) as usize);
+            if back > 0 {
+                stamps.drain(end - back..end);
+                let total = self.total();
+                self.lay_out_holding(limits, stamps, total, capacity as usize);
+            }
+        } else if settled.used > settled.cost {
+            let now = self
+                .newest(count)
+                .map_or(settled.now, |newest| newest.max(settled.now));
+            for _ in 0..(settled.used - settled.cost).min(capacity) {
+                self.record(count, now, capacity as usize, forget_after);
+            }
+        }
+    }
+
+    /// How long `limit` keeps `cost` more units out of its window at `now`,
+    /// among `len` stamps in a buffer laid out for `limits` limits: until
+    /// the `(max - cost + 1)`-th newest stamp leaves it.
+    #[inline(always)]
+    fn blocking(
+        &self,
+        limits: usize,
+        len: usize,
+        now: u64,
+        limit: &Limit,
+        cost: u32,
+    ) -> Option<u64> {
+        let need = (limit.max() - cost) as usize + 1;
+        if len < need {
+            return None;
+        }
+        blocked_for(self.stamp(limits, len - need), now, limit)
     }
 
     /// Lays the buffer out for `limits` and at most `capacity` slots,
@@ -642,7 +714,7 @@ pub(crate) mod tests {
     #[test]
     fn shedding_keeps_every_stamp_a_later_decision_counts() {
         let limits = [Limit::new(100, Duration::from_micros(1_000)).unwrap()];
-        let decide = |log: &mut SlidingLog, now| log.decide_micros(now, &limits, 100, 1_000);
+        let decide = |log: &mut SlidingLog, now| log.decide_micros(now, &limits, 100, 1_000, 1);
         let mut log = SlidingLog::new();
         for now in (0..20).chain([1_000, 2_000]) {
             assert!(decide(&mut log, now).is_allowed());
@@ -661,7 +733,7 @@ pub(crate) mod tests {
     #[test]
     fn shedding_a_wrapped_ring_keeps_its_order() {
         let limits = [Limit::new(100, Duration::from_micros(1_000)).unwrap()];
-        let decide = |log: &mut SlidingLog, now| log.decide_micros(now, &limits, 100, 1_000);
+        let decide = |log: &mut SlidingLog, now| log.decide_micros(now, &limits, 100, 1_000, 1);
         let mut log = SlidingLog::new();
         // 32 slots, filled; then three stamps over the oldest.
         for now in (0..32).chain([1_500, 3_000, 3_001]) {
@@ -708,15 +780,15 @@ pub(crate) mod tests {
             let mut now = 10_000u64;
             for step in before {
                 now = now.saturating_add_signed(step);
-                log.decide_micros(now, &limits, capacity, longest);
+                log.decide_micros(now, &limits, capacity, longest, 1);
             }
             let mut shed = log.clone();
             shed.view().shed_slots(limits.len(), longest);
             for step in after {
                 now = now.saturating_add_signed(step);
                 prop_assert_eq!(
-                    shed.decide_micros(now, &limits, capacity, longest),
-                    log.decide_micros(now, &limits, capacity, longest),
+                    shed.decide_micros(now, &limits, capacity, longest, 1),
+                    log.decide_micros(now, &limits, capacity, longest, 1),
                     "at {} µs", now
                 );
             }
@@ -729,7 +801,7 @@ pub(crate) mod tests {
         let limits = [Limit::new(100, Duration::from_micros(1_000)).unwrap()];
         let mut log = SlidingLog::new();
         for now in 0..40 {
-            log.decide_micros(now, &limits, 100, 1_000);
+            log.decide_micros(now, &limits, 100, 1_000, 1);
         }
         let before = log.buf.clone();
         log.view().shed_slots(1, 1_000);

@@ -32,8 +32,8 @@ mod slots;
 use std::time::Duration;
 
 pub use self::counter::SlidingCounter;
-pub(crate) use self::decision::Quota;
 pub use self::decision::{Decision, Origin};
+pub(crate) use self::decision::{Quota, Settlement};
 pub use self::fixed::FixedWindow;
 pub use self::log::SlidingLog;
 use crate::limit::Limit;

@@ -20,9 +20,9 @@ use crate::algorithm::Decision;
 use crate::observe;
 use crate::store::StoreError;
 
-/// Records a request after its response, for layers that count only some
-/// responses.
-pub(crate) type Recorder = Box<dyn FnOnce() -> Pin<Box<dyn Future<Output = ()> + Send>> + Send>;
+/// Settles a request reserved by the decision given, from its response
+/// `R`: the store's call `F`, if the response changes what it cost.
+pub(crate) type Settler<R, F> = Box<dyn FnOnce(&R, &Decision) -> Option<F> + Send>;
 
 /// The policy a request was judged by: the layer's own (no extra reference
 /// count on the hot path), or one a plan picked.
@@ -55,7 +55,7 @@ pin_project! {
         // two atomic operations a request fewer.
         config: Option<Arc<LayerConfig>>,
         chosen: Chosen,
-        recorder: Option<Recorder>,
+        settler: Option<Settler<S::Response, F>>,
         body: PhantomData<fn() -> M>,
     }
 }
@@ -81,10 +81,12 @@ pin_project! {
         Answer {
             response: Option<Box<Response<Bytes>>>,
         },
-        /// Counting a request whose response matched, before handing it on.
-        Record {
-            recording: Pin<Box<dyn Future<Output = ()> + Send>>,
+        /// Settling a request from its response, before handing it on.
+        Settle {
+            #[pin]
+            settling: F,
             response: Option<R>,
+            reserved: Decision,
         },
     }
 }
@@ -99,7 +101,7 @@ where
         request: Request<B>,
         config: Arc<LayerConfig>,
         chosen: Chosen,
-        recorder: Option<Recorder>,
+        settler: Option<Settler<S::Response, F>>,
     ) -> Self {
         Self {
             state: State::Check {
@@ -108,7 +110,7 @@ where
             },
             config: Some(config),
             chosen,
-            recorder,
+            settler,
             body: PhantomData,
         }
     }
@@ -126,14 +128,14 @@ where
         request: Request<B>,
         config: Arc<LayerConfig>,
         chosen: Chosen,
-        recorder: Option<Recorder>,
+        settler: Option<Settler<S::Response, F>>,
     ) -> Self {
         let state = next_state(outcome, inner, request, &config, &chosen);
         Self {
             state,
             config: Some(config),
             chosen,
-            recorder,
+            settler,
             body: PhantomData,
         }
     }
@@ -146,7 +148,7 @@ where
         decision: Decision,
         config: &Arc<LayerConfig>,
         chosen: Chosen,
-        recorder: Option<Recorder>,
+        settler: Option<Settler<S::Response, F>>,
     ) -> Self {
         let needed = config.read_after_response();
         Self {
@@ -156,7 +158,7 @@ where
             },
             config: needed.then(|| Arc::clone(config)),
             chosen,
-            recorder,
+            settler,
             body: PhantomData,
         }
     }
@@ -169,7 +171,7 @@ where
             },
             config: None,
             chosen: Chosen::Layer,
-            recorder: None,
+            settler: None,
             body: PhantomData,
         }
     }
@@ -181,7 +183,7 @@ where
             },
             config: None,
             chosen: Chosen::Layer,
-            recorder: None,
+            settler: None,
             body: PhantomData,
         }
     }
@@ -278,39 +280,44 @@ where
                 }
                 StateProj::Call { call, decision } => {
                     let mut response = ready!(call.poll(cx))?;
-                    let config = this.config.as_deref();
-                    let counts = config
-                        .and_then(|config| config.count_only.as_ref())
-                        .map(|count| count.matches(response.status(), response.headers()));
-                    if let (Some(mut decision), Some(config)) = (decision.take(), config) {
-                        if counts == Some(false) {
-                            // Judged as if counted; this response is not.
-                            decision.give_back_one();
-                        }
-                        if config.headers_on_success {
-                            let view = this.chosen.get(config);
-                            view.headers.apply(&decision, response.headers_mut());
-                        }
+                    let Some(decision) = decision.take() else {
+                        return Poll::Ready(Ok(response.map(M::inner)));
+                    };
+                    let settling = this
+                        .settler
+                        .take()
+                        .and_then(|settle| settle(&response, &decision));
+                    if let Some(settling) = settling {
+                        this.state.set(State::Settle {
+                            settling,
+                            response: Some(response),
+                            reserved: decision,
+                        });
+                        continue;
                     }
-                    match this.recorder.take() {
-                        Some(record) if counts == Some(true) => {
-                            let recording = record();
-                            this.state.set(State::Record {
-                                recording,
-                                response: Some(response),
-                            });
-                        }
-                        _ => return Poll::Ready(Ok(response.map(M::inner))),
+                    if let Some(config) = this.config.as_deref() {
+                        add_headers(config, this.chosen, &decision, &mut response);
                     }
+                    return Poll::Ready(Ok(response.map(M::inner)));
                 }
-                StateProj::Record {
-                    recording,
+                StateProj::Settle {
+                    settling,
                     response,
+                    reserved,
                 } => {
-                    ready!(recording.as_mut().poll(cx));
-                    let response = response
+                    let decision = match ready!(settling.poll(cx)) {
+                        Ok(settled) => settled,
+                        Err(err) => {
+                            observe::settle_failed(&err);
+                            *reserved
+                        }
+                    };
+                    let mut response = response
                         .take()
                         .expect("ResponseFuture polled after completion");
+                    if let Some(config) = this.config.as_deref() {
+                        add_headers(config, this.chosen, &decision, &mut response);
+                    }
                     return Poll::Ready(Ok(response.map(M::inner)));
                 }
                 StateProj::Answer { response } => {
@@ -321,5 +328,18 @@ where
                 }
             }
         }
+    }
+}
+
+/// The rate-limit headers of an accepted response, if the layer sends them.
+fn add_headers<R>(
+    config: &LayerConfig,
+    chosen: &Chosen,
+    decision: &Decision,
+    response: &mut Response<R>,
+) {
+    if config.headers_on_success {
+        let view = chosen.get(config);
+        view.headers.apply(decision, response.headers_mut());
     }
 }

@@ -12,6 +12,7 @@ use super::plan::{PlanByKey, PlanByRequest, SinglePolicy};
 use super::rejection::Rejection;
 use super::service::{Bindings, SlidingWindow};
 use super::view::PolicyView;
+use super::weights::{CostFn, SettleFn, Weights};
 use crate::algorithm::Algorithm;
 use crate::limit::Limit;
 use crate::policy::Policy;
@@ -40,7 +41,7 @@ use crate::store::MemoryStore;
 /// one if it is given the same store, and apart on its own default
 /// [`MemoryStore`] (see [`Store`](crate::Store)).
 #[derive(Clone, Debug)]
-pub struct SlidingWindowLayer<E, St = MemoryStore, P = SinglePolicy, M = WrapBody> {
+pub struct SlidingWindowLayer<E, St = MemoryStore, P = SinglePolicy, M = WrapBody, W = Weights> {
     extractor: E,
     store: St,
     plan: P,
@@ -48,6 +49,7 @@ pub struct SlidingWindowLayer<E, St = MemoryStore, P = SinglePolicy, M = WrapBod
     /// The store's bindings, shared by every service this layer makes.
     bindings: Arc<Bindings>,
     body: M,
+    weights: W,
 }
 
 /// What every service of one layer shares, behind one `Arc`.
@@ -69,11 +71,11 @@ pub(crate) struct LayerConfig {
 
 impl LayerConfig {
     /// Whether the future of an accepted request reads this configuration
-    /// once the inner service has answered: for the RateLimit headers, or
-    /// to match the response for `count_only`. Otherwise the future does
-    /// without it, and the request takes no reference count.
+    /// once the inner service has answered, for the RateLimit headers.
+    /// Otherwise the future does without it, and the request takes no
+    /// reference count.
     pub(crate) fn read_after_response(&self) -> bool {
-        self.headers_on_success || self.count_only.is_some()
+        self.headers_on_success
     }
 }
 
@@ -116,6 +118,7 @@ impl<E> SlidingWindowLayer<E> {
             plan: SinglePolicy,
             bindings: Arc::default(),
             body: WrapBody,
+            weights: Weights::default(),
             config: Arc::new(LayerConfig {
                 own: Arc::new(PolicyView::new(policy)),
                 headers_on_success: true,
@@ -130,7 +133,7 @@ impl<E> SlidingWindowLayer<E> {
     }
 }
 
-impl<E, St, P, M> SlidingWindowLayer<E, St, P, M> {
+impl<E, St, P, M, W> SlidingWindowLayer<E, St, P, M, W> {
     /// Adds another limit to the policy; a request must fit every limit and
     /// is counted in all of them or in none.
     ///
@@ -181,7 +184,7 @@ impl<E, St, P, M> SlidingWindowLayer<E, St, P, M> {
     }
 
     /// Keeps state in `store` instead of a private [`MemoryStore`].
-    pub fn store<St2>(self, store: St2) -> SlidingWindowLayer<E, St2, P, M> {
+    pub fn store<St2>(self, store: St2) -> SlidingWindowLayer<E, St2, P, M, W> {
         SlidingWindowLayer {
             extractor: self.extractor,
             store,
@@ -189,6 +192,7 @@ impl<E, St, P, M> SlidingWindowLayer<E, St, P, M> {
             config: self.config,
             bindings: Arc::default(),
             body: self.body,
+            weights: self.weights,
         }
     }
 
@@ -212,7 +216,7 @@ impl<E, St, P, M> SlidingWindowLayer<E, St, P, M> {
     ///     .layer(SlidingWindowLayer::new(Limit::per_second(10), PeerIp::new()).inner_body());
     /// # }
     /// ```
-    pub fn inner_body(self) -> SlidingWindowLayer<E, St, P, InnerBody> {
+    pub fn inner_body(self) -> SlidingWindowLayer<E, St, P, InnerBody, W> {
         SlidingWindowLayer {
             extractor: self.extractor,
             store: self.store,
@@ -220,6 +224,7 @@ impl<E, St, P, M> SlidingWindowLayer<E, St, P, M> {
             config: self.config,
             bindings: self.bindings,
             body: InnerBody,
+            weights: self.weights,
         }
     }
 
@@ -227,7 +232,7 @@ impl<E, St, P, M> SlidingWindowLayer<E, St, P, M> {
     /// per tier, or limits read per customer); the layer's own policy is
     /// then unused. The closure may build its policy on every request: equal
     /// values share windows. See [`Plan`](crate::Plan).
-    pub fn plan<K, F>(self, choose: F) -> SlidingWindowLayer<E, St, PlanByKey<F>, M>
+    pub fn plan<K, F>(self, choose: F) -> SlidingWindowLayer<E, St, PlanByKey<F>, M, W>
     where
         F: Fn(&K) -> Policy,
     {
@@ -238,14 +243,14 @@ impl<E, St, P, M> SlidingWindowLayer<E, St, P, M> {
     pub fn plan_by_request<B, K, F>(
         self,
         choose: F,
-    ) -> SlidingWindowLayer<E, St, PlanByRequest<F>, M>
+    ) -> SlidingWindowLayer<E, St, PlanByRequest<F>, M, W>
     where
         F: Fn(&Request<B>, &K) -> Policy,
     {
         self.with_plan(PlanByRequest(choose))
     }
 
-    fn with_plan<P2>(self, plan: P2) -> SlidingWindowLayer<E, St, P2, M> {
+    fn with_plan<P2>(self, plan: P2) -> SlidingWindowLayer<E, St, P2, M, W> {
         SlidingWindowLayer {
             extractor: self.extractor,
             store: self.store,
@@ -253,6 +258,7 @@ impl<E, St, P, M> SlidingWindowLayer<E, St, P, M> {
             config: self.config,
             bindings: self.bindings,
             body: self.body,
+            weights: self.weights,
         }
     }
 
@@ -314,22 +320,17 @@ impl<E, St, P, M> SlidingWindowLayer<E, St, P, M> {
     /// status and headers), e.g. failed logins only:
     /// `.count_only(|status, _| status == StatusCode::UNAUTHORIZED)`.
     ///
-    /// Every request is still judged first, so a key over its limit is
-    /// refused before reaching the service; it is recorded only after its
-    /// response came back and matched. That split is **not atomic**: requests
-    /// in flight at the same time are all judged against the same count, so
-    /// up to one more than the limit per concurrent in-flight request can get
-    /// through before the first of them is recorded (a client sending 10 at
-    /// once against a limit of 3 failures may see all 10 answered). Records
-    /// beyond the limit are dropped, so the count itself never exceeds it.
-    ///
-    /// Recording adds one store call to matching responses, which are handed
-    /// on once it is done; if the response future is dropped meanwhile (the
-    /// client went away), the record may be lost. The predicate sees the
-    /// response as the inner service made it, plus the rate-limit headers;
-    /// gRPC failures travel as HTTP 200 with the status in trailers, which it
-    /// cannot see. `RateLimit` on a counted response reflects the count with
-    /// this request in it; on others, without.
+    /// Each request reserves its cost when it arrives, so a key over its
+    /// limit is refused before reaching the service, and requests in flight
+    /// at once never get past the limit together (ten at once against a
+    /// limit of three admit three). A response that does not match gives
+    /// the reservation back, in one store call made before the response is
+    /// handed on; a response future dropped before that keeps it. The
+    /// predicate sees the response as the inner service made it; gRPC
+    /// failures travel as HTTP 200 with the status in trailers, which it
+    /// cannot see. With [`settle`](SlidingWindowLayer::settle) too, a
+    /// matching response is settled by it. `RateLimit` shows the quota
+    /// after any give-back.
     pub fn count_only<F>(mut self, counts: F) -> Self
     where
         F: Fn(StatusCode, &HeaderMap) -> bool + Send + Sync + 'static,
@@ -355,8 +356,10 @@ impl<E, St, P, M> SlidingWindowLayer<E, St, P, M> {
     }
 }
 
-impl<S, E: Clone, St: Clone, P: Clone, M> Layer<S> for SlidingWindowLayer<E, St, P, M> {
-    type Service = SlidingWindow<S, E, St, P, M>;
+impl<S, E: Clone, St: Clone, P: Clone, M, W: Clone> Layer<S>
+    for SlidingWindowLayer<E, St, P, M, W>
+{
+    type Service = SlidingWindow<S, E, St, P, M, W>;
 
     fn layer(&self, inner: S) -> Self::Service {
         SlidingWindow::new(
@@ -364,8 +367,68 @@ impl<S, E: Clone, St: Clone, P: Clone, M> Layer<S> for SlidingWindowLayer<E, St,
             self.extractor.clone(),
             self.store.clone(),
             self.plan.clone(),
+            self.weights.clone(),
             Arc::clone(&self.config),
             Arc::clone(&self.bindings),
         )
+    }
+}
+
+impl<E, St, P, M, C, S> SlidingWindowLayer<E, St, P, M, Weights<C, S>> {
+    /// Charges each request `cost(request)` units instead of one: tokens,
+    /// bytes, query complexity. A request is accepted iff every limit
+    /// still has room for all its units, and records them all or none. A
+    /// cost of 0 always passes and records nothing; a cost larger than a
+    /// limit's `max` can never pass and is answered `413 Content Too Large`
+    /// (gRPC `INVALID_ARGUMENT`) without `Retry-After`. The `RateLimit`
+    /// header's remaining quota is in units. The closure names its body
+    /// type: `.cost(|req: &http::Request<Body>| …)`.
+    pub fn cost<B, F>(self, cost: F) -> SlidingWindowLayer<E, St, P, M, Weights<CostFn<F>, S>>
+    where
+        F: Fn(&Request<B>) -> u32,
+    {
+        self.with_weights(|weights| Weights {
+            cost: CostFn(cost),
+            settle: weights.settle,
+        })
+    }
+
+    /// Settles each accepted request once its response is known:
+    /// `settle(response)` gives the units it really used (`None` keeps its
+    /// reservation). What it did not use is given back; an excess is
+    /// charged even past the limit, as far as a full window, so the key is
+    /// refused until that drains. The response's `RateLimit` header shows
+    /// the quota after settling. A settle that changes nothing costs no
+    /// store call; one that does costs one (in Redis one script call,
+    /// atomic), made before the response is handed on. A response future
+    /// dropped before its response arrives keeps its reservation. The
+    /// closure names the inner service's body type:
+    /// `.settle(|res: &http::Response<Body>| …)`.
+    pub fn settle<ResB, F>(
+        self,
+        settle: F,
+    ) -> SlidingWindowLayer<E, St, P, M, Weights<C, SettleFn<F>>>
+    where
+        F: Fn(&http::Response<ResB>) -> Option<u32>,
+    {
+        self.with_weights(|weights| Weights {
+            cost: weights.cost,
+            settle: SettleFn(settle),
+        })
+    }
+
+    fn with_weights<W2>(
+        self,
+        weigh: impl FnOnce(Weights<C, S>) -> W2,
+    ) -> SlidingWindowLayer<E, St, P, M, W2> {
+        SlidingWindowLayer {
+            extractor: self.extractor,
+            store: self.store,
+            plan: self.plan,
+            config: self.config,
+            bindings: self.bindings,
+            body: self.body,
+            weights: weigh(self.weights),
+        }
     }
 }

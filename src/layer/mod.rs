@@ -13,6 +13,7 @@ mod rejection;
 mod response;
 mod service;
 mod view;
+mod weights;
 
 pub use self::body::{BodyMode, InnerBody, ResponseBody, WrapBody};
 pub use self::future::ResponseFuture;
@@ -22,3 +23,4 @@ pub use self::plan::{Plan, PlanByKey, PlanByRequest, SinglePolicy};
 pub use self::rejection::Rejection;
 pub use self::response::{RATELIMIT, RATELIMIT_POLICY};
 pub use self::service::SlidingWindow;
+pub use self::weights::{CostFn, RequestCost, ResponseSettle, SettleFn, Unit, Weigh, Weights};

@@ -119,6 +119,9 @@ pub(crate) fn rejection(
     style: &Rejection,
     grpc: bool,
 ) -> Response<Bytes> {
+    if decision.origin() == Origin::TooCostly {
+        return too_costly(decision, grpc);
+    }
     let wait = ceil_secs(decision.retry_after_micros).max(1);
     let message = refusal_message(decision, wait);
     let mut response = if grpc {
@@ -140,6 +143,21 @@ pub(crate) fn rejection(
         }
     }
     response
+}
+
+/// The answer to a request that costs more than a limit holds: no wait
+/// would help, so it names none.
+fn too_costly(decision: &Decision, grpc: bool) -> Response<Bytes> {
+    let message = format!(
+        "Content Too Large: the request costs more than the limit of {} per {} allows",
+        decision.limit().max(),
+        decision.limit().window_name()
+    );
+    if grpc {
+        grpc_answer(GRPC_INVALID_ARGUMENT, &message)
+    } else {
+        text_answer(StatusCode::PAYLOAD_TOO_LARGE, message)
+    }
 }
 
 /// The answer when the store could not decide and its failure policy is to refuse.

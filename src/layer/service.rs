@@ -12,12 +12,14 @@ use http::{Request, Response};
 use tower::Service;
 
 use super::body::{BodyMode, WrapBody};
-use super::future::{admit, Chosen, Recorder, ResponseFuture};
+use super::future::{admit, Chosen, ResponseFuture, Settler};
 use super::key::{KeyExtractor, MissingKey};
 use super::layer::LayerConfig;
 use super::plan::{Plan, SinglePolicy};
 use super::response::{is_grpc, missing_key};
 use super::view::PolicyView;
+use super::weights::{Weigh, Weights};
+use crate::algorithm::Decision;
 use crate::per_policy::PerPolicy;
 use crate::policy::Policy;
 use crate::store::Store;
@@ -30,9 +32,9 @@ use crate::store::Store;
 /// and axum can treat it as always ready. Clones share the layer's store and
 /// policy.
 #[derive(Debug)]
-pub struct SlidingWindow<S, E, St, P = SinglePolicy, M = WrapBody> {
+pub struct SlidingWindow<S, E, St, P = SinglePolicy, M = WrapBody, W = Weights> {
     inner: S,
-    shared: Arc<Shared<E, St, P>>,
+    shared: Arc<Shared<E, St, P, W>>,
     body: PhantomData<fn() -> M>,
 }
 
@@ -42,10 +44,11 @@ pub struct SlidingWindow<S, E, St, P = SinglePolicy, M = WrapBody> {
 /// increment (and a decrement when dropped). The price: the service is
 /// `Send` only if its extractor and plan are also `Sync`, as an `Arc` asks.
 #[derive(Debug)]
-struct Shared<E, St, P> {
+struct Shared<E, St, P, W> {
     extractor: E,
     store: St,
     plan: P,
+    weights: W,
     config: Arc<LayerConfig>,
     bindings: Arc<Bindings>,
 }
@@ -69,7 +72,7 @@ struct Planned<Bd> {
     binding: Bd,
 }
 
-impl<E, St, P> Shared<E, St, P> {
+impl<E, St, P, W> Shared<E, St, P, W> {
     /// The binding of the layer's own policy for keys of type `K`.
     #[inline]
     fn own_binding<K>(&self) -> Cow<'_, St::Binding>
@@ -107,7 +110,7 @@ impl<E, St, P> Shared<E, St, P> {
     }
 }
 
-impl<S: Clone, E, St, P, M> Clone for SlidingWindow<S, E, St, P, M> {
+impl<S: Clone, E, St, P, M, W> Clone for SlidingWindow<S, E, St, P, M, W> {
     fn clone(&self) -> Self {
         Self {
             inner: self.inner.clone(),
@@ -117,12 +120,13 @@ impl<S: Clone, E, St, P, M> Clone for SlidingWindow<S, E, St, P, M> {
     }
 }
 
-impl<S, E, St, P, M> SlidingWindow<S, E, St, P, M> {
+impl<S, E, St, P, M, W> SlidingWindow<S, E, St, P, M, W> {
     pub(crate) fn new(
         inner: S,
         extractor: E,
         store: St,
         plan: P,
+        weights: W,
         config: Arc<LayerConfig>,
         bindings: Arc<Bindings>,
     ) -> Self {
@@ -132,6 +136,7 @@ impl<S, E, St, P, M> SlidingWindow<S, E, St, P, M> {
                 extractor,
                 store,
                 plan,
+                weights,
                 config,
                 bindings,
             }),
@@ -155,7 +160,7 @@ impl<S, E, St, P, M> SlidingWindow<S, E, St, P, M> {
     }
 }
 
-impl<S, E, St, P, M, B, ResB> Service<Request<B>> for SlidingWindow<S, E, St, P, M>
+impl<S, E, St, P, M, W, B, ResB> Service<Request<B>> for SlidingWindow<S, E, St, P, M, W>
 where
     S: Service<Request<B>, Response = Response<ResB>> + Clone,
     E: KeyExtractor<B>,
@@ -163,6 +168,7 @@ where
     St: Store<E::Key>,
     P: Plan<B, E::Key>,
     M: BodyMode<ResB>,
+    W: Weigh<B, ResB> + Clone + Send + 'static,
 {
     type Response = Response<M::Body>;
     type Error = S::Error;
@@ -193,20 +199,15 @@ where
                 (Cow::Borrowed(&planned.binding), view)
             }
         };
-        let (mut check, recorder) = if config.count_only.is_some() {
-            // Judge now without recording; record after a matching response.
+        let cost = shared.weights.cost(&request);
+        let (mut check, recorder) = if config.count_only.is_some() || shared.weights.settles() {
+            // Reserved now, settled once the response says what it used.
             let binding = binding.into_owned();
-            let store = shared.store.clone();
-            let check = shared.store.peek_bound(key.clone(), &binding);
-            let recorder: Recorder = Box::new(move || {
-                Box::pin(async move {
-                    // A record the limit refuses (it filled meanwhile) is dropped.
-                    let _ = store.decide_bound(key, &binding).await;
-                })
-            });
-            (check, Some(recorder))
+            let check = shared.store.decide_cost_bound(key.clone(), &binding, cost);
+            let settler = settler(shared, key, binding, cost);
+            (check, Some(settler))
         } else {
-            (shared.store.decide_bound(key, &binding), None)
+            (shared.store.decide_cost_bound(key, &binding, cost), None)
         };
         // A store that answers at once (the memory store always does) lets
         // the request go straight on to the service that was polled ready.
@@ -238,4 +239,33 @@ where
         let inner = std::mem::replace(&mut self.inner, clone);
         ResponseFuture::check(check, inner, request, Arc::clone(config), chosen, recorder)
     }
+}
+
+/// What settles a reserved request once its response is known: the store
+/// call giving back or charging the difference, if there is one.
+fn settler<E, St, P, W, K, B, ResB>(
+    shared: &Shared<E, St, P, W>,
+    key: K,
+    binding: St::Binding,
+    cost: u32,
+) -> Settler<Response<ResB>, St::Future>
+where
+    St: Store<K>,
+    W: Weigh<B, ResB> + Clone + Send + 'static,
+    K: Send + 'static,
+{
+    let (store, config, weights) = (
+        shared.store.clone(),
+        Arc::clone(&shared.config),
+        shared.weights.clone(),
+    );
+    Box::new(move |response: &Response<ResB>, admitted: &Decision| {
+        // `count_only`: a response that does not match gives its unit back.
+        let used = match &config.count_only {
+            Some(counts) if !counts.matches(response.status(), response.headers()) => Some(0),
+            _ => weights.settle(response),
+        }?;
+        (used != cost && admitted.counts())
+            .then(|| store.settle_bound(key, &binding, admitted, cost, used))
+    })
 }

@@ -55,8 +55,37 @@ pub trait Store<K>: Clone + Send + Sync + 'static {
     fn bind(&self, policy: &Policy) -> Self::Binding;
 
     /// Judges a request for `key` under the bound policy, recording it if
-    /// accepted.
-    fn decide_bound(&self, key: K, binding: &Self::Binding) -> Self::Future;
+    /// accepted: a request of cost 1.
+    fn decide_bound(&self, key: K, binding: &Self::Binding) -> Self::Future {
+        self.decide_cost_bound(key, binding, 1)
+    }
+
+    /// Judges a request that costs `cost` units under the bound policy
+    /// ([`SlidingWindowLayer::cost`](crate::SlidingWindowLayer::cost)),
+    /// recording them all if every limit has room for them, none otherwise.
+    /// A cost of 0 always passes and records nothing; a cost larger than
+    /// some limit's `max` can never pass and is refused with
+    /// [`Origin::TooCostly`](crate::Origin::TooCostly) and no time to
+    /// retry at. [`decide_bound`](Store::decide_bound) is a cost of 1.
+    fn decide_cost_bound(&self, key: K, binding: &Self::Binding, cost: u32) -> Self::Future;
+
+    /// Settles a request that `admitted` let through for `cost` units, whose
+    /// response says it used `used`
+    /// ([`SlidingWindowLayer::settle`](crate::SlidingWindowLayer::settle)):
+    /// gives back what it did not use, or charges the excess even past the
+    /// limit (a window then holds at most its limit's `max`, so the key is
+    /// refused until it drains), in one atomic step. Answers `admitted` with
+    /// the deciding limit's quota as the settling leaves it. A request that
+    /// was not counted (refused, or let through by a failure policy) has
+    /// nothing to settle.
+    fn settle_bound(
+        &self,
+        key: K,
+        binding: &Self::Binding,
+        admitted: &Decision,
+        cost: u32,
+        used: u32,
+    ) -> Self::Future;
 
     /// Judges a request as [`decide_bound`](Store::decide_bound) would,
     /// remaining quota included, but records nothing: for layers that count
@@ -67,6 +96,11 @@ pub trait Store<K>: Clone + Send + Sync + 'static {
     /// Binds `policy` and judges a request for `key` under it.
     fn decide(&self, key: K, policy: &Policy) -> Self::Future {
         self.decide_bound(key, &self.bind(policy))
+    }
+
+    /// Binds `policy` and judges a request of `cost` units for `key` under it.
+    fn decide_cost(&self, key: K, policy: &Policy, cost: u32) -> Self::Future {
+        self.decide_cost_bound(key, &self.bind(policy), cost)
     }
 
     /// Binds `policy` and judges a request for `key` under it, recording

@@ -40,9 +40,21 @@ mod external_store {
             self.inner.bind(policy)
         }
 
-        fn decide_bound(&self, key: K, binding: &MemoryBinding<K>) -> Self::Future {
+        fn decide_cost_bound(&self, key: K, binding: &MemoryBinding<K>, cost: u32) -> Self::Future {
             self.calls.fetch_add(1, Ordering::Relaxed);
-            self.inner.decide_bound(key, binding)
+            self.inner.decide_cost_bound(key, binding, cost)
+        }
+
+        fn settle_bound(
+            &self,
+            key: K,
+            binding: &MemoryBinding<K>,
+            admitted: &tower_sliding_window::Decision,
+            cost: u32,
+            used: u32,
+        ) -> Self::Future {
+            self.calls.fetch_add(1, Ordering::Relaxed);
+            self.inner.settle_bound(key, binding, admitted, cost, used)
         }
 
         fn peek_bound(&self, key: K, binding: &MemoryBinding<K>) -> Self::Future {

@@ -535,6 +535,177 @@ pub async fn count_only_counts_matching_responses<St: Store<String>>(
     }
 }
 
+/// Requests that weigh more than one: admitted while every limit has room
+/// for all their units, with the exact wait otherwise; a cost of 0 always
+/// passes, one over a limit never does; settling gives back or charges.
+pub async fn costs_weigh_admission_and_settle<St: Store<String>>(store: St, clock: ManualClock) {
+    for algorithm in ALGORITHMS {
+        at(&clock, 10.0);
+        let tokens = policy(algorithm, &[(10, 60)]);
+        let key = format!("costs-{algorithm:?}");
+        let decide = |cost| store.decide_cost(key.clone(), &tokens, cost);
+        let first = decide(4).await.unwrap();
+        assert!(first.is_allowed(), "{algorithm:?}");
+        assert_eq!(first.remaining(), 6, "{algorithm:?}");
+        let refused = decide(7).await.unwrap();
+        assert!(!refused.is_allowed(), "{algorithm:?}");
+        // The log waits for the stamps at 10 s to leave the closed window;
+        // the fixed window for its next block at 60 s; the counter until
+        // the previous window's 4 weigh at most 3, a quarter into the next.
+        let wait = match algorithm {
+            Algorithm::SlidingLog => 60_000_001,
+            Algorithm::FixedWindow => 50_000_000,
+            Algorithm::SlidingCounter => 65_000_000,
+        };
+        assert_eq!(
+            refused.retry_after(),
+            Duration::from_micros(wait),
+            "{algorithm:?}"
+        );
+        let free = decide(0).await.unwrap();
+        assert!(free.is_allowed(), "{algorithm:?}: a cost of 0 passes");
+        let too_much = decide(11).await.unwrap();
+        assert!(!too_much.is_allowed(), "{algorithm:?}");
+        assert_eq!(too_much.origin(), Origin::TooCostly, "{algorithm:?}");
+        assert_eq!(too_much.retry_after(), Duration::ZERO, "{algorithm:?}");
+        let filling = decide(6).await.unwrap();
+        assert!(filling.is_allowed(), "{algorithm:?}: 4 + 6 fit 10");
+        assert_eq!(filling.remaining(), 0, "{algorithm:?}");
+        assert!(
+            !decide(1).await.unwrap().is_allowed(),
+            "{algorithm:?}: full"
+        );
+        // It used 2 of its 6: 4 come back.
+        let binding = store.bind(&tokens);
+        let settled = store
+            .settle_bound(key.clone(), &binding, &filling, 6, 2)
+            .await
+            .unwrap();
+        assert_eq!(settled.remaining(), 4, "{algorithm:?}");
+        assert!(decide(4).await.unwrap().is_allowed(), "{algorithm:?}");
+        assert!(!decide(1).await.unwrap().is_allowed(), "{algorithm:?}");
+        // One that used more than it reserved is charged, past the limit.
+        let other = format!("overspent-{algorithm:?}");
+        let reserved = store.decide_cost(other.clone(), &tokens, 1).await.unwrap();
+        store
+            .settle_bound(other.clone(), &binding, &reserved, 1, 50)
+            .await
+            .unwrap();
+        assert!(
+            !store.decide(other, &tokens).await.unwrap().is_allowed(),
+            "{algorithm:?}: charged full"
+        );
+
+        // Two limits, all or nothing: the refused request counts in neither.
+        let both = policy(algorithm, &[(5, 1), (10, 60)]);
+        let key = format!("costs-both-{algorithm:?}");
+        let decide = |cost| store.decide_cost(key.clone(), &both, cost);
+        assert!(decide(3).await.unwrap().is_allowed(), "{algorithm:?}");
+        let refusal = decide(3).await.unwrap();
+        assert!(!refusal.is_allowed(), "{algorithm:?}");
+        assert_eq!(refusal.limit_index(), 0, "{algorithm:?}");
+        at(&clock, 12.0);
+        assert!(
+            decide(5).await.unwrap().is_allowed(),
+            "{algorithm:?}: 3 + 5 of 10"
+        );
+        at(&clock, 13.0);
+        let minute = decide(3).await.unwrap();
+        assert!(!minute.is_allowed(), "{algorithm:?}: 8 + 3 over 10");
+        assert_eq!(minute.limit_index(), 1, "{algorithm:?}");
+    }
+}
+
+/// Through the layer: the cost from the request, the settling from the
+/// response, `RateLimit` in units after settling, and a request that can
+/// never fit answered 413 without `Retry-After`.
+pub async fn the_layer_costs_and_settles<St: Store<String>>(store: St, clock: ManualClock) {
+    at(&clock, 20.0);
+    let number = |headers: &http::HeaderMap, name: &str| -> Option<u32> {
+        headers.get(name)?.to_str().ok()?.parse().ok()
+    };
+    for algorithm in ALGORITHMS {
+        let layer =
+            SlidingWindowLayer::with_policy(policy(algorithm, &[(10, 60)]), client_key as KeyFn)
+                .cost(move |request: &Request<()>| {
+                    number(request.headers(), "x-reserve").unwrap_or(1)
+                })
+                .settle(move |response: &Response<()>| number(response.headers(), "x-used"))
+                .store(store.clone());
+        let svc = layer.layer(service_fn(|request: Request<()>| {
+            let mut response = Response::new(());
+            if let Some(used) = request.headers().get("x-use") {
+                response.headers_mut().insert("x-used", used.clone());
+            }
+            std::future::ready(Ok::<_, Infallible>(response))
+        }));
+        let call = |reserve: u32, used: Option<u32>| {
+            let mut request = Request::builder()
+                .header("x-client", format!("layer-costs-{algorithm:?}"))
+                .header("x-reserve", reserve.to_string());
+            if let Some(used) = used {
+                request = request.header("x-use", used.to_string());
+            }
+            svc.clone().oneshot(request.body(()).unwrap())
+        };
+        let settled = call(4, Some(1)).await.unwrap();
+        assert_eq!(settled.status(), StatusCode::OK);
+        let ratelimit = header_of(&settled, "ratelimit").unwrap_or_default();
+        assert!(
+            ratelimit.starts_with("\"60s\";r=9;"),
+            "{algorithm:?}: {ratelimit}"
+        );
+        let kept = call(3, None).await.unwrap();
+        let ratelimit = header_of(&kept, "ratelimit").unwrap_or_default();
+        assert!(
+            ratelimit.starts_with("\"60s\";r=6;"),
+            "{algorithm:?}: {ratelimit}"
+        );
+        let never = call(11, None).await.unwrap();
+        assert_eq!(
+            never.status(),
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "{algorithm:?}"
+        );
+        assert!(
+            never.headers().get("retry-after").is_none(),
+            "{algorithm:?}"
+        );
+        assert_eq!(call(7, None).await.unwrap().status(), 429, "{algorithm:?}");
+        assert_eq!(call(6, None).await.unwrap().status(), 200, "{algorithm:?}");
+    }
+}
+
+/// Many tasks reserving several units at one instant never get more
+/// units through than the limit.
+pub async fn costly_requests_at_once_never_over_admit<St: Store<String>>(
+    store: St,
+    clock: ManualClock,
+) {
+    at(&clock, 30.0);
+    for algorithm in ALGORITHMS {
+        let tokens = policy(algorithm, &[(100, 60)]);
+        let tasks: Vec<_> = (0..60)
+            .map(|_| {
+                let (store, tokens) = (store.clone(), tokens.clone());
+                let key = format!("crowd-costs-{algorithm:?}");
+                tokio::spawn(async move {
+                    store
+                        .decide_cost(key, &tokens, 7)
+                        .await
+                        .unwrap()
+                        .is_allowed()
+                })
+            })
+            .collect();
+        let mut admitted = 0;
+        for task in tasks {
+            admitted += u32::from(task.await.unwrap());
+        }
+        assert_eq!(admitted, 100 / 7, "{algorithm:?}");
+    }
+}
+
 fn header_of<B>(response: &Response<B>, name: &str) -> Option<String> {
     response
         .headers()
@@ -655,6 +826,9 @@ macro_rules! for_each_case {
             equal_policies_share_windows,
             a_plan_built_per_request_limits,
             count_only_counts_matching_responses,
+            costs_weigh_admission_and_settle,
+            the_layer_costs_and_settles,
+            costly_requests_at_once_never_over_admit,
             shadow_mode_refuses_nothing_and_records_as_enforcement_would,
             a_penalty_shuts_a_key_out_without_extending,
             awkward_keys_stay_apart,

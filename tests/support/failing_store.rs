@@ -17,11 +17,22 @@ impl<K> Store<K> for FailingStore {
         policy.clone()
     }
 
-    fn decide_bound(&self, _: K, _: &Policy) -> Self::Future {
+    fn decide_cost_bound(&self, _: K, _: &Policy, _: u32) -> Self::Future {
         ready(Err(StoreError::new(self.0, None)))
     }
 
+    fn settle_bound(
+        &self,
+        key: K,
+        policy: &Policy,
+        _: &Decision,
+        cost: u32,
+        _: u32,
+    ) -> Self::Future {
+        self.decide_cost_bound(key, policy, cost)
+    }
+
     fn peek_bound(&self, key: K, policy: &Policy) -> Self::Future {
-        self.decide_bound(key, policy)
+        self.decide_cost_bound(key, policy, 1)
     }
 }

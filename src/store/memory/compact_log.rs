@@ -4,7 +4,7 @@
 
 use crate::algorithm::log::{blocked_for, idle_from, quota, LogMut, SlidingLog};
 use crate::algorithm::refusal::{accepted, tightest_known, Verdict};
-use crate::algorithm::{Decision, Quota, INLINE_LIMITS};
+use crate::algorithm::{Decision, Quota, Settlement, INLINE_LIMITS};
 use crate::limit::Limit;
 
 /// Stamps a key with a key of up to eight bytes holds without a ring: as
@@ -93,6 +93,7 @@ impl<const FEW: usize> CompactLog<FEW> {
         limits: &[Limit],
         capacity: u32,
         forget_after: u64,
+        cost: u32,
     ) -> Decision {
         debug_assert!(capacity >= 1, "a limit's max is at least 1");
         debug_assert!(
@@ -104,14 +105,19 @@ impl<const FEW: usize> CompactLog<FEW> {
         let (len, stamps) = match self {
             // Any number of limits: the quotas below are kept on the stack
             // for as many as a policy may have.
-            Self::Few { len, stamps } if limits.len() <= INLINE_LIMITS => (len, stamps),
+            // A request of several units takes the ring's way of recording.
+            Self::Few { len, stamps } if limits.len() <= INLINE_LIMITS && cost == 1 => {
+                (len, stamps)
+            }
             Self::Few { len, stamps } => {
                 let stamps = stamps[..*len as usize].to_vec();
                 let log = SlidingLog::holding(limits, &stamps, capacity);
                 *self = Self::ring(log);
-                return self.decide_micros(now, limits, capacity, forget_after);
+                return self.decide_micros(now, limits, capacity, forget_after, cost);
             }
-            Self::Ring { .. } => return self.ring_decides(now, limits, capacity, forget_after),
+            Self::Ring { .. } => {
+                return self.ring_decides(now, limits, capacity, forget_after, cost)
+            }
         };
         let held = *len as usize;
         // A clock that stepped back is judged at the newest time recorded.
@@ -140,7 +146,7 @@ impl<const FEW: usize> CompactLog<FEW> {
             // ring judges the request again, with the same stamps and so
             // the same verdict.
             let mut log = SlidingLog::holding(limits, &stamps[..held], capacity);
-            let decision = log.decide_micros(now, limits, capacity, forget_after);
+            let decision = log.decide_micros(now, limits, capacity, forget_after, 1);
             *self = Self::ring(log);
             return decision;
         } else {
@@ -174,6 +180,42 @@ impl<const FEW: usize> CompactLog<FEW> {
             *quota = counted(recorded, now, limit);
         }
         tightest_known(limits, now, &quotas[..limits.len()])
+    }
+
+    /// Settles a request as [`LogMut::settle`] does, with the arguments of
+    /// [`decide_micros`](Self::decide_micros).
+    pub(super) fn settle(
+        &mut self,
+        settled: &Settlement,
+        limits: &[Limit],
+        capacity: u32,
+        forget_after: u64,
+    ) {
+        match self {
+            Self::Few { len, stamps } if settled.used <= settled.cost => {
+                let held = &mut stamps[..*len as usize];
+                let mut back = settled.cost - settled.used;
+                // The newest of the request's stamps first, as the ring takes them.
+                for i in (0..held.len()).rev() {
+                    if back == 0 || held[i] < settled.at {
+                        break;
+                    }
+                    if held[i] == settled.at {
+                        held.copy_within(i + 1.., i);
+                        *len -= 1;
+                        back -= 1;
+                    }
+                }
+            }
+            Self::Few { len, stamps } => {
+                let stamps = stamps[..*len as usize].to_vec();
+                *self = Self::ring(SlidingLog::holding(limits, &stamps, capacity));
+                self.settle(settled, limits, capacity, forget_after);
+            }
+            Self::Ring { at, buf } => {
+                LogMut::new(buf, at).settle(settled, limits, capacity, forget_after);
+            }
+        }
     }
 
     /// From when (µs) the log judges as a fresh one would: one tick past
@@ -222,12 +264,13 @@ impl<const FEW: usize> CompactLog<FEW> {
         limits: &[Limit],
         capacity: u32,
         forget_after: u64,
+        cost: u32,
     ) -> Decision {
         match self {
             Self::Ring { at, buf } => {
-                LogMut::new(buf, at).decide_micros(now, limits, capacity, forget_after)
+                LogMut::new(buf, at).decide_micros(now, limits, capacity, forget_after, cost)
             }
-            Self::Few { .. } => self.decide_micros(now, limits, capacity, forget_after),
+            Self::Few { .. } => self.decide_micros(now, limits, capacity, forget_after, cost),
         }
     }
 
@@ -281,7 +324,7 @@ mod tests {
     #[test]
     fn moves_to_a_ring_and_back_as_its_window_fills_and_empties() {
         let limits = [Limit::new(10, Duration::from_micros(1_000)).unwrap()];
-        let decide = |log: &mut CompactLog<2>, now| log.decide_micros(now, &limits, 10, 1_000);
+        let decide = |log: &mut CompactLog<2>, now| log.decide_micros(now, &limits, 10, 1_000, 1);
         let mut log = CompactLog::<2>::default();
         for now in [0, 2_000, 4_000, 6_000] {
             assert!(decide(&mut log, now).is_allowed());
@@ -307,14 +350,14 @@ mod tests {
         let limits = [Limit::new(10, Duration::from_micros(1_000)).unwrap()];
         let mut log = CompactLog::<2>::default();
         for now in [0, 100, 200, 300] {
-            assert!(log.decide_micros(now, &limits, 10, 1_000).is_allowed());
+            assert!(log.decide_micros(now, &limits, 10, 1_000, 1).is_allowed());
         }
         assert!(!log.is_few(), "four stamps inside the window: a full ring");
         assert_eq!(log.idle_from_micros(1_000), 1_301);
         // Each of these overwrites the oldest stamp, over 1,000 µs old:
         // the newest then sits before the oldest in the ring's slots.
         for now in [1_200, 1_250, 1_390] {
-            assert!(log.decide_micros(now, &limits, 10, 1_000).is_allowed());
+            assert!(log.decide_micros(now, &limits, 10, 1_000, 1).is_allowed());
             assert!(!log.is_few());
             assert_eq!(log.idle_from_micros(1_000), now + 1_001, "at {now} µs");
         }
@@ -333,7 +376,7 @@ mod tests {
         let mut core = SlidingLog::new();
         for now in [0, 0, 50, 120, 130, 400, 401, 950] {
             assert_eq!(
-                compact.decide_micros(now, &limits, capacity, longest),
+                compact.decide_micros(now, &limits, capacity, longest, 1),
                 core.decide(Duration::from_micros(now), &limits),
                 "at {now} µs"
             );
@@ -378,12 +421,12 @@ mod tests {
                 }
                 let expected = core.decide(Duration::from_micros(now), &limits);
                 prop_assert_eq!(
-                    two.decide_micros(now, &limits, capacity, longest),
+                    two.decide_micros(now, &limits, capacity, longest, 1),
                     expected,
                     "two stamps inline, at {} µs", now
                 );
                 prop_assert_eq!(
-                    four.decide_micros(now, &limits, capacity, longest),
+                    four.decide_micros(now, &limits, capacity, longest, 1),
                     expected,
                     "four stamps inline, at {} µs", now
                 );

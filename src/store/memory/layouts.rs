@@ -17,7 +17,7 @@ use super::packed::{CounterSlot, FixedSlot, Packed, PackedSlot, WideCounter};
 use super::penalty::Penalized;
 use super::shards::Shards;
 use super::window_base::WindowBase;
-use crate::algorithm::{log, Algorithm, Decision, FixedWindow, SlidingCounter};
+use crate::algorithm::{log, Algorithm, Decision, FixedWindow, Settlement, SlidingCounter};
 use crate::limit::Limit;
 use crate::policy::Policy;
 
@@ -27,6 +27,7 @@ pub(super) struct Shape {
     algorithm: Algorithm,
     limits: Box<[Limit]>,
     largest_max: u32,
+    smallest_max: u32,
     penalty_micros: u64,
     /// The most stamps a log keeps for one key.
     log_capacity: u32,
@@ -39,6 +40,7 @@ impl Shape {
             algorithm: policy.algorithm(),
             limits: policy.limits().into(),
             largest_max: policy.largest_max(),
+            smallest_max: policy.limits().iter().map(Limit::max).min().unwrap_or(1),
             penalty_micros: policy.penalty_micros(),
             log_capacity: log::capacity_for(policy.limits()),
             longest_window_micros: policy.longest_window_micros(),
@@ -51,6 +53,12 @@ impl Shape {
 
     pub(super) fn largest_max(&self) -> u32 {
         self.largest_max
+    }
+
+    /// Whether a request of `cost` units is one the states judge: from 1
+    /// to every limit's `max`.
+    pub(super) fn judges_cost(&self, cost: u32) -> bool {
+        cost.wrapping_sub(1) < self.smallest_max
     }
 
     /// How long a refusal shuts a key out, µs; 0 for no penalty.
@@ -93,8 +101,12 @@ pub(super) trait EntryState: Clone + Default + Send + Sync + 'static {
         true
     }
 
-    /// Judges and records a request at `now` (µs), at a time `base` covers.
-    fn decide(&mut self, now: u64, shape: &Shape, base: &Self::Base) -> Decision;
+    /// Judges and records a request of `cost` units (from 1 to every
+    /// limit's `max`) at `now` (µs), at a time `base` covers.
+    fn decide(&mut self, now: u64, cost: u32, shape: &Shape, base: &Self::Base) -> Decision;
+
+    /// Settles a request the state counted, at a time `base` covers.
+    fn settle(&mut self, settled: &Settlement, shape: &Shape, base: &Self::Base);
 
     /// From when (µs) the state judges as a fresh one would.
     fn idle_from(&self, shape: &Shape, base: &Self::Base) -> u64;
@@ -129,8 +141,12 @@ macro_rules! whole_state {
             type Base = ();
             type EntryAlign = ();
 
-            fn decide(&mut self, now: u64, shape: &Shape, _: &()) -> Decision {
-                self.decide_micros(now, shape.limits())
+            fn decide(&mut self, now: u64, cost: u32, shape: &Shape, _: &()) -> Decision {
+                self.decide_micros(now, shape.limits(), cost)
+            }
+
+            fn settle(&mut self, settled: &Settlement, shape: &Shape, _: &()) {
+                self.settle_micros(settled, shape.limits());
             }
 
             fn idle_from(&self, shape: &Shape, _: &()) -> u64 {
@@ -214,10 +230,15 @@ layouts! {
 }
 
 impl<K: Hash + Eq + Send + Sync + 'static> Layout<K> {
-    /// Judges and records a request for `key` at `now`.
+    /// Judges and records a request of `cost` units for `key` at `now`.
     #[inline]
-    pub(super) fn decide(&self, key: K, now: u64) -> Decision {
-        each!(self, |map| map.decide(key, now))
+    pub(super) fn decide(&self, key: K, now: u64, cost: u32) -> Decision {
+        each!(self, |map| map.decide(key, now, cost))
+    }
+
+    /// Settles a request for `key` that the map counted.
+    pub(super) fn settle(&self, key: K, settled: &Settlement) {
+        each!(self, |map| map.settle(key, settled))
     }
 
     /// Judges a request for `key` at `now`, recording nothing.
@@ -248,7 +269,7 @@ where
     type Base = ();
     type EntryAlign = <Self as super::compact_log::EntryLine>::Align;
 
-    fn decide(&mut self, now: u64, shape: &Shape, _: &()) -> Decision {
+    fn decide(&mut self, now: u64, cost: u32, shape: &Shape, _: &()) -> Decision {
         // A map serves one policy: a stamp outside its longest window is
         // never read again.
         self.decide_micros(
@@ -256,7 +277,17 @@ where
             shape.limits(),
             shape.log_capacity(),
             shape.longest_window_micros(),
+            cost,
         )
+    }
+
+    fn settle(&mut self, settled: &Settlement, shape: &Shape, _: &()) {
+        self.settle(
+            settled,
+            shape.limits(),
+            shape.log_capacity(),
+            shape.longest_window_micros(),
+        );
     }
 
     fn idle_from(&self, shape: &Shape, _: &()) -> u64 {

@@ -15,7 +15,7 @@ use std::sync::Arc;
 use self::layouts::Layout;
 use self::registry::Registry;
 use super::{Store, StoreError};
-use crate::algorithm::Decision;
+use crate::algorithm::{Decision, Settlement};
 use crate::clock::{Clock, SystemClock};
 use crate::error::ConfigError;
 use crate::policy::Policy;
@@ -175,7 +175,49 @@ impl<C: Clock> MemoryStore<C> {
     where
         K: Hash + Eq + Send + Sync + 'static,
     {
-        binding.layout.decide(key, self.inner.clock.now_micros())
+        self.decide_cost_bound_now(key, binding, 1)
+    }
+
+    /// Judges a request of `cost` units for `key` under the policy
+    /// `binding` holds, as [`Store::decide_cost_bound`] describes.
+    #[inline]
+    pub fn decide_cost_bound_now<K>(
+        &self,
+        key: K,
+        binding: &MemoryBinding<K>,
+        cost: u32,
+    ) -> Decision
+    where
+        K: Hash + Eq + Send + Sync + 'static,
+    {
+        binding
+            .layout
+            .decide(key, self.inner.clock.now_micros(), cost)
+    }
+
+    /// Settles a request as [`Store::settle_bound`] describes, right now.
+    pub fn settle_bound_now<K>(
+        &self,
+        key: K,
+        binding: &MemoryBinding<K>,
+        admitted: &Decision,
+        cost: u32,
+        used: u32,
+    ) -> Decision
+    where
+        K: Hash + Eq + Send + Sync + 'static,
+    {
+        if !admitted.counts() || cost == used {
+            return *admitted;
+        }
+        let settlement = Settlement {
+            at: admitted.at_micros,
+            now: self.inner.clock.now_micros(),
+            cost,
+            used,
+        };
+        binding.layout.settle(key, &settlement);
+        admitted.settled(cost, used)
     }
 
     /// Judges a request for `key` under `policy` right now as
@@ -219,6 +261,22 @@ where
     #[inline]
     fn decide_bound(&self, key: K, binding: &MemoryBinding<K>) -> Self::Future {
         ready(Ok(self.decide_bound_now(key, binding)))
+    }
+
+    #[inline]
+    fn decide_cost_bound(&self, key: K, binding: &MemoryBinding<K>, cost: u32) -> Self::Future {
+        ready(Ok(self.decide_cost_bound_now(key, binding, cost)))
+    }
+
+    fn settle_bound(
+        &self,
+        key: K,
+        binding: &MemoryBinding<K>,
+        admitted: &Decision,
+        cost: u32,
+        used: u32,
+    ) -> Self::Future {
+        ready(Ok(self.settle_bound_now(key, binding, admitted, cost, used)))
     }
 
     fn peek_bound(&self, key: K, binding: &MemoryBinding<K>) -> Self::Future {

@@ -5,7 +5,7 @@
 
 use super::layouts::{EntryState, Shape};
 use super::window_base::WindowBase;
-use crate::algorithm::{counter, fixed, Decision};
+use crate::algorithm::{counter, fixed, Decision, Settlement};
 use crate::limit::Limit;
 
 /// One limit's part of a packed state, and how it maps to the algorithm's
@@ -31,10 +31,16 @@ pub(super) trait PackedSlot: Copy + Default + Send + Sync + 'static {
     /// Whether every count a state under `shape` can reach fits the slot.
     fn fits(shape: &Shape) -> bool;
 
-    /// Judges a request as the algorithm does, rolling `slots` even when
-    /// it refuses.
-    fn decide<const N: usize>(slots: &mut [Self::Whole; N], now: u64, limits: &[Limit])
-        -> Decision;
+    /// Judges a request of `cost` units as the algorithm does, rolling
+    /// `slots` even when it refuses.
+    fn decide<const N: usize>(
+        slots: &mut [Self::Whole; N],
+        now: u64,
+        limits: &[Limit],
+        cost: u32,
+    ) -> Decision;
+
+    fn settle(slots: &mut [Self::Whole], settled: &Settlement, limits: &[Limit]);
 
     fn idle_from(slots: &[Self::Whole], limits: &[Limit]) -> u64;
 }
@@ -88,8 +94,13 @@ impl PackedSlot for CounterSlot {
         slots: &mut [counter::Slot; N],
         now: u64,
         limits: &[Limit],
+        cost: u32,
     ) -> Decision {
-        counter::decide_inline(slots, now, limits)
+        counter::decide_inline(slots, now, limits, cost)
+    }
+
+    fn settle(slots: &mut [counter::Slot], settled: &Settlement, limits: &[Limit]) {
+        counter::settle(slots, settled, limits);
     }
 
     fn idle_from(slots: &[counter::Slot], limits: &[Limit]) -> u64 {
@@ -141,8 +152,13 @@ impl PackedSlot for FixedSlot {
         slots: &mut [fixed::Slot; N],
         now: u64,
         limits: &[Limit],
+        cost: u32,
     ) -> Decision {
-        fixed::decide(slots, now, limits)
+        fixed::decide(slots, now, limits, cost)
+    }
+
+    fn settle(slots: &mut [fixed::Slot], settled: &Settlement, limits: &[Limit]) {
+        fixed::settle(slots, settled, limits);
     }
 
     fn idle_from(slots: &[fixed::Slot], limits: &[Limit]) -> u64 {
@@ -194,11 +210,11 @@ impl<P: PackedSlot, const N: usize> EntryState for Packed<P, N> {
         )
     }
 
-    fn decide(&mut self, now: u64, shape: &Shape, base: &WindowBase<N>) -> Decision {
+    fn decide(&mut self, now: u64, cost: u32, shape: &Shape, base: &WindowBase<N>) -> Decision {
         let limits = shape.limits();
         debug_assert!(limits.len() == N && base.covers(now));
         let mut slots = self.unpack(base);
-        let decision = P::decide(&mut slots, now, limits);
+        let decision = P::decide(&mut slots, now, limits, cost);
         // A refusal leaves the state as it was, as in the algorithm.
         if !decision.is_allowed() {
             return decision;
@@ -207,6 +223,14 @@ impl<P: PackedSlot, const N: usize> EntryState for Packed<P, N> {
             *packed = P::pack(whole, base.offset_of(index, P::window(whole)));
         }
         decision
+    }
+
+    fn settle(&mut self, settled: &Settlement, shape: &Shape, base: &WindowBase<N>) {
+        let mut slots = self.unpack(base);
+        P::settle(&mut slots, settled, shape.limits());
+        for (index, (packed, whole)) in self.slots.iter_mut().zip(&slots).enumerate() {
+            *packed = P::pack(whole, base.offset_of(index, P::window(whole)));
+        }
     }
 
     fn idle_from(&self, shape: &Shape, base: &WindowBase<N>) -> u64 {
@@ -234,20 +258,24 @@ impl<const N: usize> EntryState for WideCounter<N> {
     type Base = ();
     type EntryAlign = ();
 
-    fn decide(&mut self, now: u64, shape: &Shape, _: &()) -> Decision {
+    fn decide(&mut self, now: u64, cost: u32, shape: &Shape, _: &()) -> Decision {
         let limits = shape.limits();
         debug_assert_eq!(limits.len(), N);
         // A refusal leaves the state as it was: one limit's path writes
         // nothing then, and several limits are judged on a copy.
         if N == 1 {
-            return counter::decide_inline(&mut self.slots, now, limits);
+            return counter::decide_inline(&mut self.slots, now, limits, cost);
         }
         let mut slots = self.slots;
-        let decision = counter::decide_inline(&mut slots, now, limits);
+        let decision = counter::decide_inline(&mut slots, now, limits, cost);
         if decision.is_allowed() {
             self.slots = slots;
         }
         decision
+    }
+
+    fn settle(&mut self, settled: &Settlement, shape: &Shape, _: &()) {
+        counter::settle(&mut self.slots, settled, shape.limits());
     }
 
     fn idle_from(&self, shape: &Shape, _: &()) -> u64 {

@@ -8,7 +8,7 @@ use foldhash::quality::RandomState;
 use hashbrown::HashTable;
 
 use super::layouts::{Base, EntryState, Shape};
-use crate::algorithm::{Decision, Origin};
+use crate::algorithm::{Decision, Origin, Settlement};
 
 /// How often (in microseconds of store time) a shard in use looks for idle keys.
 const SWEEP_EVERY_MICROS: u64 = 5_000_000;
@@ -135,9 +135,12 @@ impl<K: Hash + Eq, S: EntryState> Shards<K, S> {
         }
     }
 
-    /// Judges and records a request for `key` at `now`.
-    pub(super) fn decide(&self, key: K, now: u64) -> Decision {
+    /// Judges and records a request of `cost` units for `key` at `now`.
+    pub(super) fn decide(&self, key: K, now: u64, cost: u32) -> Decision {
         let shape = &self.shape;
+        if !shape.judges_cost(cost) {
+            return self.unjudged_cost(&key, now, cost);
+        }
         let hash = self.hasher.hash_one(&key);
         // The middle bits pick the shard: the table itself uses the low bits
         // for buckets and the top seven as tags.
@@ -150,13 +153,13 @@ impl<K: Hash + Eq, S: EntryState> Shards<K, S> {
         let shard = &mut *guard;
         shard.prepare(now, shape);
         if let Some(entry) = shard.table.find_mut(hash, |entry| entry.key == key) {
-            return entry.state.decide(now, shape, &shard.base);
+            return entry.state.decide(now, cost, shape, &shard.base);
         }
         if let Some(refusal) = self.no_room(shard, shape, now) {
             return refusal;
         }
         let mut state = S::default();
-        let decision = state.decide(now, shape, &shard.base);
+        let decision = state.decide(now, cost, shape, &shard.base);
         let drop_from = droppable_from(state.idle_from(shape, &shard.base));
         shard.earliest_drop = shard.earliest_drop.min(drop_from);
         let hasher = &self.hasher;
@@ -170,6 +173,39 @@ impl<K: Hash + Eq, S: EntryState> Shards<K, S> {
             |entry| hasher.hash_one(&entry.key),
         );
         decision
+    }
+
+    /// Settles a request for `key` that the map counted. A key no longer
+    /// held (idle past its windows) has nothing to give back, but is
+    /// charged an excess afresh, as a new key would be, if there is room.
+    pub(super) fn settle(&self, key: K, settled: &Settlement) {
+        let shape = &self.shape;
+        let hash = self.hasher.hash_one(&key);
+        let index = (hash >> 32) as usize & (self.shards.len() - 1);
+        let mut guard = self.shards[index].0.lock();
+        let shard = &mut *guard;
+        shard.prepare(settled.now, shape);
+        if let Some(entry) = shard.table.find_mut(hash, |entry| entry.key == key) {
+            entry.state.settle(settled, shape, &shard.base);
+            return;
+        }
+        if settled.used <= settled.cost || self.no_room(shard, shape, settled.now).is_some() {
+            return;
+        }
+        let mut state = S::default();
+        state.settle(settled, shape, &shard.base);
+        let drop_from = droppable_from(state.idle_from(shape, &shard.base));
+        shard.earliest_drop = shard.earliest_drop.min(drop_from);
+        let hasher = &self.hasher;
+        shard.table.insert_unique(
+            hash,
+            Entry {
+                key,
+                state,
+                _align: S::EntryAlign::default(),
+            },
+            |entry| hasher.hash_one(&entry.key),
+        );
     }
 
     /// Judges as [`decide`](Self::decide) would, on a copy: nothing is
@@ -198,7 +234,18 @@ impl<K: Hash + Eq, S: EntryState> Shards<K, S> {
             }
         };
         drop(shard);
-        state.decide(now, shape, &base)
+        state.decide(now, 1, shape, &base)
+    }
+
+    /// A request of no cost, which passes and records nothing, or of more
+    /// than a limit holds, which never passes.
+    #[cold]
+    fn unjudged_cost(&self, key: &K, now: u64, cost: u32) -> Decision {
+        if cost == 0 {
+            self.peek(key, now).costing_nothing()
+        } else {
+            Decision::too_costly(self.shape.limits(), cost, now)
+        }
     }
 
     /// The refusal for a new key when the shard is full of live keys.

@@ -10,7 +10,7 @@ use foldhash::quality::RandomState;
 use hashbrown::HashMap;
 use parking_lot::Mutex;
 
-use crate::algorithm::Decision;
+use crate::algorithm::{Decision, Origin};
 
 /// Refusals by Redis key name, at most `capacity` of them.
 pub(super) struct DenyCache {
@@ -41,18 +41,22 @@ impl DenyCache {
         }
     }
 
-    /// The refusal that still stands for `name` at local time `now`, if any.
+    /// The refusal that still stands for `name` at local time `now` for a
+    /// request of `cost` units, if any.
     ///
     /// Before `from` it answers nothing: a clock stepping back may find the
-    /// key judged at another time than the refusal was.
-    pub(super) fn refusal(&self, name: &str, now: u64) -> Option<Decision> {
+    /// key judged at another time than the refusal was. Only refusals of one
+    /// unit are remembered, and they answer only requests of one unit
+    /// (those of more would wait longer), but a penalty refuses any cost.
+    pub(super) fn refusal(&self, name: &str, now: u64, cost: u32) -> Option<Decision> {
         let mut held = self.held.lock();
         let refusal = *held.get(name)?;
         if now >= refusal.until() {
             held.remove(name);
             return None;
         }
-        (now >= refusal.from).then(|| refusal.decision.refusal_later(now - refusal.from))
+        let answers = cost == 1 || (cost > 0 && refusal.decision.origin() == Origin::Penalty);
+        (answers && now >= refusal.from).then(|| refusal.decision.refusal_later(now - refusal.from))
     }
 
     /// Remembers Redis's `decision` on `name`, a refusal standing for local
@@ -70,6 +74,11 @@ impl DenyCache {
             }
         }
         held.insert(name.into_boxed_str(), refusal);
+    }
+
+    /// Forgets `name`'s refusal: a settling changed what it waits for.
+    pub(super) fn forget(&self, name: &str) {
+        self.held.lock().remove(name);
     }
 
     pub(super) fn len(&self) -> usize {

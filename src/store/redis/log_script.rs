@@ -4,10 +4,12 @@
 
 use crate::policy::Policy;
 
-use super::scripts::{header, joined, per_limit};
+use super::scripts::{header, joined, per_limit, Mode};
 use super::template::{fill, Vars};
 
 const TEMPLATE: &str = include_str!("lua/log.lua");
+const SETTLE_TEMPLATE: &str = include_str!("lua/log_settle.lua");
+const COST_TEMPLATE: &str = include_str!("lua/log_cost.lua");
 
 /// The largest ring read whole, and rewritten whole while it grows: a
 /// small ring costs Redis less copied into Lua at once than read a few
@@ -38,8 +40,8 @@ pub(super) const fn trailer_len(limits: usize) -> usize {
     LIMITS_AT + PER_LIMIT * limits
 }
 
-/// The script judging requests under `policy` (a sliding log), recording
-/// those it accepts if `record`.
+/// The script judging requests of one unit under `policy` (a sliding log),
+/// recording those it accepts if `record`.
 pub(super) fn source(policy: &Policy, record: bool) -> String {
     let n = policy.limits().len();
     let cap = policy.largest_max();
@@ -48,7 +50,8 @@ pub(super) fn source(policy: &Policy, record: bool) -> String {
     let each = |template: &str| per_limit(n, template);
     let state = format!("head, len, newest, {}", each("u#, s#, t#"));
     let whole = cap <= READ_WHOLE_UP_TO;
-    let vars = header("sliding window log", policy, record)
+    let mode = if record { Mode::Record } else { Mode::Peek };
+    let vars = header("sliding window log", policy, mode)
         .value("state", &state)
         .value("fresh", format!("0, 0, -1, {}", per_limit(n, "0, -1, -1")))
         .value("trailer", trailer)
@@ -95,8 +98,7 @@ pub(super) fn source(policy: &Policy, record: bool) -> String {
         .value("stamp_at", read(whole, "'<i8'", 7))
         .value("two_stamps_at", read(whole, "'<i8i8'", 15))
         .flag("whole", whole)
-        .flag("rewrite_when_full", cap <= REWRITE_WHEN_FULL_UP_TO)
-        .flag("record", record);
+        .flag("rewrite_when_full", cap <= REWRITE_WHEN_FULL_UP_TO);
     let limits: Vec<Vars> = policy
         .limits()
         .iter()
@@ -109,6 +111,55 @@ pub(super) fn source(policy: &Policy, record: bool) -> String {
         })
         .collect();
     fill(TEMPLATE, &vars, &limits)
+}
+
+/// The script judging and recording requests of more than one unit under
+/// `policy` (a sliding log).
+pub(super) fn cost_source(policy: &Policy) -> String {
+    let n = policy.limits().len();
+    let trailer_fields = format!("I4I4i8{}", "I4i8i8".repeat(n));
+    let vars = header("sliding window log", policy, Mode::RecordCost)
+        .value(
+            "state",
+            format!("head, len, newest, {}", per_limit(n, "u#, s#, t#")),
+        )
+        .value("fresh", format!("0, 0, -1, {}", per_limit(n, "0, -1, -1")))
+        .value("trailer", trailer_len(n))
+        .value("trailer_format", format!("<{trailer_fields}"))
+        .value("cap", policy.largest_max())
+        .value("blocked", per_limit(n, "b#"))
+        .value("none_blocked", per_limit(n, "-1"))
+        .value("blocked_format", "i8".repeat(n))
+        .value("cursors", per_limit(n, "u#, s#, t#"));
+    let limits: Vec<Vars> = policy
+        .limits()
+        .iter()
+        .enumerate()
+        .map(|(i, limit)| {
+            Vars::default()
+                .value("i", i + 1)
+                .value("w", limit.window_micros())
+                .value("max", limit.max())
+        })
+        .collect();
+    fill(COST_TEMPLATE, &vars, &limits)
+}
+
+/// The script settling a request under `policy` (a sliding log).
+pub(super) fn settle_source(policy: &Policy) -> String {
+    let n = policy.limits().len();
+    let trailer_fields = format!("I4I4i8{}", "I4i8i8".repeat(n));
+    let vars = header("sliding window log", policy, Mode::Settle)
+        .value(
+            "state",
+            format!("head, len, newest, {}", per_limit(n, "u#, s#, t#")),
+        )
+        .value("trailer", trailer_len(n))
+        .value("trailer_format", format!("<{trailer_fields}"))
+        .value("fresh", format!("0, 0, -1, {}", per_limit(n, "0, -1, -1")))
+        .value("cap", policy.largest_max())
+        .value("cursors", per_limit(n, "0, oldest, next"));
+    fill(SETTLE_TEMPLATE, &vars, &[])
 }
 
 /// The Lua expression unpacking, by `format`, the stamps from the ring's

@@ -23,6 +23,7 @@ use redis::{RedisResult, ScriptInvocation};
 
 use self::deny_cache::DenyCache;
 pub use self::failure::FailurePolicy;
+use self::scripts::Mode;
 use super::{MemoryStore, Store, StoreError};
 use crate::algorithm::{Algorithm, Decision, Origin};
 use crate::clock::Clock;
@@ -116,8 +117,8 @@ struct Bound {
     policy: Policy,
     /// The key name's part after the user's key.
     suffix: String,
-    /// Peeking, then recording; each built the first time it is needed.
-    scripts: [OnceLock<redis::Script>; 2],
+    /// One script per [`Mode`], each built the first time it is needed.
+    scripts: [OnceLock<redis::Script>; Mode::ALL],
     events: crate::observe::DenyCacheEvents,
 }
 
@@ -141,10 +142,10 @@ impl RedisBinding {
         }
     }
 
-    fn script(&self, record: bool) -> &redis::Script {
+    fn script(&self, mode: Mode) -> &redis::Script {
         let policy = &self.inner.policy;
-        self.inner.scripts[usize::from(record)]
-            .get_or_init(|| redis::Script::new(&script_source(policy, record)))
+        self.inner.scripts[mode as usize]
+            .get_or_init(|| redis::Script::new(&script_source(policy, mode)))
     }
 }
 
@@ -322,23 +323,28 @@ impl RedisStore {
     /// no arguments but an optional `ARGV[1]`, now in microseconds (else the
     /// script reads `TIME`), and `KEYS[1]`, the state.
     pub fn script_source(policy: &Policy) -> String {
-        script_source(policy, true)
+        script_source(policy, Mode::Record)
     }
 
-    /// Judges `key` under `policy` in Redis (recording it if `record`), with
-    /// no timeout or failure policy.
+    /// Judges a request of `cost` units for `key` under `policy` in Redis,
+    /// in `mode`, with no timeout or failure policy.
     async fn judge(
         &self,
         name: &str,
         binding: &RedisBinding,
-        record: bool,
+        mode: Mode,
+        cost: u32,
     ) -> Result<Decision, StoreError> {
         let policy = &binding.inner.policy;
+        let record = mode.records();
         let penalty = policy.penalty_micros();
-        let mut invocation = binding.script(record).key(name);
+        let mut invocation = binding.script(mode).key(name);
         if penalty > 0 {
             // Beside the state, in the same slot: the hash tag is the same.
             invocation.key(keys::penalty_key(name));
+        }
+        if mode == Mode::RecordCost {
+            invocation.arg(cost);
         }
         // Without a client clock the script reads the server's TIME.
         if let Some(clock) = &self.clock {
@@ -356,7 +362,7 @@ impl RedisStore {
         let decision = match policy.algorithm() {
             Algorithm::SlidingLog => scripts::log_decision(policy, &reply, record)?,
             Algorithm::SlidingCounter | Algorithm::FixedWindow => {
-                scripts::window_decision(policy, &reply, record)?
+                scripts::window_decision(policy, &reply, record, cost)?
             }
         };
         // The script started the key's penalty with this refusal.
@@ -419,6 +425,7 @@ impl RedisStore {
         sent: u64,
         binding: &RedisBinding,
         record: bool,
+        cost: u32,
     ) {
         let Some(denied) = &self.denied else { return };
         let policy = &binding.inner.policy;
@@ -436,6 +443,8 @@ impl RedisStore {
                     decision.at_micros,
                 )
             }
+            // A refusal of several units leaves room for fewer, sooner.
+            Origin::Limits if cost > 1 => return,
             _ => decision,
         };
         // A client clock is the one the script judged by, so the refusal
@@ -451,11 +460,13 @@ impl RedisStore {
     }
 }
 
-/// The script judging under `policy`, recording what it accepts if `record`.
-fn script_source(policy: &Policy, record: bool) -> String {
+/// The script judging under `policy` in `mode`.
+fn script_source(policy: &Policy, mode: Mode) -> String {
     match policy.algorithm() {
-        Algorithm::SlidingLog => log_script::source(policy, record),
-        Algorithm::SlidingCounter | Algorithm::FixedWindow => window_script::source(policy, record),
+        Algorithm::SlidingLog if mode == Mode::Settle => log_script::settle_source(policy),
+        Algorithm::SlidingLog if mode == Mode::RecordCost => log_script::cost_source(policy),
+        Algorithm::SlidingLog => log_script::source(policy, mode.records()),
+        Algorithm::SlidingCounter | Algorithm::FixedWindow => window_script::source(policy, mode),
     }
 }
 
@@ -472,11 +483,66 @@ impl<K: Display> Store<K> for RedisStore {
     }
 
     fn decide_bound(&self, key: K, binding: &RedisBinding) -> Self::Future {
-        self.call(&key, binding, true)
+        self.call(&key, binding, Mode::Record, 1)
+    }
+
+    fn decide_cost_bound(&self, key: K, binding: &RedisBinding, cost: u32) -> Self::Future {
+        let policy = &binding.inner.policy;
+        let limits = policy.limits();
+        match cost {
+            1 => self.call(&key, binding, Mode::Record, 1),
+            0 => {
+                let peek = self.call(&key, binding, Mode::Peek, 1);
+                Box::pin(async move { Ok(peek.await?.costing_nothing()) })
+            }
+            _ if limits.iter().any(|limit| cost > limit.max()) => {
+                let refusal = Decision::too_costly(limits, cost, self.local_now());
+                Box::pin(std::future::ready(Ok(refusal)))
+            }
+            _ => self.call(&key, binding, Mode::RecordCost, cost),
+        }
+    }
+
+    fn settle_bound(
+        &self,
+        key: K,
+        binding: &RedisBinding,
+        admitted: &Decision,
+        cost: u32,
+        used: u32,
+    ) -> Self::Future {
+        let admitted = *admitted;
+        if !admitted.counts() || cost == used {
+            return Box::pin(std::future::ready(Ok(admitted)));
+        }
+        let name = keys::key_name(&self.prefix, &key, &binding.inner.suffix);
+        // A refusal remembered for the key no longer says when it could
+        // pass: sooner if quota came back, later if more was charged.
+        if let Some(denied) = &self.denied {
+            denied.forget(&name);
+        }
+        let store = self.clone();
+        let binding = binding.clone();
+        Box::pin(async move {
+            let mut invocation = binding.script(Mode::Settle).key(&name);
+            invocation.arg(admitted.at_micros).arg(cost).arg(used);
+            if let Some(clock) = &store.clock {
+                invocation.arg(clock());
+            }
+            let settled = tokio::time::timeout(store.timeout, store.invoke(&invocation)).await;
+            match settled {
+                Ok(Ok(_)) => Ok(admitted.settled(cost, used)),
+                Ok(Err(e)) => Err(error("Redis settle script failed".into(), e)),
+                Err(_) => Err(StoreError::new(
+                    format!("Redis did not settle within {:?}", store.timeout),
+                    None,
+                )),
+            }
+        })
     }
 
     fn peek_bound(&self, key: K, binding: &RedisBinding) -> Self::Future {
-        self.call(&key, binding, false)
+        self.call(&key, binding, Mode::Peek, 1)
     }
 }
 
@@ -485,12 +551,14 @@ impl RedisStore {
         &self,
         key: &K,
         binding: &RedisBinding,
-        record: bool,
+        mode: Mode,
+        cost: u32,
     ) -> Pin<Box<dyn Future<Output = Result<Decision, StoreError>> + Send>> {
         let name = keys::key_name(&self.prefix, key, &binding.inner.suffix);
         let sent = self.local_now();
+        let record = mode.records();
         if let Some(denied) = &self.denied {
-            if let Some(decision) = denied.refusal(&name, sent) {
+            if let Some(decision) = denied.refusal(&name, sent, cost) {
                 crate::observe::denied_locally(&binding.inner.events);
                 return Box::pin(std::future::ready(Ok(decision)));
             }
@@ -499,12 +567,12 @@ impl RedisStore {
         let binding = binding.clone();
         Box::pin(async move {
             let outcome =
-                tokio::time::timeout(store.timeout, store.judge(&name, &binding, record)).await;
+                tokio::time::timeout(store.timeout, store.judge(&name, &binding, mode, cost)).await;
             let policy = &binding.inner.policy;
             match outcome {
                 Ok(Ok(decision)) => {
                     if !decision.is_allowed() {
-                        store.remember(name, decision, sent, &binding, record);
+                        store.remember(name, decision, sent, &binding, record, cost);
                     }
                     Ok(decision)
                 }

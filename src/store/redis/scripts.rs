@@ -13,25 +13,66 @@ use crate::store::StoreError;
 use super::log_script;
 use super::template::Vars;
 
-/// What every script's template starts from: `kind` judged for `policy`,
-/// recording or not, its TTL, and the lines that read the time (`ARGV[1]`,
-/// the client's clock in µs, or else the server's `TIME`).
-pub(super) fn header(kind: &str, policy: &Policy, record: bool) -> Vars {
-    let mode = if record {
-        "judge and record"
-    } else {
-        "judge only"
+/// What a script does with a request.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Mode {
+    /// Judges a request of one unit, recording nothing.
+    Peek,
+    /// Judges a request of one unit and records it if accepted.
+    Record,
+    /// Judges a request of `ARGV[1]` units and records them if accepted;
+    /// the time, if given, is then `ARGV[2]`.
+    RecordCost,
+    /// Settles a request judged at `ARGV[1]` for `ARGV[2]` units that used
+    /// `ARGV[3]`; the time, if given, is then `ARGV[4]`.
+    Settle,
+}
+
+impl Mode {
+    pub(super) const ALL: usize = 4;
+
+    /// Whether the script writes the state.
+    pub(super) fn records(self) -> bool {
+        self != Self::Peek
+    }
+
+    /// Arguments before the time.
+    fn arguments(self) -> usize {
+        match self {
+            Self::Peek | Self::Record => 0,
+            Self::RecordCost => 1,
+            Self::Settle => 3,
+        }
+    }
+}
+
+/// What every script's template starts from: `kind` judged for `policy`
+/// in `mode`, its TTL, and the lines that read the time (`ARGV[1]`, or
+/// `ARGV[2]` after a cost, the client's clock in µs, or else the server's
+/// `TIME`).
+pub(super) fn header(kind: &str, policy: &Policy, mode: Mode) -> Vars {
+    let described = match mode {
+        Mode::Peek => "judge only",
+        Mode::Record => "judge and record",
+        Mode::RecordCost => "judge and record a cost",
+        Mode::Settle => "settle",
     };
+    let now_at = format!("ARGV[{}]", mode.arguments() + 1);
+    let now = include_str!("lua/now.lua").replace("ARGV[1]", &now_at);
     let penalty = policy.penalty_micros();
     Vars::default()
-        .flag("penalty", penalty > 0)
+        // A settling request was let through: its key's penalty is no matter.
+        .flag("penalty", penalty > 0 && mode != Mode::Settle)
         .value("penalty", penalty)
         .value("penalty_ttl", penalty.div_ceil(1_000).saturating_add(1))
         .value("kind", kind)
         .value("signature", policy.signature())
-        .value("mode", mode)
+        .value("mode", described)
         .value("ttl", ttl_millis(policy))
-        .value("now", include_str!("lua/now.lua").trim_end())
+        .value("now", now.trim_end())
+        .flag("record", mode.records())
+        .flag("costed", mode == Mode::RecordCost)
+        .flag("settle", mode == Mode::Settle)
 }
 
 /// `template` written once per limit, `#` standing for the limit's number
@@ -135,15 +176,16 @@ pub(super) fn window_decision(
     policy: &Policy,
     bytes: &[u8],
     recorded: bool,
+    cost: u32,
 ) -> Result<Decision, StoreError> {
     let limits = policy.limits();
     let reply = Reply::new(bytes, 9 + 12 * limits.len())?;
     let now = reply.now()?;
     let count = |at: usize| u32::from_le_bytes(reply.bytes(at));
     // Having recorded an accepted request, the script sends what it stored,
-    // this request counted in: the state it was judged against has one less
-    // in each current window.
-    let counted = u32::from(recorded && reply.allowed());
+    // this request counted in: the state it was judged against has its
+    // cost less in each current window.
+    let counted = if recorded && reply.allowed() { cost } else { 0 };
     let mut slots = Vec::with_capacity(limits.len());
     for (i, limit) in limits.iter().enumerate() {
         let at = 9 + 12 * i;
@@ -161,9 +203,9 @@ pub(super) fn window_decision(
     let decision = match policy.algorithm() {
         Algorithm::FixedWindow => {
             FixedWindow::from_parts(slots.into_iter().map(|(window, _, count)| (window, count)))
-                .decide_micros(now, limits)
+                .decide_micros(now, limits, cost)
         }
-        _ => SlidingCounter::from_parts(slots).decide_micros(now, limits),
+        _ => SlidingCounter::from_parts(slots).decide_micros(now, limits, cost),
     };
     if decision.is_allowed() != reply.allowed() {
         return Err(StoreError::new(
@@ -296,15 +338,16 @@ mod tests {
         ] {
             for limits in &shapes {
                 let policy = Policy::new(algorithm, limits.iter().copied()).unwrap();
-                for record in [true, false] {
-                    let source = super::super::script_source(&policy, record);
+                for mode in [Mode::Peek, Mode::Record, Mode::RecordCost] {
+                    let source = super::super::script_source(&policy, mode);
                     assert!(
                         !source.contains("{{") && !source.contains("--@"),
-                        "{policy:?}, record {record}:\n{source}"
+                        "{policy:?}, {mode:?}:\n{source}"
                     );
                     for limit in limits {
                         assert!(source.contains(&limit.window_micros().to_string()));
                     }
+                    let record = mode.records();
                     assert_eq!(source.contains("redis.call('SET"), record, "{policy:?}");
                 }
             }

@@ -6,7 +6,7 @@ use crate::algorithm::Algorithm;
 use crate::policy::Policy;
 
 use super::integer_state::IntegerState;
-use super::scripts::{header, joined, per_limit, ttl_millis};
+use super::scripts::{header, joined, per_limit, ttl_millis, Mode};
 use super::template::{fill, Vars};
 
 const TEMPLATE: &str = include_str!("lua/window.lua");
@@ -18,8 +18,8 @@ pub(super) const EXACT_BITS: u32 = 53;
 const EXACT: u128 = 1 << EXACT_BITS;
 
 /// The script judging requests under `policy` (a sliding counter or fixed
-/// window), recording those it accepts if `record`.
-pub(super) fn source(policy: &Policy, record: bool) -> String {
+/// window) in `mode`.
+pub(super) fn source(policy: &Policy, mode: Mode) -> String {
     let sliding = policy.algorithm() == Algorithm::SlidingCounter;
     let limits: Vec<(u64, u64)> = policy
         .limits()
@@ -35,7 +35,28 @@ pub(super) fn source(policy: &Policy, record: bool) -> String {
     } else {
         "fixed window"
     };
-    let vars = header(kind, policy, record)
+    let cost = if mode == Mode::RecordCost {
+        "cost"
+    } else {
+        "1"
+    };
+    // Settling charges the excess to each window, as far as its limit.
+    let counted = if mode == Mode::Settle {
+        limits
+            .iter()
+            .enumerate()
+            .map(|(i, (max, _))| format!("math.min(c{} + extra, {max})", i + 1))
+            .collect::<Vec<_>>()
+            .join(", ")
+    } else {
+        each(&format!("c# + {cost}"))
+    };
+    let all_fit = if mode == Mode::Settle {
+        "true".to_owned()
+    } else {
+        joined(n, " and ", "f#")
+    };
+    let vars = header(kind, policy, mode)
         .value("state", each("k#, p#, c#"))
         .value("zeros", per_limit(3 * n, "0"))
         .value("bytes", 12 * n)
@@ -47,9 +68,9 @@ pub(super) fn source(policy: &Policy, record: bool) -> String {
                 .as_ref()
                 .map_or_else(String::new, |integer| integer.decode().join("\n  ")),
         )
-        .value("all_fit", joined(n, " and ", "f#"))
+        .value("all_fit", all_fit)
         .value("currents", each("c#"))
-        .value("currents_counted", each("c# + 1"))
+        .value("currents_counted", counted)
         .value("packed", format!(", {}", each("k# % 4294967296, p#, c#")))
         .value(
             "stored",
@@ -59,7 +80,6 @@ pub(super) fn source(policy: &Policy, record: bool) -> String {
         )
         .flag("integer", integer.is_some())
         .flag("sliding", sliding)
-        .flag("record", record)
         .flag(
             "exact_fits",
             sliding && limits.iter().any(|&(max, w)| !plain(max, w)),
@@ -72,16 +92,23 @@ pub(super) fn source(policy: &Policy, record: bool) -> String {
                 .value("i", i + 1)
                 .value("w", w)
                 .value("max", max)
-                .value("max_less_one", max - 1)
+                .value(
+                    "room",
+                    if mode == Mode::RecordCost {
+                        format!("{max} - cost")
+                    } else {
+                        (max - 1).to_string()
+                    },
+                )
                 .flag("plain", plain(max, w))
         })
         .collect();
     fill(TEMPLATE, &vars, &limits)
 }
 
-/// Whether `previous * (w - elapsed) <= (max - current - 1) * w` can be
+/// Whether `previous * (w - elapsed) <= (max - current - cost) * w` can be
 /// compared in doubles as written: the right side is at most
-/// `(max - 1) * w`, exact below 2^53, and a left side that rounds is at
+/// `(max - 1) * w`, as a cost is at least 1, exact below 2^53, and a left side that rounds is at
 /// least 2^53, so larger whichever way it rounds.
 fn plain(max: u64, w: u64) -> bool {
     u128::from(max.saturating_sub(1)) * u128::from(w) < EXACT

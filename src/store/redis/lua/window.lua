@@ -1,8 +1,12 @@
 -- tower-sliding-window: {{kind}} for {{signature}} ({{mode}}), TTL {{ttl}} ms
 -- The sliding window counter and the fixed window, for one policy whose
 -- limits are the constants below (docs/design.md, "Redis"). KEYS[1] holds
--- the state; ARGV[1], if given, is now in microseconds.
+-- the state; ARGV[1], if given, is now in microseconds (ARGV[2] after
+-- the request's cost in the script that records a cost).
 {{now}}
+--@if costed
+local cost = tonumber(ARGV[1])
+--@end
 --@if penalty
 -- KEYS[2] holds until when (µs) the key serves a penalty: it is refused
 -- until then, with nothing recorded.
@@ -75,6 +79,16 @@ if not fresh then
   if k{{i}} * {{w}} > now then now = k{{i}} * {{w}} end
   --@end
 end
+--@if settle
+-- A request judged at ARGV[1] counted ARGV[2] units and used ARGV[3]: with
+-- the windows rolled to now, what it did not use goes back to the window it
+-- was counted in, if that is still the current or the previous one, and an
+-- excess is charged to the current one, as far as each limit. A key gone
+-- has nothing to give back, and is charged afresh.
+local at, cost, used = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
+local extra = used - cost
+if fresh and extra < 0 then return struct.pack('<B', 0) end
+--@end
 local rolled, elapsed, k = false
 --@each
 elapsed = now % {{w}}
@@ -87,20 +101,40 @@ if k ~= k{{i}} then
   --@end
   c{{i}}, k{{i}}, rolled = 0, k, true
 end
-local f{{i}} = c{{i}} < {{max}}
+local f{{i}} = c{{i}} <= {{room}}
 --@if sliding
 --@if plain
-if f{{i}} and p{{i}} > 0 then f{{i}} = p{{i}} * ({{w}} - elapsed) <= ({{max_less_one}} - c{{i}}) * {{w}} end
+if f{{i}} and p{{i}} > 0 then f{{i}} = p{{i}} * ({{w}} - elapsed) <= ({{room}} - c{{i}}) * {{w}} end
 --@else
-if f{{i}} and p{{i}} > 0 then f{{i}} = fits(p{{i}}, {{w}} - elapsed, {{max_less_one}} - c{{i}}, {{w}}) end
+if f{{i}} and p{{i}} > 0 then f{{i}} = fits(p{{i}}, {{w}} - elapsed, {{room}} - c{{i}}, {{w}}) end
 --@end
 --@end
 --@end
 local allowed = {{all_fit}}
+--@if settle
+if extra < 0 then
+  local counted_in
+  --@each
+  counted_in = (at - at % {{w}}) / {{w}}
+  if k{{i}} == counted_in then
+    c{{i}} = c{{i}} - math.min(-extra, c{{i}})
+  --@if sliding
+  elseif k{{i}} == counted_in + 1 then
+    p{{i}} = p{{i}} - math.min(-extra, p{{i}})
+  --@end
+  end
+  --@end
+else
+  {{currents}} = {{currents_counted}}
+end
+--@else
 --@if record
 if allowed then
   {{currents}} = {{currents_counted}}
 end
+--@end
+--@end
+--@if record
 --@if penalty
 if not allowed then
   redis.call('SET', KEYS[2], string.format('%d', now + {{penalty}}), 'PX', '{{penalty_ttl}}')
@@ -119,4 +153,8 @@ if allowed then
   end
 end
 --@end
+--@if settle
+return struct.pack('<B', 1)
+--@else
 return reply
+--@end

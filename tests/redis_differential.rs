@@ -452,7 +452,7 @@ async fn costs_and_settling_decide_alike_in_redis_and_memory() {
                 let from_redis = redis.decide_cost(key.clone(), &policy, cost).await.unwrap();
                 assert_eq!(from_redis, from_memory, "{context}");
                 decisions += 1;
-                if (r >> 40) % 3 == 0 {
+                if (r >> 40).is_multiple_of(3) {
                     // Answered a little later, using more or less than reserved.
                     now += (r >> 44) % 50_000;
                     clock.set(Duration::from_micros(now));

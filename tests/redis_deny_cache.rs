@@ -282,3 +282,41 @@ async fn refusals_answered_locally_are_counted_by_policy() {
         )]
     );
 }
+
+/// Quota that a settling gives back is seen at once: the refusal the cache
+/// held for the key is forgotten.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_settling_that_gives_quota_back_is_seen_at_once() {
+    let server = tokio::task::spawn_blocking(Server::start).await.unwrap();
+    for algorithm in ALGORITHMS {
+        let clock = ManualClock::new();
+        let store = private_store(&server, &clock).await;
+        let policy = Policy::new(algorithm, [Limit::per_minute(10)]).unwrap();
+        let binding = Store::<&str>::bind(&store, &policy);
+        clock.set(Duration::from_secs(1));
+        let reserved = store.decide_cost("k", &policy, 10).await.unwrap();
+        assert!(reserved.is_allowed(), "{algorithm:?}");
+        assert!(!store.decide("k", &policy).await.unwrap().is_allowed());
+        let calls = script_calls(&server);
+        assert!(!store.decide("k", &policy).await.unwrap().is_allowed());
+        assert_eq!(
+            script_calls(&server),
+            calls,
+            "{algorithm:?}: answered locally"
+        );
+        let settled = store
+            .settle_bound("k", &binding, &reserved, 10, 4)
+            .await
+            .unwrap();
+        assert_eq!(settled.remaining(), 6, "{algorithm:?}");
+        assert!(
+            store.decide("k", &policy).await.unwrap().is_allowed(),
+            "{algorithm:?}"
+        );
+        assert_eq!(
+            script_calls(&server),
+            calls + 2,
+            "{algorithm:?}: settled, then judged by Redis"
+        );
+    }
+}

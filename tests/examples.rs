@@ -4,6 +4,9 @@
 #[path = "../examples/axum/app.rs"]
 mod axum_app;
 
+#[path = "../examples/tokens.rs"]
+mod tokens;
+
 #[cfg(feature = "tonic")]
 #[path = "../examples/tonic/server.rs"]
 mod tonic_server;
@@ -112,4 +115,24 @@ mod tonic_example {
             status.message()
         );
     }
+}
+
+/// The tokens example's gateway: calls reserve their maximum and settle at
+/// what they used, and one that asks for more than a minute's tokens is
+/// answered 413.
+#[tokio::test]
+async fn the_token_gateway_reserves_and_settles() {
+    use tower_sliding_window::{ManualClock, MemoryStore};
+
+    let app = tokens::gateway(MemoryStore::with_clock(ManualClock::new()));
+    let (status, used, left) = tokens::call(&app, "alice", 400, 120).await;
+    assert_eq!((status.as_u16(), used), (200, Some(120)));
+    assert!(left.unwrap().starts_with("\"60s\";r=880;"));
+    let (status, _, _) = tokens::call(&app, "alice", tokens::TOKENS_PER_MINUTE + 1, 1).await;
+    assert_eq!(status.as_u16(), 413);
+    let (status, used, left) = tokens::call(&app, "alice", 880, 900).await;
+    assert_eq!((status.as_u16(), used), (200, Some(880)));
+    assert!(left.unwrap().starts_with("\"60s\";r=0;"));
+    let (status, _, _) = tokens::call(&app, "alice", 1, 1).await;
+    assert_eq!(status.as_u16(), 429);
 }

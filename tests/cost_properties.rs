@@ -229,6 +229,15 @@ proptest! {
                     overcharged = true;
                 }
             }
+            // What a fixed window holds is the sum of what its requests
+            // really used (as far as a full window).
+            if let (Algorithm::FixedWindow, [limit]) = (algorithm, limits.as_slice()) {
+                let peek = store.peek_now(&"k", &policy);
+                if peek.is_allowed() {
+                    let held = model.count(0, now / micros(limit));
+                    prop_assert_eq!(peek.remaining(), limit.max() - held - 1, "at {}", now);
+                }
+            }
         }
     }
 }

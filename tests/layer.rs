@@ -346,3 +346,34 @@ fn refining_a_named_policy_keeps_its_name() {
     let signup = SlidingWindowLayer::new(Limit::per_second(1), key).named("signup");
     assert_eq!(signup.policy().label(), "signup");
 }
+
+/// A cost in bytes says so in `RateLimit-Policy`, with the unit the draft
+/// registers; the default says nothing.
+#[tokio::test]
+async fn a_cost_in_bytes_names_its_unit() {
+    let layer = SlidingWindowLayer::new(Limit::per_minute(1_000_000), by_client)
+        .cost(|request: &Request<String>| request.body().len() as u32)
+        .quota_unit(tower_sliding_window::layer::QuotaUnit::ContentBytes)
+        .store(MemoryStore::with_clock(ManualClock::new()));
+    let svc = ServiceBuilder::new()
+        .layer(layer)
+        .service(service_fn(|_: Request<String>| async {
+            Ok::<_, Infallible>(Response::new(String::new()))
+        }));
+    let mut upload = request(Some("a"), None);
+    *upload.body_mut() = "x".repeat(1_500);
+    let response = svc.clone().oneshot(upload).await.unwrap();
+    let policy = response.headers()["ratelimit-policy"].to_str().unwrap();
+    assert_eq!(policy, "\"60s\";q=1000000;w=60;qu=\"content-bytes\"");
+    let ratelimit = response.headers()["ratelimit"].to_str().unwrap();
+    assert!(ratelimit.starts_with("\"60s\";r=998500;"), "{ratelimit}");
+    let plain = SlidingWindowLayer::new(Limit::per_minute(10), by_client)
+        .store(MemoryStore::with_clock(ManualClock::new()));
+    let svc = ServiceBuilder::new()
+        .layer(plain)
+        .service(service_fn(|_: Request<String>| async {
+            Ok::<_, Infallible>(Response::new(String::new()))
+        }));
+    let response = svc.oneshot(request(Some("a"), None)).await.unwrap();
+    assert_eq!(response.headers()["ratelimit-policy"], "\"60s\";q=10;w=60");
+}

@@ -649,3 +649,64 @@ async fn state_is_compact() {
         .unwrap();
     assert!(ttl > 0 && ttl <= 120_001, "every key expires: PTTL {ttl}");
 }
+
+/// Settling through the layer: a response that changes nothing costs no
+/// call to Redis; one that gives back or charges costs one script call.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_settle_costs_a_script_call_only_when_it_changes_something() {
+    use std::convert::Infallible;
+
+    use http::{Request, Response};
+    use tower::{service_fn, Layer, ServiceExt};
+    use tower_sliding_window::SlidingWindowLayer;
+
+    let server = tokio::task::spawn_blocking(Server::start).await.unwrap();
+    let clock = ManualClock::new();
+    let store = redis_store(&server.url(), "stored-state", &clock).await;
+    let header = |headers: &http::HeaderMap, name: &str| -> Option<u32> {
+        headers.get(name)?.to_str().ok()?.parse().ok()
+    };
+    for algorithm in ALGORITHMS {
+        let layer = SlidingWindowLayer::with_policy(
+            policy(algorithm, &[(100, 60_000)]),
+            |_: &Request<u32>| Some("k"),
+        )
+        .cost(move |request: &Request<u32>| *request.body())
+        .settle(move |response: &Response<()>| header(response.headers(), "x-used"))
+        .store(store.clone());
+        let svc = layer.layer(service_fn(|request: Request<u32>| {
+            let mut response = Response::new(());
+            if let Some(used) = request.headers().get("x-use") {
+                response.headers_mut().insert("x-used", used.clone());
+            }
+            std::future::ready(Ok::<_, Infallible>(response))
+        }));
+        let calls = || server.successful_calls("evalsha");
+        let send = |cost: u32, used: Option<u32>| {
+            let mut request = Request::new(cost);
+            if let Some(used) = used {
+                request.headers_mut().insert("x-use", used.into());
+            }
+            svc.clone().oneshot(request)
+        };
+        // Load the scripts, so that the counts below are steady calls.
+        send(1, Some(2)).await.unwrap();
+        send(3, Some(1)).await.unwrap();
+        let before = calls();
+        send(5, None).await.unwrap();
+        send(5, Some(5)).await.unwrap();
+        assert_eq!(
+            calls() - before,
+            2,
+            "{algorithm:?}: one call each, nothing to settle"
+        );
+        let before = calls();
+        send(5, Some(2)).await.unwrap();
+        send(5, Some(9)).await.unwrap();
+        assert_eq!(
+            calls() - before,
+            4,
+            "{algorithm:?}: one call each to judge, one to settle"
+        );
+    }
+}

@@ -6,6 +6,7 @@ use std::time::Duration;
 use super::decision::{Decision, Origin, Quota, Settlement};
 use super::refusal::{accepted, refused, tightest, Verdict};
 use super::slots::Slots;
+use super::Units;
 use crate::clock::micros;
 use crate::limit::Limit;
 
@@ -101,11 +102,16 @@ impl SlidingCounter {
     /// If `limits` is empty: a decision needs a limit to report. A
     /// [`Policy`](crate::Policy) always has one.
     pub fn decide(&mut self, now: Duration, limits: &[Limit]) -> Decision {
-        self.decide_micros(micros(now), limits, 1)
+        self.decide_micros(micros(now), limits, super::One)
     }
 
     /// Judges a request of `cost` units, from 1 to every limit's `max`.
-    pub(crate) fn decide_micros(&mut self, now: u64, limits: &[Limit], cost: u32) -> Decision {
+    pub(crate) fn decide_micros(
+        &mut self,
+        now: u64,
+        limits: &[Limit],
+        cost: impl Units,
+    ) -> Decision {
         if self.slots.len() != limits.len() {
             self.slots = Slots::new(limits.len());
         }
@@ -153,11 +159,12 @@ pub(crate) fn settle(slots: &mut [Slot], settled: &Settlement, limits: &[Limit])
 /// [`decide`] for exactly `N` limits held inline, as a store's packed
 /// entry unpacks them: a single limit goes straight to [`decide_one`].
 /// Like `decide`, it rolls the slots even when it refuses.
+#[inline]
 pub(crate) fn decide_inline<const N: usize>(
     slots: &mut [Slot; N],
     now: u64,
     limits: &[Limit],
-    cost: u32,
+    cost: impl Units,
 ) -> Decision {
     match (N, slots.first_mut(), limits.first()) {
         (1, Some(slot), Some(limit)) => decide_one(slot, now, limit, cost),
@@ -173,7 +180,12 @@ pub(crate) fn decide_inline<const N: usize>(
 /// Out of line, so that the one-limit path through [`decide_inline`]
 /// stays as small as the single limit needs.
 #[inline(never)]
-fn decide<const N: usize>(slots: &mut [Slot], now: u64, limits: &[Limit], cost: u32) -> Decision {
+fn decide<const N: usize>(
+    slots: &mut [Slot],
+    now: u64,
+    limits: &[Limit],
+    cost: impl Units,
+) -> Decision {
     if let ([slot], [limit]) = (&mut *slots, limits) {
         return decide_one(slot, now, limit, cost);
     }
@@ -192,7 +204,7 @@ fn decide<const N: usize>(slots: &mut [Slot], now: u64, limits: &[Limit], cost: 
         let (k, e) = split(slot, now, limit.window_micros());
         slot.roll_to(k);
         if !fits(slot, limit, e, cost) {
-            verdict.refuse(index, wait_for(slot, limit, e, cost));
+            verdict.refuse(index, wait_for(slot, limit, e, cost.get()));
         }
         elapsed[index] = e;
     }
@@ -200,7 +212,7 @@ fn decide<const N: usize>(slots: &mut [Slot], now: u64, limits: &[Limit], cost: 
         return refusal;
     }
     for slot in slots.iter_mut() {
-        slot.current = slot.current.saturating_add(cost);
+        slot.current = slot.current.saturating_add(cost.get());
     }
     let sliding = |index: usize| Quota::Sliding {
         previous: slots[index].previous,
@@ -248,7 +260,7 @@ fn clearly_tightest(slots: &[Slot], limits: &[Limit]) -> Option<usize> {
 
 /// [`decide`] for the commonest policy, a single limit: no choosing
 /// between limits, and the quota left to be worked out if it is read.
-fn decide_one(slot: &mut Slot, now: u64, limit: &Limit, cost: u32) -> Decision {
+fn decide_one(slot: &mut Slot, now: u64, limit: &Limit, cost: impl Units) -> Decision {
     let w = limit.window_micros();
     let now = now.max(slot.window.saturating_mul(w));
     let (k, elapsed) = split(slot, now, w);
@@ -257,10 +269,9 @@ fn decide_one(slot: &mut Slot, now: u64, limit: &Limit, cost: u32) -> Decision {
     let mut rolled = *slot;
     rolled.roll_to(k);
     if !fits(&rolled, limit, elapsed, cost) {
-        let wait = wait_for(&rolled, limit, elapsed, cost);
-        return refused(std::slice::from_ref(limit), now, 0, wait);
+        return refuse_one(&rolled, now, limit, elapsed, cost.get());
     }
-    rolled.current = rolled.current.saturating_add(cost);
+    rolled.current = rolled.current.saturating_add(cost.get());
     *slot = rolled;
     Decision {
         allowed: true,
@@ -278,14 +289,23 @@ fn decide_one(slot: &mut Slot, now: u64, limit: &Limit, cost: u32) -> Decision {
     }
 }
 
+/// [`decide_one`]'s refusal, out of its way: with the wait worked out in
+/// line, every acceptance paid for the registers it needs.
+#[cold]
+#[inline(never)]
+fn refuse_one(rolled: &Slot, now: u64, limit: &Limit, elapsed: u64, cost: u32) -> Decision {
+    let wait = wait_for(rolled, limit, elapsed, cost);
+    refused(std::slice::from_ref(limit), now, 0, wait)
+}
+
 /// Whether `cost` more units fit: `previous * (W - e) + (current + cost) *
 /// W <= max * W`, multiplied out rather than divided, since multiplying is
 /// cheaper and every request asks.
-fn fits(slot: &Slot, limit: &Limit, elapsed: u64, cost: u32) -> bool {
+fn fits(slot: &Slot, limit: &Limit, elapsed: u64, cost: impl Units) -> bool {
     let Some(room) = limit
         .max()
         .checked_sub(slot.current)
-        .and_then(|r| r.checked_sub(cost))
+        .and_then(|r| r.checked_sub(cost.get()))
     else {
         return false;
     };

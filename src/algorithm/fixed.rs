@@ -7,6 +7,7 @@ use super::counter::counted_since;
 use super::decision::{Decision, Quota, Settlement};
 use super::refusal::{accepted, refused, tightest, Verdict};
 use super::slots::Slots;
+use super::Units;
 use crate::clock::micros;
 use crate::limit::Limit;
 
@@ -56,11 +57,16 @@ impl FixedWindow {
     /// If `limits` is empty: a decision needs a limit to report. A
     /// [`Policy`](crate::Policy) always has one.
     pub fn decide(&mut self, now: Duration, limits: &[Limit]) -> Decision {
-        self.decide_micros(micros(now), limits, 1)
+        self.decide_micros(micros(now), limits, super::One)
     }
 
     /// Judges a request of `cost` units, from 1 to every limit's `max`.
-    pub(crate) fn decide_micros(&mut self, now: u64, limits: &[Limit], cost: u32) -> Decision {
+    pub(crate) fn decide_micros(
+        &mut self,
+        now: u64,
+        limits: &[Limit],
+        cost: impl Units,
+    ) -> Decision {
         if self.slots.len() != limits.len() {
             self.slots = Slots::new(limits.len());
         }
@@ -108,7 +114,7 @@ pub(crate) fn settle(slots: &mut [Slot], settled: &Settlement, limits: &[Limit])
 /// Moves the slots to `now`'s windows in place even when it refuses:
 /// callers that keep state judge on a copy, or restore it (see
 /// [`Slots::unless_refused`]).
-pub(crate) fn decide(slots: &mut [Slot], now: u64, limits: &[Limit], cost: u32) -> Decision {
+pub(crate) fn decide(slots: &mut [Slot], now: u64, limits: &[Limit], cost: impl Units) -> Decision {
     if let ([slot], [limit]) = (&mut *slots, limits) {
         return decide_one(slot, now, limit, cost);
     }
@@ -137,7 +143,7 @@ pub(crate) fn decide(slots: &mut [Slot], now: u64, limits: &[Limit], cost: u32) 
         return refusal;
     }
     for slot in slots.iter_mut() {
-        slot.count += cost;
+        slot.count += cost.get();
     }
     tightest(
         limits,
@@ -151,7 +157,7 @@ pub(crate) fn decide(slots: &mut [Slot], now: u64, limits: &[Limit], cost: u32) 
 
 /// [`decide`] for one limit, the common case, without the bookkeeping that
 /// picks one limit among several. It moves the slot only when it accepts.
-fn decide_one(slot: &mut Slot, now: u64, limit: &Limit, cost: u32) -> Decision {
+fn decide_one(slot: &mut Slot, now: u64, limit: &Limit, cost: impl Units) -> Decision {
     let limits = std::slice::from_ref(limit);
     let w = limit.window_micros();
     // A clock that stepped back is judged in the latest block counted in.
@@ -170,25 +176,22 @@ fn decide_one(slot: &mut Slot, now: u64, limit: &Limit, cost: u32) -> Decision {
     }
     *slot = Slot {
         window,
-        count: count + cost,
+        count: count + cost.get(),
     };
     accepted(
         limits,
         now,
         0,
         Quota::Fixed {
-            count: count + cost,
+            count: count + cost.get(),
         },
     )
 }
 
 /// Whether `cost` more units fit beside `count`. A cost of at most `max`
 /// then waits for the next window at most.
-fn fits(count: u32, limit: &Limit, cost: u32) -> bool {
-    limit
-        .max()
-        .checked_sub(cost)
-        .is_some_and(|room| count <= room)
+fn fits(count: u32, limit: &Limit, cost: impl Units) -> bool {
+    u64::from(count) + u64::from(cost.get()) <= u64::from(limit.max())
 }
 
 /// Remaining quota and time until it grows, for `count` requests (this one

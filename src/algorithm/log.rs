@@ -4,6 +4,7 @@ use std::time::Duration;
 
 use super::decision::{Decision, Quota, Settlement};
 use super::refusal::{accepted, refused, tightest_known, Verdict};
+use super::Units;
 use crate::clock::micros;
 use crate::limit::Limit;
 
@@ -116,7 +117,7 @@ impl SlidingLog {
             limits,
             capacity_for(limits),
             KEEP_EVERY_STAMP,
-            1,
+            super::One,
         )
     }
 
@@ -137,7 +138,7 @@ impl SlidingLog {
         limits: &[Limit],
         capacity: u32,
         forget_after: u64,
-        cost: u32,
+        cost: impl Units,
     ) -> Decision {
         self.view()
             .decide_micros(now, limits, capacity, forget_after, cost)
@@ -230,11 +231,11 @@ impl<'a> LogMut<'a> {
         limits: &[Limit],
         capacity: u32,
         forget_after: u64,
-        cost: u32,
+        cost: impl Units,
     ) -> Decision {
         debug_assert!(capacity as usize <= MAX_SLOTS, "a ring's slots fit `at`");
         debug_assert!(
-            cost >= 1 && limits.iter().all(|limit| cost <= limit.max()),
+            cost.get() >= 1 && limits.iter().all(|limit| cost.get() <= limit.max()),
             "a cost from 1 to every limit's max"
         );
         if let [limit] = limits {
@@ -255,9 +256,7 @@ impl<'a> LogMut<'a> {
         if let Some(refusal) = verdict.refusal(limits, now) {
             return refusal;
         }
-        for _ in 0..cost {
-            self.record(count, now, capacity as usize, forget_after);
-        }
+        self.record_units(count, now, capacity as usize, forget_after, cost);
         // Each cursor moves once here; the decision then reads the results
         // (on the stack for any policy; the public API takes longer lists).
         let mut inline = [(0, 0); super::INLINE_LIMITS];
@@ -282,7 +281,7 @@ impl<'a> LogMut<'a> {
         limit: &Limit,
         capacity: usize,
         forget_after: u64,
-        cost: u32,
+        cost: impl Units,
     ) -> Decision {
         let limits = std::slice::from_ref(limit);
         self.fit(limits, capacity);
@@ -291,9 +290,7 @@ impl<'a> LogMut<'a> {
         if let Some(wait) = self.blocking(1, len, now, limit, cost) {
             return refused(limits, now, 0, wait);
         }
-        for _ in 0..cost {
-            self.record(1, now, capacity, forget_after);
-        }
+        self.record_units(1, now, capacity, forget_after, cost);
         let (remaining, replenish_micros) = self.quota(1, 0, now, limit);
         accepted(
             limits,
@@ -355,9 +352,9 @@ impl<'a> LogMut<'a> {
         len: usize,
         now: u64,
         limit: &Limit,
-        cost: u32,
+        cost: impl Units,
     ) -> Option<u64> {
-        let need = (limit.max() - cost) as usize + 1;
+        let need = (limit.max() - cost.get()) as usize + 1;
         if len < need {
             return None;
         }
@@ -464,6 +461,38 @@ impl<'a> LogMut<'a> {
             *self.at = (slots + head) as u32;
         }
         self.buf[0] += 1;
+    }
+
+    /// Records `units` stamps at `now`, as [`record`](Self::record) does
+    /// one: a request of several units takes a call out of the hot path.
+    #[inline(always)]
+    fn record_units(
+        &mut self,
+        limits: usize,
+        now: u64,
+        capacity: usize,
+        forget_after: u64,
+        units: impl Units,
+    ) {
+        self.record(limits, now, capacity, forget_after);
+        if units.get() > 1 {
+            self.record_more(limits, now, capacity, forget_after, units.get() - 1);
+        }
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn record_more(
+        &mut self,
+        limits: usize,
+        now: u64,
+        capacity: usize,
+        forget_after: u64,
+        more: u32,
+    ) {
+        for _ in 0..more {
+            self.record(limits, now, capacity, forget_after);
+        }
     }
 
     /// Doubles the ring's slots (to at most `capacity`), which are all

@@ -10,6 +10,7 @@ use super::body::{InnerBody, WrapBody};
 use super::key::MissingKey;
 use super::plan::{PlanByKey, PlanByRequest, SinglePolicy};
 use super::rejection::Rejection;
+use super::response::QuotaUnit;
 use super::service::{Bindings, SlidingWindow};
 use super::view::PolicyView;
 use super::weights::{CostFn, SettleFn, Weights};
@@ -67,6 +68,7 @@ pub(crate) struct LayerConfig {
     pub(crate) missing_key: MissingKey,
     pub(crate) rejection: Rejection,
     pub(crate) count_only: Option<CountOnly>,
+    pub(crate) quota_unit: QuotaUnit,
 }
 
 impl LayerConfig {
@@ -120,7 +122,8 @@ impl<E> SlidingWindowLayer<E> {
             body: WrapBody,
             weights: Weights::default(),
             config: Arc::new(LayerConfig {
-                own: Arc::new(PolicyView::new(policy)),
+                own: Arc::new(PolicyView::new(policy, QuotaUnit::default())),
+                quota_unit: QuotaUnit::default(),
                 headers_on_success: true,
                 headers_asked: None,
                 shadow: false,
@@ -339,6 +342,17 @@ impl<E, St, P, M, W> SlidingWindowLayer<E, St, P, M, W> {
         self
     }
 
+    /// What `RateLimit-Policy` says the quota counts (default requests, as
+    /// no parameter): [`QuotaUnit::ContentBytes`] for a
+    /// [`cost`](Self::cost) in bytes. Only the units the draft registers
+    /// are offered; tokens and other units go as the default.
+    pub fn quota_unit(mut self, unit: QuotaUnit) -> Self {
+        let config = Arc::make_mut(&mut self.config);
+        config.quota_unit = unit;
+        config.own = Arc::new(PolicyView::new(config.own.policy.clone(), unit));
+        self
+    }
+
     /// The policy requests are judged by (unless a plan picks another).
     pub fn policy(&self) -> &Policy {
         &self.config.own.policy
@@ -350,7 +364,8 @@ impl<E, St, P, M, W> SlidingWindowLayer<E, St, P, M, W> {
     }
 
     fn replace_policy(mut self, policy: Policy) -> Self {
-        Arc::make_mut(&mut self.config).own = Arc::new(PolicyView::new(policy));
+        let config = Arc::make_mut(&mut self.config);
+        config.own = Arc::new(PolicyView::new(policy, config.quota_unit));
         self.bindings = Arc::default();
         self
     }

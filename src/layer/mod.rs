@@ -21,6 +21,6 @@ pub use self::key::{KeyExtractor, MissingKey};
 pub use self::layer::SlidingWindowLayer;
 pub use self::plan::{Plan, PlanByKey, PlanByRequest, SinglePolicy};
 pub use self::rejection::Rejection;
-pub use self::response::{RATELIMIT, RATELIMIT_POLICY};
+pub use self::response::{QuotaUnit, RATELIMIT, RATELIMIT_POLICY};
 pub use self::service::SlidingWindow;
 pub use self::weights::{CostFn, RequestCost, ResponseSettle, SettleFn, Unit, Weigh, Weights};

@@ -27,6 +27,20 @@ const GRPC_UNAVAILABLE: u16 = 14;
 /// The problem type draft-ietf-httpapi-ratelimit-headers registers.
 const QUOTA_EXCEEDED: &str = "https://iana.org/assignments/http-problem-types#quota-exceeded";
 
+/// What a policy's quota counts, as `RateLimit-Policy` tells clients with
+/// its `qu` parameter: only the units the draft registers.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum QuotaUnit {
+    /// Requests, or units of a cost that are not among the registered ones
+    /// (tokens, compute units): the draft's default, sent as no parameter.
+    #[default]
+    Requests,
+    /// Bytes of content: for a [`cost`](crate::SlidingWindowLayer::cost)
+    /// that counts a body's bytes.
+    ContentBytes,
+}
+
 /// Header text that depends only on the policy, computed once per policy.
 #[derive(Clone, Debug)]
 pub(crate) struct PolicyHeaders {
@@ -35,15 +49,19 @@ pub(crate) struct PolicyHeaders {
 }
 
 impl PolicyHeaders {
-    pub(crate) fn new(policy: &Policy) -> Self {
+    pub(crate) fn new(policy: &Policy, unit: QuotaUnit) -> Self {
         let names: Box<[String]> = policy.limits().iter().map(Limit::window_name).collect();
+        let unit = match unit {
+            QuotaUnit::Requests => "",
+            QuotaUnit::ContentBytes => ";qu=\"content-bytes\"",
+        };
         let items: Vec<String> = policy
             .limits()
             .iter()
             .zip(names.iter())
             .map(|(limit, name)| {
                 format!(
-                    "\"{name}\";q={};w={}",
+                    "\"{name}\";q={};w={}{unit}",
                     limit.max(),
                     ceil_secs(limit.window_micros()).max(1)
                 )

@@ -98,7 +98,7 @@ impl<E, St, P, W> Shared<E, St, P, W> {
         let fresh = || {
             Arc::new(Planned {
                 binding: self.store.bind(&policy),
-                view: Arc::new(PolicyView::new(policy.clone())),
+                view: Arc::new(PolicyView::new(policy.clone(), self.config.quota_unit)),
             })
         };
         let held = self.bindings.planned.get_or_make(&policy, || {
@@ -200,11 +200,11 @@ where
             }
         };
         let cost = shared.weights.cost(&request);
-        let (mut check, recorder) = if config.count_only.is_some() || shared.weights.settles() {
+        let (mut check, settler) = if config.count_only.is_some() || shared.weights.settles() {
             // Reserved now, settled once the response says what it used.
             let binding = binding.into_owned();
             let check = shared.store.decide_cost_bound(key.clone(), &binding, cost);
-            let settler = settler(shared, key, binding, cost);
+            let settler = settle_after_response(shared, key, binding, cost);
             (check, Some(settler))
         } else {
             (shared.store.decide_cost_bound(key, &binding, cost), None)
@@ -221,7 +221,7 @@ where
                 if decision.is_allowed() || config.shadow {
                     admit(&mut request, &mut decision, config, &chosen);
                     let call = self.inner.call(request);
-                    return ResponseFuture::called(call, decision, config, chosen, recorder);
+                    return ResponseFuture::called(call, decision, config, chosen, settler);
                 }
             }
             return ResponseFuture::decided(
@@ -230,20 +230,20 @@ where
                 request,
                 Arc::clone(config),
                 chosen,
-                recorder,
+                settler,
             );
         }
         // Otherwise the ready service goes with the request into the future;
         // the clone left behind will be polled before it is called.
         let clone = self.inner.clone();
         let inner = std::mem::replace(&mut self.inner, clone);
-        ResponseFuture::check(check, inner, request, Arc::clone(config), chosen, recorder)
+        ResponseFuture::check(check, inner, request, Arc::clone(config), chosen, settler)
     }
 }
 
 /// What settles a reserved request once its response is known: the store
 /// call giving back or charging the difference, if there is one.
-fn settler<E, St, P, W, K, B, ResB>(
+fn settle_after_response<E, St, P, W, K, B, ResB>(
     shared: &Shared<E, St, P, W>,
     key: K,
     binding: St::Binding,

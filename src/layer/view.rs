@@ -1,7 +1,7 @@
 //! What the layer derives from a policy, once per policy rather than per
 //! request: the text of its headers and the names its events carry.
 
-use super::response::PolicyHeaders;
+use super::response::{PolicyHeaders, QuotaUnit};
 use crate::observe::PolicyEvents;
 use crate::policy::Policy;
 
@@ -13,9 +13,9 @@ pub(crate) struct PolicyView {
 }
 
 impl PolicyView {
-    pub(crate) fn new(policy: Policy) -> Self {
+    pub(crate) fn new(policy: Policy, unit: QuotaUnit) -> Self {
         Self {
-            headers: PolicyHeaders::new(&policy),
+            headers: PolicyHeaders::new(&policy, unit),
             events: PolicyEvents::new(&policy),
             policy,
         }

@@ -4,6 +4,7 @@
 
 use crate::algorithm::log::{blocked_for, idle_from, quota, LogMut, SlidingLog};
 use crate::algorithm::refusal::{accepted, tightest_known, Verdict};
+use crate::algorithm::Units;
 use crate::algorithm::{Decision, Quota, Settlement, INLINE_LIMITS};
 use crate::limit::Limit;
 
@@ -93,7 +94,7 @@ impl<const FEW: usize> CompactLog<FEW> {
         limits: &[Limit],
         capacity: u32,
         forget_after: u64,
-        cost: u32,
+        cost: impl Units,
     ) -> Decision {
         debug_assert!(capacity >= 1, "a limit's max is at least 1");
         debug_assert!(
@@ -106,7 +107,7 @@ impl<const FEW: usize> CompactLog<FEW> {
             // Any number of limits: the quotas below are kept on the stack
             // for as many as a policy may have.
             // A request of several units takes the ring's way of recording.
-            Self::Few { len, stamps } if limits.len() <= INLINE_LIMITS && cost == 1 => {
+            Self::Few { len, stamps } if limits.len() <= INLINE_LIMITS && cost.get() == 1 => {
                 (len, stamps)
             }
             Self::Few { len, stamps } => {
@@ -264,7 +265,7 @@ impl<const FEW: usize> CompactLog<FEW> {
         limits: &[Limit],
         capacity: u32,
         forget_after: u64,
-        cost: u32,
+        cost: impl Units,
     ) -> Decision {
         match self {
             Self::Ring { at, buf } => {

@@ -18,6 +18,7 @@ use super::penalty::Penalized;
 use super::shards::Shards;
 use super::window_base::WindowBase;
 use crate::algorithm::{log, Algorithm, Decision, FixedWindow, Settlement, SlidingCounter};
+use crate::algorithm::{One, Units};
 use crate::limit::Limit;
 use crate::policy::Policy;
 
@@ -103,7 +104,7 @@ pub(super) trait EntryState: Clone + Default + Send + Sync + 'static {
 
     /// Judges and records a request of `cost` units (from 1 to every
     /// limit's `max`) at `now` (µs), at a time `base` covers.
-    fn decide(&mut self, now: u64, cost: u32, shape: &Shape, base: &Self::Base) -> Decision;
+    fn decide(&mut self, now: u64, cost: impl Units, shape: &Shape, base: &Self::Base) -> Decision;
 
     /// Settles a request the state counted, at a time `base` covers.
     fn settle(&mut self, settled: &Settlement, shape: &Shape, base: &Self::Base);
@@ -141,7 +142,7 @@ macro_rules! whole_state {
             type Base = ();
             type EntryAlign = ();
 
-            fn decide(&mut self, now: u64, cost: u32, shape: &Shape, _: &()) -> Decision {
+            fn decide(&mut self, now: u64, cost: impl Units, shape: &Shape, _: &()) -> Decision {
                 self.decide_micros(now, shape.limits(), cost)
             }
 
@@ -233,7 +234,20 @@ impl<K: Hash + Eq + Send + Sync + 'static> Layout<K> {
     /// Judges and records a request of `cost` units for `key` at `now`.
     #[inline]
     pub(super) fn decide(&self, key: K, now: u64, cost: u32) -> Decision {
-        each!(self, |map| map.decide(key, now, cost))
+        if cost == 1 {
+            return self.decide_one(key, now);
+        }
+        each!(self, |map| if map.judges_cost(cost) {
+            map.decide(key, now, cost)
+        } else {
+            map.unjudged_cost(&key, now, cost)
+        })
+    }
+
+    /// Judges and records a request of one unit for `key` at `now`.
+    #[inline]
+    pub(super) fn decide_one(&self, key: K, now: u64) -> Decision {
+        each!(self, |map| map.decide(key, now, One))
     }
 
     /// Settles a request for `key` that the map counted.
@@ -269,7 +283,7 @@ where
     type Base = ();
     type EntryAlign = <Self as super::compact_log::EntryLine>::Align;
 
-    fn decide(&mut self, now: u64, cost: u32, shape: &Shape, _: &()) -> Decision {
+    fn decide(&mut self, now: u64, cost: impl Units, shape: &Shape, _: &()) -> Decision {
         // A map serves one policy: a stamp outside its longest window is
         // never read again.
         self.decide_micros(

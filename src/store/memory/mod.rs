@@ -175,7 +175,9 @@ impl<C: Clock> MemoryStore<C> {
     where
         K: Hash + Eq + Send + Sync + 'static,
     {
-        self.decide_cost_bound_now(key, binding, 1)
+        binding
+            .layout
+            .decide_one(key, self.inner.clock.now_micros())
     }
 
     /// Judges a request of `cost` units for `key` under the policy

@@ -5,6 +5,7 @@
 
 use super::layouts::{EntryState, Shape};
 use super::window_base::WindowBase;
+use crate::algorithm::Units;
 use crate::algorithm::{counter, fixed, Decision, Settlement};
 use crate::limit::Limit;
 
@@ -37,7 +38,7 @@ pub(super) trait PackedSlot: Copy + Default + Send + Sync + 'static {
         slots: &mut [Self::Whole; N],
         now: u64,
         limits: &[Limit],
-        cost: u32,
+        cost: impl Units,
     ) -> Decision;
 
     fn settle(slots: &mut [Self::Whole], settled: &Settlement, limits: &[Limit]);
@@ -94,7 +95,7 @@ impl PackedSlot for CounterSlot {
         slots: &mut [counter::Slot; N],
         now: u64,
         limits: &[Limit],
-        cost: u32,
+        cost: impl Units,
     ) -> Decision {
         counter::decide_inline(slots, now, limits, cost)
     }
@@ -152,7 +153,7 @@ impl PackedSlot for FixedSlot {
         slots: &mut [fixed::Slot; N],
         now: u64,
         limits: &[Limit],
-        cost: u32,
+        cost: impl Units,
     ) -> Decision {
         fixed::decide(slots, now, limits, cost)
     }
@@ -210,7 +211,13 @@ impl<P: PackedSlot, const N: usize> EntryState for Packed<P, N> {
         )
     }
 
-    fn decide(&mut self, now: u64, cost: u32, shape: &Shape, base: &WindowBase<N>) -> Decision {
+    fn decide(
+        &mut self,
+        now: u64,
+        cost: impl Units,
+        shape: &Shape,
+        base: &WindowBase<N>,
+    ) -> Decision {
         let limits = shape.limits();
         debug_assert!(limits.len() == N && base.covers(now));
         let mut slots = self.unpack(base);
@@ -258,7 +265,7 @@ impl<const N: usize> EntryState for WideCounter<N> {
     type Base = ();
     type EntryAlign = ();
 
-    fn decide(&mut self, now: u64, cost: u32, shape: &Shape, _: &()) -> Decision {
+    fn decide(&mut self, now: u64, cost: impl Units, shape: &Shape, _: &()) -> Decision {
         let limits = shape.limits();
         debug_assert_eq!(limits.len(), N);
         // A refusal leaves the state as it was: one limit's path writes

@@ -2,6 +2,7 @@
 //! ends beside the algorithm's state.
 
 use super::layouts::{EntryState, Shape};
+use crate::algorithm::Units;
 use crate::algorithm::{Decision, Origin, Settlement};
 
 /// `S`, and until when (µs) the key is shut out: 0 for never.
@@ -15,7 +16,7 @@ impl<S: EntryState<Base = ()>> EntryState for Penalized<S> {
     type Base = ();
     type EntryAlign = ();
 
-    fn decide(&mut self, now: u64, cost: u32, shape: &Shape, base: &()) -> Decision {
+    fn decide(&mut self, now: u64, cost: impl Units, shape: &Shape, base: &()) -> Decision {
         if now < self.until {
             return Decision::in_penalty(shape.limits()[0], self.until - now, now);
         }

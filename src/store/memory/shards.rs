@@ -9,6 +9,7 @@ use hashbrown::HashTable;
 
 use super::layouts::{Base, EntryState, Shape};
 use crate::algorithm::{Decision, Origin, Settlement};
+use crate::algorithm::{One, Units};
 
 /// How often (in microseconds of store time) a shard in use looks for idle keys.
 const SWEEP_EVERY_MICROS: u64 = 5_000_000;
@@ -135,12 +136,11 @@ impl<K: Hash + Eq, S: EntryState> Shards<K, S> {
         }
     }
 
-    /// Judges and records a request of `cost` units for `key` at `now`.
-    pub(super) fn decide(&self, key: K, now: u64, cost: u32) -> Decision {
+    /// Judges and records a request of `cost` units for `key` at `now`:
+    /// from 1 to every limit's `max` (see [`unjudged_cost`](Self::unjudged_cost)
+    /// for the others).
+    pub(super) fn decide(&self, key: K, now: u64, cost: impl Units) -> Decision {
         let shape = &self.shape;
-        if !shape.judges_cost(cost) {
-            return self.unjudged_cost(&key, now, cost);
-        }
         let hash = self.hasher.hash_one(&key);
         // The middle bits pick the shard: the table itself uses the low bits
         // for buckets and the top seven as tags.
@@ -234,13 +234,18 @@ impl<K: Hash + Eq, S: EntryState> Shards<K, S> {
             }
         };
         drop(shard);
-        state.decide(now, 1, shape, &base)
+        state.decide(now, One, shape, &base)
+    }
+
+    /// Whether a request of `cost` units is one [`decide`](Self::decide) judges.
+    pub(super) fn judges_cost(&self, cost: u32) -> bool {
+        self.shape.judges_cost(cost)
     }
 
     /// A request of no cost, which passes and records nothing, or of more
     /// than a limit holds, which never passes.
     #[cold]
-    fn unjudged_cost(&self, key: &K, now: u64, cost: u32) -> Decision {
+    pub(super) fn unjudged_cost(&self, key: &K, now: u64, cost: u32) -> Decision {
         if cost == 0 {
             self.peek(key, now).costing_nothing()
         } else {

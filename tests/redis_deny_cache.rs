@@ -6,6 +6,8 @@
 mod redis_server;
 #[path = "support/stores.rs"]
 mod stores;
+#[path = "support/xorshift.rs"]
+mod xorshift;
 
 use std::time::Duration;
 
@@ -14,6 +16,7 @@ use stores::{policy, redis_store, ALGORITHMS};
 use tower_sliding_window::{
     Algorithm, Decision, Limit, ManualClock, Origin, Policy, RedisStore, Store,
 };
+use xorshift::XorShift;
 
 /// Script calls the server has run to an answer.
 fn script_calls(server: &Server) -> u64 {
@@ -71,17 +74,6 @@ async fn a_flood_of_one_refused_key_costs_redis_a_call_per_hundred_refusals() {
                 assert_eq!(calls, normal + 10_000, "{policy:?}: every decision a call");
             }
         }
-    }
-}
-
-struct XorShift(u64);
-
-impl XorShift {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
     }
 }
 

@@ -8,6 +8,8 @@
 mod redis_server;
 #[path = "support/stores.rs"]
 mod stores;
+#[path = "support/xorshift.rs"]
+mod xorshift;
 
 use std::time::Duration;
 
@@ -16,6 +18,7 @@ use stores::{policy, redis_store, ALGORITHMS};
 use tower_sliding_window::{
     Algorithm, Decision, FailurePolicy, Limit, ManualClock, MemoryStore, Policy, RedisStore, Store,
 };
+use xorshift::XorShift;
 
 /// As many limits as a policy may hold, windows in ms.
 const EIGHT: [(u32, u64); 8] = [
@@ -47,17 +50,6 @@ async fn alike(
     let from_redis = redis.decide(key.to_owned(), policy).await.unwrap();
     assert_eq!(from_redis, from_memory, "{context}");
     from_redis
-}
-
-struct XorShift(u64);
-
-impl XorShift {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
-    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

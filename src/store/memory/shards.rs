@@ -160,7 +160,13 @@ impl<K: Hash + Eq, S: EntryState> Shards<K, S> {
         }
         let mut state = S::default();
         let decision = state.decide(now, cost, shape, &shard.base);
-        let drop_from = droppable_from(state.idle_from(shape, &shard.base));
+        self.insert(shard, hash, key, state);
+        decision
+    }
+
+    /// Adds a new key's state to its shard.
+    fn insert(&self, shard: &mut Shard<K, S>, hash: u64, key: K, state: S) {
+        let drop_from = droppable_from(state.idle_from(&self.shape, &shard.base));
         shard.earliest_drop = shard.earliest_drop.min(drop_from);
         let hasher = &self.hasher;
         shard.table.insert_unique(
@@ -172,7 +178,6 @@ impl<K: Hash + Eq, S: EntryState> Shards<K, S> {
             },
             |entry| hasher.hash_one(&entry.key),
         );
-        decision
     }
 
     /// Settles a request for `key` that the map counted. A key no longer
@@ -194,18 +199,7 @@ impl<K: Hash + Eq, S: EntryState> Shards<K, S> {
         }
         let mut state = S::default();
         state.settle(settled, shape, &shard.base);
-        let drop_from = droppable_from(state.idle_from(shape, &shard.base));
-        shard.earliest_drop = shard.earliest_drop.min(drop_from);
-        let hasher = &self.hasher;
-        shard.table.insert_unique(
-            hash,
-            Entry {
-                key,
-                state,
-                _align: S::EntryAlign::default(),
-            },
-            |entry| hasher.hash_one(&entry.key),
-        );
+        self.insert(shard, hash, key, state);
     }
 
     /// Judges as [`decide`](Self::decide) would, on a copy: nothing is

@@ -10,6 +10,7 @@ use super::template::{fill, Vars};
 const TEMPLATE: &str = include_str!("lua/log.lua");
 const SETTLE_TEMPLATE: &str = include_str!("lua/log_settle.lua");
 const COST_TEMPLATE: &str = include_str!("lua/log_cost.lua");
+const RING_WHOLE: &str = include_str!("lua/ring_whole.lua");
 
 /// The largest ring read whole, and rewritten whole while it grows: a
 /// small ring costs Redis less copied into Lua at once than read a few
@@ -46,23 +47,15 @@ pub(super) fn source(policy: &Policy, record: bool) -> String {
     let n = policy.limits().len();
     let cap = policy.largest_max();
     let trailer = trailer_len(n);
-    let trailer_fields = format!("I4I4i8{}", "I4i8i8".repeat(n));
+    let trailer_fields = trailer_fields(n);
     let each = |template: &str| per_limit(n, template);
     let state = format!("head, len, newest, {}", each("u#, s#, t#"));
     let whole = cap <= READ_WHOLE_UP_TO;
     let mode = if record { Mode::Record } else { Mode::Peek };
-    let vars = header("sliding window log", policy, mode)
-        .value("state", &state)
-        .value("fresh", format!("0, 0, -1, {}", per_limit(n, "0, -1, -1")))
-        .value("trailer", trailer)
-        .value("trailer_format", format!("<{trailer_fields}"))
+    let vars = ring_vars(policy, mode)
         .value("trailer_fields", &trailer_fields)
-        .value("cap", cap)
         .value("last_slot", cap - 1)
         .value("longest", policy.longest_window_micros())
-        .value("blocked", each("b#"))
-        .value("none_blocked", per_limit(n, "-1"))
-        .value("blocked_format", "i8".repeat(n))
         .value("oldest", each("o#"))
         .value("nows", per_limit(n, "now"))
         .value("judged", each("len - u# + 1, o#"))
@@ -99,39 +92,55 @@ pub(super) fn source(policy: &Policy, record: bool) -> String {
         .value("two_stamps_at", read(whole, "'<i8i8'", 15))
         .flag("whole", whole)
         .flag("rewrite_when_full", cap <= REWRITE_WHEN_FULL_UP_TO);
-    let limits: Vec<Vars> = policy
-        .limits()
-        .iter()
-        .enumerate()
-        .map(|(i, limit)| {
-            Vars::default()
-                .value("i", i + 1)
-                .value("w", limit.window_micros())
-                .value("max", limit.max())
-        })
-        .collect();
-    fill(TEMPLATE, &vars, &limits)
+    fill(TEMPLATE, &vars, &limit_vars(policy))
 }
 
 /// The script judging and recording requests of more than one unit under
 /// `policy` (a sliding log).
 pub(super) fn cost_source(policy: &Policy) -> String {
     let n = policy.limits().len();
-    let trailer_fields = format!("I4I4i8{}", "I4i8i8".repeat(n));
-    let vars = header("sliding window log", policy, Mode::RecordCost)
+    let vars = ring_vars(policy, Mode::RecordCost).value("cursors", per_limit(n, "u#, s#, t#"));
+    fill(COST_TEMPLATE, &vars, &limit_vars(policy))
+}
+
+/// The script settling a request under `policy` (a sliding log).
+pub(super) fn settle_source(policy: &Policy) -> String {
+    let n = policy.limits().len();
+    let vars = ring_vars(policy, Mode::Settle).value("cursors", per_limit(n, "0, oldest, next"));
+    fill(SETTLE_TEMPLATE, &vars, &[])
+}
+
+/// What every log script knows of the ring under `policy`: the state's
+/// names, a fresh state, the trailer's size and format, the capacity, how
+/// a refusal names the stamps that block it, and the lines that read the
+/// ring whole.
+fn ring_vars(policy: &Policy, mode: Mode) -> Vars {
+    let n = policy.limits().len();
+    let vars = header("sliding window log", policy, mode)
         .value(
             "state",
             format!("head, len, newest, {}", per_limit(n, "u#, s#, t#")),
         )
         .value("fresh", format!("0, 0, -1, {}", per_limit(n, "0, -1, -1")))
         .value("trailer", trailer_len(n))
-        .value("trailer_format", format!("<{trailer_fields}"))
+        .value("trailer_format", format!("<{}", trailer_fields(n)))
         .value("cap", policy.largest_max())
         .value("blocked", per_limit(n, "b#"))
         .value("none_blocked", per_limit(n, "-1"))
-        .value("blocked_format", "i8".repeat(n))
-        .value("cursors", per_limit(n, "u#, s#, t#"));
-    let limits: Vec<Vars> = policy
+        .value("blocked_format", "i8".repeat(n));
+    // The lines that read the ring whole, for the scripts that rewrite it.
+    let ring_whole = fill(RING_WHOLE, &vars, &[]);
+    vars.value("ring_whole", ring_whole.trim_end())
+}
+
+/// The trailer's fields for `n` limits, as `struct.pack` spells them.
+fn trailer_fields(n: usize) -> String {
+    format!("I4I4i8{}", "I4i8i8".repeat(n))
+}
+
+/// Each limit's window and maximum, for the lines written once per limit.
+fn limit_vars(policy: &Policy) -> Vec<Vars> {
+    policy
         .limits()
         .iter()
         .enumerate()
@@ -141,25 +150,7 @@ pub(super) fn cost_source(policy: &Policy) -> String {
                 .value("w", limit.window_micros())
                 .value("max", limit.max())
         })
-        .collect();
-    fill(COST_TEMPLATE, &vars, &limits)
-}
-
-/// The script settling a request under `policy` (a sliding log).
-pub(super) fn settle_source(policy: &Policy) -> String {
-    let n = policy.limits().len();
-    let trailer_fields = format!("I4I4i8{}", "I4i8i8".repeat(n));
-    let vars = header("sliding window log", policy, Mode::Settle)
-        .value(
-            "state",
-            format!("head, len, newest, {}", per_limit(n, "u#, s#, t#")),
-        )
-        .value("trailer", trailer_len(n))
-        .value("trailer_format", format!("<{trailer_fields}"))
-        .value("fresh", format!("0, 0, -1, {}", per_limit(n, "0, -1, -1")))
-        .value("cap", policy.largest_max())
-        .value("cursors", per_limit(n, "0, oldest, next"));
-    fill(SETTLE_TEMPLATE, &vars, &[])
+        .collect()
 }
 
 /// The Lua expression unpacking, by `format`, the stamps from the ring's

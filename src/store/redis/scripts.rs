@@ -47,9 +47,10 @@ impl Mode {
 }
 
 /// What every script's template starts from: `kind` judged for `policy`
-/// in `mode`, its TTL, and the lines that read the time (`ARGV[1]`, or
-/// `ARGV[2]` after a cost, the client's clock in µs, or else the server's
-/// `TIME`).
+/// in `mode`, its TTL, the lines that read the time (`ARGV[1]`, or later
+/// after a cost or a settling's arguments, the client's clock in µs, or
+/// else the server's `TIME`), and those that refuse a key serving its
+/// penalty.
 pub(super) fn header(kind: &str, policy: &Policy, mode: Mode) -> Vars {
     let described = match mode {
         Mode::Peek => "judge only",
@@ -70,6 +71,7 @@ pub(super) fn header(kind: &str, policy: &Policy, mode: Mode) -> Vars {
         .value("mode", described)
         .value("ttl", ttl_millis(policy))
         .value("now", now.trim_end())
+        .value("penalty_check", include_str!("lua/penalty.lua").trim_end())
         .flag("record", mode.records())
         .flag("costed", mode == Mode::RecordCost)
         .flag("settle", mode == Mode::Settle)

@@ -8,27 +8,11 @@
 {{now}}
 local cost = tonumber(ARGV[1])
 --@if penalty
-local penalty_until = tonumber(redis.call('GET', KEYS[2]) or '0') or 0
-if penalty_until > now then
-  return struct.pack('<Bi8i8', 2, now, penalty_until)
-end
+{{penalty_check}}
 --@end
 local key = KEYS[1]
-local whole = redis.call('GET', key) or ''
-local {{state}}
-if #whole >= {{trailer}} then
-  {{state}} = struct.unpack('{{trailer_format}}', whole, #whole - {{trailer}} + 1)
-end
-if not (len and len <= {{cap}} and head < {{cap}} and (len == {{cap}} or head == 0) and #whole == 8 * len + {{trailer}}) then
-  {{state}} = {{fresh}}
-end
+{{ring_whole}}
 if len > 0 and newest > now then now = newest end
-local stamps = {}
-for i = 0, len - 1 do
-  local slot = head + i
-  if slot >= {{cap}} then slot = slot - {{cap}} end
-  stamps[i + 1] = struct.unpack('<i8', whole, 1 + slot * 8)
-end
 local {{blocked}} = {{none_blocked}}
 local refused = false
 --@each

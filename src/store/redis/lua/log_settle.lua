@@ -10,23 +10,8 @@
 {{now}}
 local key = KEYS[1]
 local at, cost, used = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
-local whole = redis.call('GET', key) or ''
-local {{state}}
-local fresh = false
-if #whole >= {{trailer}} then
-  {{state}} = struct.unpack('{{trailer_format}}', whole, #whole - {{trailer}} + 1)
-end
-if not (len and len <= {{cap}} and head < {{cap}} and (len == {{cap}} or head == 0) and #whole == 8 * len + {{trailer}}) then
-  if used <= cost then return struct.pack('<B', 0) end
-  {{state}} = {{fresh}}
-  fresh = true
-end
-local stamps = {}
-for i = 0, len - 1 do
-  local slot = head + i
-  if slot >= {{cap}} then slot = slot - {{cap}} end
-  stamps[i + 1] = struct.unpack('<i8', whole, 1 + slot * 8)
-end
+{{ring_whole}}
+if fresh and used <= cost then return struct.pack('<B', 0) end
 local first = 1
 if used < cost then
   -- The request's stamps are among the newest equal to its time.

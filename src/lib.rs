@@ -167,7 +167,7 @@ pub use crate::builder::ServiceBuilderExt;
 pub use crate::clock::{Clock, ManualClock, SystemClock};
 pub use crate::error::ConfigError;
 pub use crate::layer::{
-    KeyExtractor, MissingKey, Plan, Rejection, SlidingWindow, SlidingWindowLayer,
+    KeyExtractor, MissingKey, Plan, QuotaUnit, Rejection, SlidingWindow, SlidingWindowLayer,
 };
 pub use crate::limit::Limit;
 pub use crate::policy::Policy;

@@ -4,7 +4,8 @@
 //! Counters:
 //! * `tower_sliding_window_decisions_total{policy, outcome}` with `outcome`
 //!   one of `allowed`, `rejected`, `store_full`, `fail_open`, `fallback`,
-//!   `penalty` for refusals while a key serves a penalty, and
+//!   `penalty` for refusals while a key serves a penalty, `too_costly` for
+//!   requests costing more than a limit holds, and
 //!   `shadow_rejected` for requests a layer in shadow mode let through
 //!   that enforcement would have refused;
 //! * `tower_sliding_window_store_errors_total{policy}` for requests the
@@ -19,7 +20,7 @@ use crate::store::StoreError;
 
 /// The decisions' outcomes, in the order `MetricKeys` keeps their keys.
 #[cfg(any(feature = "metrics", feature = "tracing"))]
-const OUTCOMES: [&str; 7] = [
+const OUTCOMES: [&str; 8] = [
     "allowed",
     "rejected",
     "store_full",
@@ -27,6 +28,7 @@ const OUTCOMES: [&str; 7] = [
     "fallback",
     "shadow_rejected",
     "penalty",
+    "too_costly",
 ];
 
 /// What events name a policy by: its label and, with `metrics`, its metric
@@ -85,6 +87,7 @@ pub(crate) fn decided(policy: &PolicyEvents, decision: &Decision) {
         (Origin::FailOpen, _) => 3,
         (Origin::Fallback, _) => 4,
         (Origin::Penalty, _) => 6,
+        (Origin::TooCostly, _) => 7,
         (_, true) => 0,
         (_, false) => 1,
     };

@@ -353,7 +353,7 @@ fn refining_a_named_policy_keeps_its_name() {
 async fn a_cost_in_bytes_names_its_unit() {
     let layer = SlidingWindowLayer::new(Limit::per_minute(1_000_000), by_client)
         .cost(|request: &Request<String>| request.body().len() as u32)
-        .quota_unit(tower_sliding_window::layer::QuotaUnit::ContentBytes)
+        .quota_unit(tower_sliding_window::QuotaUnit::ContentBytes)
         .store(MemoryStore::with_clock(ManualClock::new()));
     let svc = ServiceBuilder::new()
         .layer(layer)

@@ -132,10 +132,11 @@ impl Decision {
     }
 
     /// This judgement of a request of no cost, which records nothing and
-    /// always passes.
+    /// always passes: by the limits' own rule, so that it can be settled.
     pub(crate) fn costing_nothing(mut self) -> Self {
         self.allowed = true;
         self.retry_after_micros = 0;
+        self.origin = Origin::Limits;
         self
     }
 
@@ -218,12 +219,15 @@ impl Decision {
         usize::from(self.limit_index)
     }
 
-    /// Requests the deciding limit would still accept right now, after this one.
+    /// Units (requests, unless the layer has a
+    /// [`cost`](crate::SlidingWindowLayer::cost)) the deciding limit would
+    /// still accept right now, after this request.
     pub fn remaining(&self) -> u32 {
         self.quota.resolve(&self.limit, self.at_micros).0
     }
 
-    /// How long until a request would be accepted; zero when this one was.
+    /// How long until this request (all its units) would be accepted; zero
+    /// when it was, and when no wait would do ([`Origin::TooCostly`]).
     pub fn retry_after(&self) -> Duration {
         Duration::from_micros(self.retry_after_micros)
     }

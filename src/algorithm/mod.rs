@@ -79,7 +79,8 @@ pub enum Algorithm {
     /// the previous window's requests were spread evenly.
     #[default]
     SlidingCounter,
-    /// One timestamp per accepted request (at most the largest limit per key).
+    /// One timestamp per accepted request, or unit of a request's cost (at
+    /// most the largest limit per key).
     /// Exact: no closed interval of one window's length ever holds more than
     /// the limit.
     SlidingLog,

@@ -326,9 +326,12 @@ impl<E, St, P, M, W> SlidingWindowLayer<E, St, P, M, W> {
     /// Each request reserves its cost when it arrives, so a key over its
     /// limit is refused before reaching the service, and requests in flight
     /// at once never get past the limit together (ten at once against a
-    /// limit of three admit three). A response that does not match gives
-    /// the reservation back, in one store call made before the response is
-    /// handed on; a response future dropped before that keeps it. The
+    /// limit of three admit three). The limit therefore also bounds the
+    /// requests in flight, whatever their outcome. A response that does not
+    /// match gives the reservation back, in one store call (a Redis round
+    /// trip) made before the response is handed on; a response future
+    /// dropped before that, an `Err` from the inner service, and a request
+    /// a failure policy let through keep it. The
     /// predicate sees the response as the inner service made it; gRPC
     /// failures travel as HTTP 200 with the status in trailers, which it
     /// cannot see. With [`settle`](SlidingWindowLayer::settle) too, a
@@ -393,14 +396,23 @@ impl<E, St, P, M, C, S> SlidingWindowLayer<E, St, P, M, Weights<C, S>> {
     /// Charges each request `cost(request)` units instead of one: tokens,
     /// bytes, query complexity. A request is accepted iff every limit
     /// still has room for all its units, and records them all or none. A
-    /// cost of 0 always passes and records nothing; a cost larger than a
-    /// limit's `max` can never pass and is answered `413 Content Too Large`
-    /// (gRPC `INVALID_ARGUMENT`) without `Retry-After`. The `RateLimit`
-    /// header's remaining quota is in units. The closure names its body
-    /// type: `.cost(|req: &http::Request<Body>| …)`.
+    /// cost of 0 always passes (even for a spent key, or one serving a
+    /// penalty) and records nothing; a cost larger than any one limit's
+    /// `max` can never pass and is answered `413 Content Too Large` (gRPC
+    /// `INVALID_ARGUMENT`) with `RateLimit-Policy` but no `Retry-After`,
+    /// whatever the [`rejection`](Self::rejection) style. The `RateLimit`
+    /// header's remaining quota is in units.
+    ///
+    /// A cost read from the request is chosen by the client: clamp it
+    /// (`.clamp(1, most)`), or a client asking for 0 passes a spent limit.
+    /// The closure names the request's body type (`axum::body::Body` on
+    /// axum, `tonic::body::Body` on tonic). The sliding log keeps one stamp
+    /// per unit (8 bytes each, up to its largest limit per key): for limits
+    /// in the thousands of units, the sliding counter keeps two integers
+    /// whatever the cost.
     pub fn cost<B, F>(self, cost: F) -> SlidingWindowLayer<E, St, P, M, Weights<CostFn<F>, S>>
     where
-        F: Fn(&Request<B>) -> u32,
+        F: Fn(&Request<B>) -> u32 + Clone + Send + Sync + 'static,
     {
         self.with_weights(|weights| Weights {
             cost: CostFn(cost),
@@ -412,23 +424,31 @@ impl<E, St, P, M, C, S> SlidingWindowLayer<E, St, P, M, Weights<C, S>> {
     /// `settle(response)` gives the units it really used (`None` keeps its
     /// reservation). What it did not use is given back; an excess is
     /// charged even past the limit, as far as a full window, so the key is
-    /// refused until that drains. The response's `RateLimit` header shows
-    /// the quota after settling. A settle that changes nothing costs no
+    /// refused until that drains. A settle that changes nothing costs no
     /// store call; one that does costs one (in Redis one script call,
-    /// atomic), made before the response is handed on. A response future
-    /// dropped before its response arrives keeps its reservation. The
-    /// closure names the inner service's body type:
-    /// `.settle(|res: &http::Response<Body>| …)`.
+    /// atomic), made before the response is handed on. The response's
+    /// `RateLimit` header then shows the quota the admission left, moved by
+    /// the difference: exact unless other requests for the key came and
+    /// went meanwhile.
+    ///
+    /// It sees the response's head as the inner service made it: usage
+    /// known only at the end of a streamed body, or in gRPC trailers, has
+    /// to be settled another way. The reservation stands when the response
+    /// future is dropped before the response (the client went away), when
+    /// the inner service answers `Err`, when the store fails to settle
+    /// (logged as a `tracing` warning), and for requests a failure policy
+    /// let through. The closure names the inner service's body type
+    /// (`axum::body::Body` on axum): `.settle(|res: &http::Response<Body>| …)`.
     pub fn settle<ResB, F>(
         self,
         settle: F,
     ) -> SlidingWindowLayer<E, St, P, M, Weights<C, SettleFn<F>>>
     where
-        F: Fn(&http::Response<ResB>) -> Option<u32>,
+        F: Fn(&http::Response<ResB>) -> Option<u32> + Send + Sync + 'static,
     {
         self.with_weights(|weights| Weights {
             cost: weights.cost,
-            settle: SettleFn(settle),
+            settle: SettleFn(Arc::new(settle)),
         })
     }
 

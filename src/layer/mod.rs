@@ -23,4 +23,4 @@ pub use self::plan::{Plan, PlanByKey, PlanByRequest, SinglePolicy};
 pub use self::rejection::Rejection;
 pub use self::response::{QuotaUnit, RATELIMIT, RATELIMIT_POLICY};
 pub use self::service::SlidingWindow;
-pub use self::weights::{CostFn, RequestCost, ResponseSettle, SettleFn, Unit, Weigh, Weights};
+pub use self::weights::{CostFn, OneUnit, RequestCost, ResponseSettle, SettleFn, Weigh, Weights};

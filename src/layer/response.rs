@@ -138,7 +138,11 @@ pub(crate) fn rejection(
     grpc: bool,
 ) -> Response<Bytes> {
     if decision.origin() == Origin::TooCostly {
-        return too_costly(decision, grpc);
+        let mut response = too_costly(decision, grpc);
+        response
+            .headers_mut()
+            .insert(RATELIMIT_POLICY.clone(), headers.policy.clone());
+        return response;
     }
     let wait = ceil_secs(decision.retry_after_micros).max(1);
     let message = refusal_message(decision, wait);

@@ -2,6 +2,8 @@
 //! [`SlidingWindowLayer::cost`](crate::SlidingWindowLayer::cost) and
 //! [`SlidingWindowLayer::settle`](crate::SlidingWindowLayer::settle).
 
+use std::sync::Arc;
+
 use http::{Request, Response};
 
 /// A request's cost in units, and what its response says it really used.
@@ -18,17 +20,17 @@ pub trait Weigh<B, ResB> {
     fn settles(&self) -> bool;
 }
 
-/// A layer's costing and settling: each [`Unit`] (one unit a request,
+/// A layer's costing and settling: each [`OneUnit`] (one unit a request,
 /// nothing settled) or a closure.
 #[derive(Clone, Copy, Debug, Default)]
-pub struct Weights<C = Unit, S = Unit> {
+pub struct Weights<C = OneUnit, S = OneUnit> {
     pub(crate) cost: C,
     pub(crate) settle: S,
 }
 
-/// Every request costs one unit, and none is settled.
+/// Every request costs one unit, and none is settled: the default.
 #[derive(Clone, Copy, Debug, Default)]
-pub struct Unit;
+pub struct OneUnit;
 
 /// The cost closure given to
 /// [`SlidingWindowLayer::cost`](crate::SlidingWindowLayer::cost).
@@ -36,9 +38,16 @@ pub struct Unit;
 pub struct CostFn<F>(pub(crate) F);
 
 /// The settling closure given to
-/// [`SlidingWindowLayer::settle`](crate::SlidingWindowLayer::settle).
-#[derive(Clone, Copy, Debug)]
-pub struct SettleFn<F>(pub(crate) F);
+/// [`SlidingWindowLayer::settle`](crate::SlidingWindowLayer::settle),
+/// shared: each settled request holds it, so cloning it costs a count.
+#[derive(Debug)]
+pub struct SettleFn<F>(pub(crate) Arc<F>);
+
+impl<F> Clone for SettleFn<F> {
+    fn clone(&self) -> Self {
+        Self(Arc::clone(&self.0))
+    }
+}
 
 /// One half of [`Weights`]: what a request costs.
 pub trait RequestCost<B> {
@@ -46,7 +55,7 @@ pub trait RequestCost<B> {
     fn cost(&self, request: &Request<B>) -> u32;
 }
 
-impl<B> RequestCost<B> for Unit {
+impl<B> RequestCost<B> for OneUnit {
     #[inline]
     fn cost(&self, _: &Request<B>) -> u32 {
         1
@@ -68,7 +77,7 @@ pub trait ResponseSettle<ResB> {
     fn settles(&self) -> bool;
 }
 
-impl<ResB> ResponseSettle<ResB> for Unit {
+impl<ResB> ResponseSettle<ResB> for OneUnit {
     fn settle(&self, _: &Response<ResB>) -> Option<u32> {
         None
     }

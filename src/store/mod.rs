@@ -75,9 +75,12 @@ pub trait Store<K>: Clone + Send + Sync + 'static {
     /// gives back what it did not use, or charges the excess even past the
     /// limit (a window then holds at most its limit's `max`, so the key is
     /// refused until it drains), in one atomic step. Answers `admitted` with
-    /// the deciding limit's quota as the settling leaves it. A request that
-    /// was not counted (refused, or let through by a failure policy) has
-    /// nothing to settle.
+    /// the deciding limit's quota moved by the difference. A request that
+    /// was not counted (one whose `admitted` is not both
+    /// [allowed](Decision::is_allowed) and of
+    /// [`Origin::Limits`](crate::Origin::Limits): refused, or let through by
+    /// a failure policy, the fallback store's included) has nothing to
+    /// settle, and `admitted` comes back as it was.
     fn settle_bound(
         &self,
         key: K,
@@ -88,9 +91,8 @@ pub trait Store<K>: Clone + Send + Sync + 'static {
     ) -> Self::Future;
 
     /// Judges a request as [`decide_bound`](Store::decide_bound) would,
-    /// remaining quota included, but records nothing: for layers that count
-    /// only some responses
-    /// ([`SlidingWindowLayer::count_only`](crate::SlidingWindowLayer::count_only)).
+    /// remaining quota included, but records nothing: what a request of
+    /// cost 0 is told.
     fn peek_bound(&self, key: K, binding: &Self::Binding) -> Self::Future;
 
     /// Binds `policy` and judges a request for `key` under it.

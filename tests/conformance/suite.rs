@@ -671,6 +671,10 @@ pub async fn the_layer_costs_and_settles<St: Store<String>>(store: St, clock: Ma
             never.headers().get("retry-after").is_none(),
             "{algorithm:?}"
         );
+        assert!(
+            never.headers().get("ratelimit-policy").is_some(),
+            "{algorithm:?}"
+        );
         assert_eq!(call(7, None).await.unwrap().status(), 429, "{algorithm:?}");
         assert_eq!(call(6, None).await.unwrap().status(), 200, "{algorithm:?}");
     }

@@ -38,7 +38,7 @@ use crate::policy::Policy;
 ///   script is a Lua template filled for each policy, its limits as
 ///   constants, which spares Redis the work of reading them on every call;
 ///   each policy shape (algorithm and limits) therefore adds one script
-///   (two if peeked) to Redis's script cache, a few kilobytes each. A
+///   (up to four, with peeks, costs and settling) to Redis's script cache, a few kilobytes each. A
 ///   handful of plans costs nothing worth counting; limits computed per
 ///   tenant, thousands of distinct shapes, cost megabytes until a
 ///   `SCRIPT FLUSH` (after which the store reloads what it uses).
@@ -73,7 +73,11 @@ use crate::policy::Policy;
 ///   answered without a call: a flood of one key costs one call per wait, not
 ///   one per request. The answer is the one Redis would give this instance,
 ///   since nothing it does meanwhile can bring the wait closer; other
-///   instances only add traffic. The cache holds up to
+///   instances only add traffic (unless they settle requests, giving quota
+///   back that this instance learns of when its remembered wait is up).
+///   Refusals of requests costing more than one unit are not remembered,
+///   so a layer with a [`cost`](crate::SlidingWindowLayer::cost) is spared
+///   calls only for penalties and requests of one unit. The cache holds up to
 ///   [`DEFAULT_DENY_CACHE`](RedisStore::DEFAULT_DENY_CACHE) keys and starts
 ///   afresh when full; [`with_deny_cache`](RedisStore::with_deny_cache)
 ///   sizes it or turns it off. State lost in Redis (a restart without
@@ -517,7 +521,9 @@ impl<K: Display> Store<K> for RedisStore {
         }
         let name = keys::key_name(&self.prefix, &key, &binding.inner.suffix);
         // A refusal remembered for the key no longer says when it could
-        // pass: sooner if quota came back, later if more was charged.
+        // pass: sooner if quota came back, later if more was charged. It
+        // is forgotten again once the script has run, in case a refusal
+        // judged meanwhile was remembered.
         if let Some(denied) = &self.denied {
             denied.forget(&name);
         }
@@ -530,6 +536,9 @@ impl<K: Display> Store<K> for RedisStore {
                 invocation.arg(clock());
             }
             let settled = tokio::time::timeout(store.timeout, store.invoke(&invocation)).await;
+            if let Some(denied) = &store.denied {
+                denied.forget(&name);
+            }
             match settled {
                 Ok(Ok(_)) => Ok(admitted.settled(cost, used)),
                 Ok(Err(e)) => Err(error("Redis settle script failed".into(), e)),

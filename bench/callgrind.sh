@@ -71,13 +71,13 @@ on=$(per_call ours-on)
 off=$(per_call ours-off)
 inner_on=$(per_call ours-inner-on)
 inner_off=$(per_call ours-inner-off)
-inner_bare=$(per_call ours-inner-bare)
+one_off=$(per_call ours-one-off)
 governor_headers=$(per_call governor-layer-headers)
-echo "instructions per request through an axum router (peer IP key, two limits)"
+echo "instructions per request through an axum router (peer IP key, two limits unless said)"
 printf '  %-30s %6d\n' "bare router" "$bare"
 for pair in "tower_governor=$governor" "ours, headers on=$on" "ours, headers off=$off" \
   "ours, inner body, headers on=$inner_on" "ours, inner body, headers off=$inner_off" \
-  "ours, inner body, bare=$inner_bare"; do
+  "ours, one limit, inner, off=$one_off"; do
   value=${pair#*=}
   printf '  %-30s %6d  added %5d  %.2fx tower_governor'"'"'s added\n' "${pair%%=*}" "$value" $((value - bare)) \
     "$(awk -v a=$((value - bare)) -v b=$((governor - bare)) 'BEGIN {print a / b}')"

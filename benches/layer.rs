@@ -89,11 +89,11 @@ fn unserved_routers() -> Vec<(&'static str, Router)> {
             bare().layer(ours.clone().inner_body().rate_limit_headers(false)),
         ),
         (
-            "ours, inner body, bare",
+            "ours, one limit, inner body, headers off",
             bare().layer(
-                ours.inner_body()
-                    .rate_limit_headers(false)
-                    .decision_extension(false),
+                SlidingWindowLayer::new(Limit::per_second(huge), PeerIp::new())
+                    .inner_body()
+                    .rate_limit_headers(false),
             ),
         ),
         // A peer that also writes two headers on every response (its own
@@ -119,7 +119,7 @@ const IDS: [&str; 8] = [
     "ours, headers off",
     "ours, inner body, headers on",
     "ours, inner body, headers off",
-    "ours, inner body, bare",
+    "ours, one limit, inner body, headers off",
     "tower_governor, headers",
     "tower_governor",
 ];

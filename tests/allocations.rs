@@ -89,7 +89,9 @@ fn the_layer_allocates_no_more_than_tower_governor_headers_included() {
                 .rate_limit_headers(false),
         ),
     ));
-    let (with_extension, _) = per_request(&served(bare().layer(ours.clone())));
+    let (with_extension, _) =
+        per_request(&served(bare().layer(ours.clone().decision_extension(true))));
+    let (by_default, _) = per_request(&served(bare().layer(ours.clone())));
     // Unserved, a router applies its layers on every request; ours then
     // also allocates the `Arc` its service's clones share, one more than
     // tower_governor.
@@ -130,6 +132,11 @@ fn the_layer_allocates_no_more_than_tower_governor_headers_included() {
     assert!(
         (with_extension - headers_on - 1.0).abs() < 0.1,
         "the decision extension: {with_extension} against {headers_on}"
+    );
+    // By default nothing is put in the extensions.
+    assert!(
+        (by_default - headers_on).abs() < 0.1,
+        "the default: {by_default} against {headers_on}"
     );
     // axum's own cost for any layer is what tower_governor adds.
     assert!(governor > bare_router);

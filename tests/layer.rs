@@ -62,6 +62,7 @@ fn layer(
 ) -> SlidingWindowLayer<ByClient, MemoryStore<ManualClock>> {
     SlidingWindowLayer::new(limit, by_client as ByClient)
         .store(MemoryStore::with_clock(clock.clone()))
+        .decision_extension(true)
 }
 
 #[tokio::test]
@@ -376,4 +377,28 @@ async fn a_cost_in_bytes_names_its_unit() {
         }));
     let response = svc.oneshot(request(Some("a"), None)).await.unwrap();
     assert_eq!(response.headers()["ratelimit-policy"], "\"60s\";q=10;w=60");
+}
+
+/// The decision goes in the request's extensions only when asked for, or
+/// in shadow mode, where it tells the handler what enforcement would do.
+#[tokio::test]
+async fn the_decision_extension_is_opt_in_except_in_shadow_mode() {
+    let handler_sees = |layer: SlidingWindowLayer<ByClient, MemoryStore<ManualClock>>| async move {
+        let svc = ServiceBuilder::new()
+            .layer(layer)
+            .service(service_fn(echo_decision));
+        body_text(svc.oneshot(request(Some("a"), None)).await.unwrap()).await
+    };
+    let clock = ManualClock::new();
+    let plain = || {
+        SlidingWindowLayer::new(Limit::per_second(3), by_client as ByClient)
+            .store(MemoryStore::with_clock(clock.clone()))
+    };
+    assert_eq!(handler_sees(plain()).await, "none");
+    assert_eq!(handler_sees(plain().decision_extension(true)).await, "2");
+    assert_eq!(handler_sees(plain().shadow_mode(true)).await, "2");
+    assert_eq!(
+        handler_sees(plain().shadow_mode(true).decision_extension(false)).await,
+        "none"
+    );
 }

@@ -148,7 +148,8 @@ async fn timed_status(
     policy: &Policy,
 ) -> (StatusCode, Duration, Option<Origin>) {
     let layer = SlidingWindowLayer::with_policy(policy.clone(), |_: &Request<()>| Some("faulty"))
-        .store(store.clone());
+        .store(store.clone())
+        .decision_extension(true);
     let svc =
         ServiceBuilder::new()
             .layer(layer)

@@ -11,7 +11,7 @@
 //! holds G + 1 stamps inside it at each call, as the store bench's "10 in
 //! window" (G = 9), "4 in window" (3) and "full ring" (99) rows) or `bare`,
 //! `governor-layer`, `governor-layer-headers`, `ours-on`, `ours-off`,
-//! `ours-inner-on`, `ours-inner-off`, `ours-inner-bare` (router; see
+//! `ours-inner-on`, `ours-inner-off`, `ours-one-off` (router; see
 //! `SlidingWindowLayer::inner_body`).
 
 use std::future::Future;
@@ -89,10 +89,10 @@ fn router(what: &str) -> Option<Router> {
         "ours-off" => bare.layer(ours.rate_limit_headers(false)),
         "ours-inner-on" => bare.layer(ours.inner_body()),
         "ours-inner-off" => bare.layer(ours.inner_body().rate_limit_headers(false)),
-        "ours-inner-bare" => bare.layer(
-            ours.inner_body()
-                .rate_limit_headers(false)
-                .decision_extension(false),
+        "ours-one-off" => bare.layer(
+            SlidingWindowLayer::new(Limit::per_second(huge), PeerIp::new())
+                .inner_body()
+                .rate_limit_headers(false),
         ),
         "governor-layer" => {
             let config = GovernorConfigBuilder::default()

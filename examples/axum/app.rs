@@ -23,8 +23,10 @@ async fn login() -> &'static str {
 /// the `trusted_proxies`, by the peer address otherwise.
 pub fn app(trusted_proxies: &[&str]) -> Router {
     let client_ip = ClientIp::behind(trusted_proxies).expect("valid proxy networks");
+    // The handler reads its decision, so the layer hands it over.
     let general = SlidingWindowLayer::new(Limit::per_second(5), client_ip.clone())
-        .limit(Limit::per_minute(30));
+        .limit(Limit::per_minute(30))
+        .decision_extension(true);
     let login_limit = SlidingWindowLayer::new(Limit::per_minute(3), client_ip)
         .algorithm(Algorithm::SlidingLog)
         .rejection(Rejection::problem_json());

@@ -64,7 +64,10 @@ pub(crate) struct LayerConfig {
     headers_asked: Option<bool>,
     /// Judge and record, but let every request through.
     pub(crate) shadow: bool,
+    /// Whether accepted requests carry their decision: as asked, else only
+    /// in shadow mode, where it is how a handler learns what would happen.
     pub(crate) decision_extension: bool,
+    extension_asked: Option<bool>,
     pub(crate) missing_key: MissingKey,
     pub(crate) rejection: Rejection,
     pub(crate) count_only: Option<CountOnly>,
@@ -127,7 +130,8 @@ impl<E> SlidingWindowLayer<E> {
                 headers_on_success: true,
                 headers_asked: None,
                 shadow: false,
-                decision_extension: true,
+                decision_extension: false,
+                extension_asked: None,
                 missing_key: MissingKey::default(),
                 rejection: Rejection::default(),
                 count_only: None,
@@ -294,14 +298,20 @@ impl<E, St, P, M, W> SlidingWindowLayer<E, St, P, M, W> {
         let config = Arc::make_mut(&mut self.config);
         config.shadow = on;
         config.headers_on_success = config.headers_asked.unwrap_or(!on);
+        config.decision_extension = config.extension_asked.unwrap_or(on);
         self
     }
 
     /// Whether accepted requests carry their [`Decision`](crate::Decision)
-    /// in their extensions for handlers to read (default `true`). Switching
-    /// it off saves an allocation per request.
+    /// in their extensions for handlers to read (`Extension<Decision>` in
+    /// axum). Off by default, since it costs an allocation per request
+    /// that most services never read; on by default in
+    /// [shadow mode](Self::shadow_mode), where it tells a handler what
+    /// enforcement would have done.
     pub fn decision_extension(mut self, on: bool) -> Self {
-        Arc::make_mut(&mut self.config).decision_extension = on;
+        let config = Arc::make_mut(&mut self.config);
+        config.extension_asked = Some(on);
+        config.decision_extension = on;
         self
     }
 

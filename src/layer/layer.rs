@@ -341,10 +341,9 @@ impl<E, St, P, M, W> SlidingWindowLayer<E, St, P, M, W> {
     /// match gives the reservation back, in one store call (a Redis round
     /// trip) made before the response is handed on; a response future
     /// dropped before that, an `Err` from the inner service, and a request
-    /// a failure policy let through keep it. The
-    /// predicate sees the response as the inner service made it; gRPC
-    /// failures travel as HTTP 200 with the status in trailers, which it
-    /// cannot see. With [`settle`](SlidingWindowLayer::settle) too, a
+    /// a failure policy let through keep it. The predicate sees the
+    /// response as the inner service made it; gRPC failures travel as HTTP
+    /// 200 with the status in trailers, which it cannot see. With [`settle`](SlidingWindowLayer::settle) too, a
     /// matching response is settled by it. `RateLimit` shows the quota
     /// after any give-back.
     pub fn count_only<F>(mut self, counts: F) -> Self

@@ -1,7 +1,7 @@
 //! A sharded map from key to key state for one policy, with idle eviction
 //! and a cap on the number of keys.
 
-use parking_lot::Mutex;
+use parking_lot::{Mutex, MutexGuard};
 use std::hash::{BuildHasher, Hash};
 
 use foldhash::quality::RandomState;
@@ -141,17 +141,8 @@ impl<K: Hash + Eq, S: EntryState> Shards<K, S> {
     /// for the others).
     pub(super) fn decide(&self, key: K, now: u64, cost: impl Units) -> Decision {
         let shape = &self.shape;
-        let hash = self.hasher.hash_one(&key);
-        // The middle bits pick the shard: the table itself uses the low bits
-        // for buckets and the top seven as tags.
-        let index = (hash >> 32) as usize & (self.shards.len() - 1);
-        // A lock that spins briefly before it parks: under contention on one
-        // hot key a decision is over before a parked thread would wake. It
-        // does not poison, which is sound here: a panic while holding it
-        // cannot leave a shard half-updated (every update is a plain store).
-        let mut guard = self.shards[index].0.lock();
+        let (hash, mut guard) = self.shard_for(&key, now);
         let shard = &mut *guard;
-        shard.prepare(now, shape);
         if let Some(entry) = shard.table.find_mut(hash, |entry| entry.key == key) {
             return entry.state.decide(now, cost, shape, &shard.base);
         }
@@ -162,6 +153,22 @@ impl<K: Hash + Eq, S: EntryState> Shards<K, S> {
         let decision = state.decide(now, cost, shape, &shard.base);
         self.insert(shard, hash, key, state);
         decision
+    }
+
+    /// `key`'s hash and its shard, locked and readied for `now`.
+    #[inline(always)]
+    fn shard_for(&self, key: &K, now: u64) -> (u64, MutexGuard<'_, Shard<K, S>>) {
+        let hash = self.hasher.hash_one(key);
+        // The middle bits pick the shard: the table itself uses the low bits
+        // for buckets and the top seven as tags.
+        let index = (hash >> 32) as usize & (self.shards.len() - 1);
+        // A lock that spins briefly before it parks: under contention on one
+        // hot key a decision is over before a parked thread would wake. It
+        // does not poison, which is sound here: a panic while holding it
+        // cannot leave a shard half-updated (every update is a plain store).
+        let mut shard = self.shards[index].0.lock();
+        shard.prepare(now, &self.shape);
+        (hash, shard)
     }
 
     /// Adds a new key's state to its shard.
@@ -185,11 +192,8 @@ impl<K: Hash + Eq, S: EntryState> Shards<K, S> {
     /// charged an excess afresh, as a new key would be, if there is room.
     pub(super) fn settle(&self, key: K, settled: &Settlement) {
         let shape = &self.shape;
-        let hash = self.hasher.hash_one(&key);
-        let index = (hash >> 32) as usize & (self.shards.len() - 1);
-        let mut guard = self.shards[index].0.lock();
+        let (hash, mut guard) = self.shard_for(&key, settled.now);
         let shard = &mut *guard;
-        shard.prepare(settled.now, shape);
         if let Some(entry) = shard.table.find_mut(hash, |entry| entry.key == key) {
             entry.state.settle(settled, shape, &shard.base);
             return;
@@ -209,10 +213,7 @@ impl<K: Hash + Eq, S: EntryState> Shards<K, S> {
     /// key the store could not record must not pass unlimited.
     pub(super) fn peek(&self, key: &K, now: u64) -> Decision {
         let shape = &self.shape;
-        let hash = self.hasher.hash_one(key);
-        let index = (hash >> 32) as usize & (self.shards.len() - 1);
-        let mut shard = self.shards[index].0.lock();
-        shard.prepare(now, shape);
+        let (hash, mut shard) = self.shard_for(key, now);
         let base = shard.base;
         let found = shard
             .table

@@ -535,18 +535,16 @@ impl<K: Display> Store<K> for RedisStore {
             if let Some(clock) = &store.clock {
                 invocation.arg(clock());
             }
-            let settled = tokio::time::timeout(store.timeout, store.invoke(&invocation)).await;
+            let settled = store
+                .within_timeout(async {
+                    let reply = store.invoke(&invocation).await;
+                    reply.map_err(|e| error("Redis settle script failed".into(), e))
+                })
+                .await;
             if let Some(denied) = &store.denied {
                 denied.forget(&name);
             }
-            match settled {
-                Ok(Ok(_)) => Ok(admitted.settled(cost, used)),
-                Ok(Err(e)) => Err(error("Redis settle script failed".into(), e)),
-                Err(_) => Err(StoreError::new(
-                    format!("Redis did not settle within {:?}", store.timeout),
-                    None,
-                )),
-            }
+            settled.map(|_| admitted.settled(cost, used))
         })
     }
 
@@ -575,25 +573,33 @@ impl RedisStore {
         let store = self.clone();
         let binding = binding.clone();
         Box::pin(async move {
-            let outcome =
-                tokio::time::timeout(store.timeout, store.judge(&name, &binding, mode, cost)).await;
-            let policy = &binding.inner.policy;
+            let outcome = store
+                .within_timeout(store.judge(&name, &binding, mode, cost))
+                .await;
             match outcome {
-                Ok(Ok(decision)) => {
+                Ok(decision) => {
                     if !decision.is_allowed() {
                         store.remember(name, decision, sent, &binding, record, cost);
                     }
                     Ok(decision)
                 }
-                Ok(Err(err)) => store.on_failure(name, policy, err, record),
-                Err(_) => {
-                    let err = StoreError::new(
-                        format!("Redis did not answer within {:?}", store.timeout),
-                        None,
-                    );
-                    store.on_failure(name, policy, err, record)
-                }
+                Err(err) => store.on_failure(name, &binding.inner.policy, err, record),
             }
         })
+    }
+
+    /// `call`'s outcome, or an error once the store's timeout has passed.
+    async fn within_timeout<T>(
+        &self,
+        call: impl Future<Output = Result<T, StoreError>>,
+    ) -> Result<T, StoreError> {
+        tokio::time::timeout(self.timeout, call)
+            .await
+            .unwrap_or_else(|_| {
+                Err(StoreError::new(
+                    format!("Redis did not answer within {:?}", self.timeout),
+                    None,
+                ))
+            })
     }
 }

@@ -16,45 +16,42 @@ use crate::limit::Limit;
 /// `W` old: the window `[now - W, now]` is closed, so a timestamp exactly `W`
 /// old still counts. A request of cost `c` is `c` requests at one instant:
 /// it needs the `(max - c + 1)`-th most recent stamp outside the window,
-/// and records `c` stamps. That test reads one slot, so a decision costs
-/// O(1) per limit (and O(c) to record), and a store's key holds at most the largest limit's stamps (in
-/// slots that grow by doubling, behind two words a limit and two more).
-/// Rejected requests are not recorded.
+/// and records `c` stamps. That test reads one slot per limit.
 ///
-/// A store judges each key under one policy, so a stamp outside its
-/// longest window will never count again. A key with at most two stamps
-/// inside that window keeps them beside its key in the store's map, with
-/// no ring at all; a busier key's ring without a free slot overwrites
-/// such a stamp rather than grow, so a key that stays below its limits
-/// keeps a few slots (as few as four) instead of its largest limit's. At a
-/// store's sweep (every few seconds) a ring whose stamps inside the
-/// window, as measured from its newest stamp, fit in two again gives way
-/// to them, and a ring of 16 slots or more gives its slots back once a
-/// quarter of them or fewer hold such stamps: a key that still gets
+/// The remaining quota under each limit is the number of stamps inside its
+/// window, found by a search from the oldest stamp in strides that double:
+/// a ring whose stamps nearly all count, as a key at its limit's do, is
+/// settled by the slot beside the one just written, and any ring in
+/// O(log n) reads. The ring holds stamps and nothing else, so a decision
+/// touches no memory but the slots it reads.
+///
+/// A key's ring holds at most the largest limit's stamps, in slots that
+/// grow by doubling. A store judges each key under one policy, so a stamp
+/// outside its longest window will never count again. A key with at most
+/// two stamps inside that window keeps them beside its key in the store's
+/// map, with no ring at all; a busier key's ring without a free slot
+/// overwrites such a stamp rather than grow, so a key that stays below its
+/// limits keeps a few slots (as few as four) instead of its largest
+/// limit's. At a store's sweep (every few seconds) a ring whose stamps
+/// inside the window, as measured from its newest stamp, fit in two again
+/// gives way to them, and a ring of 16 slots or more gives its slots back
+/// once a quarter of them or fewer hold such stamps: a key that still gets
 /// requests, though fewer; one that stops is dropped whole once idle.
-/// Judged through
-/// [`decide`](Self::decide), whose caller may lengthen the windows at the
-/// next call, the log keeps its largest limit's newest stamps.
+/// Judged through [`decide`](Self::decide), whose caller may lengthen the
+/// windows at the next call, the log keeps its largest limit's newest
+/// stamps.
 ///
 /// A log holds at most 2^31 stamps (16 GiB for one key, which no machine
 /// would hold anyway), so a limit whose `max` is larger never refuses.
 ///
-/// Judged under other limits than the last call's, the log keeps its
-/// newest stamps and lays its buffer out again, in time linear in them.
-///
-/// The remaining quota comes from one cursor per limit, the first record
-/// still inside that limit's window; time only moves forward (a clock that
-/// steps back is judged at the newest time recorded), so cursors only move
-/// forward too, and counting stays O(1) amortised.
+/// Judged under a smaller largest limit than before, the log keeps its
+/// newest stamps, in a ring laid out again in time linear in them.
 #[derive(Clone, Debug, Default)]
 pub struct SlidingLog {
-    /// `[total, limit count, window..., cursor..., slot...]`: `total` counts
-    /// records ever made; each limit's window (µs) is the one its cursor,
-    /// the record number of the first record still inside that window, was
-    /// moved for; the slots hold the ring of stamps in microseconds, grown
-    /// by doubling up to the largest limit (and shrunk at a store's sweep).
-    /// Empty until the first decision.
-    buf: Box<[u64]>,
+    /// The ring of stamps in microseconds, grown by doubling up to the
+    /// largest limit (and shrunk at a store's sweep). Empty until the first
+    /// decision.
+    slots: Box<[u64]>,
     /// Where the ring stands: with fewer stamps than slots, their number,
     /// filling the slots in order from the first; with every slot taken,
     /// the number of slots plus the slot of the oldest stamp. A ring wraps
@@ -65,11 +62,9 @@ pub struct SlidingLog {
     at: u32,
 }
 
-// Where a decision finds its stamps is known from `at` and the buffer's
-// length, not from the heap header: over many keys the header's and the
-// stamp's cache misses then overlap instead of following one another. A
-// store's entry keeps `at` and the buffer's pointer and length beside its
-// key, so a busy key's state is one allocation behind its entry.
+// A store's entry keeps `at` and the slots' pointer and length beside its
+// key: a busy key's state is one allocation behind its entry, and a
+// decision reads the entry and the slots around the oldest stamp.
 
 /// The most stamps a ring holds, so that `at` fits in 32 bits: 16 GiB of
 /// stamps, for one key. A limit with a larger `max` never refuses; no
@@ -81,14 +76,6 @@ pub(crate) const MAX_SLOTS: usize = 1 << 31;
 pub(crate) fn capacity_for(limits: &[Limit]) -> u32 {
     let largest = limits.iter().map(Limit::max).max().unwrap_or(0);
     largest.min(MAX_SLOTS as u32)
-}
-
-/// Words before the windows.
-const HEADER: usize = 2;
-
-/// Where the slots start in a buffer laid out for `limits` limits.
-const fn first_slot(limits: usize) -> usize {
-    HEADER + 2 * limits
 }
 
 /// Slots a ring starts with.
@@ -123,7 +110,7 @@ impl SlidingLog {
 
     /// The number of timestamps held.
     pub fn len(&self) -> usize {
-        ring_in(&self.buf, self.at, limits_in(&self.buf)).1
+        ring_in(&self.slots, self.at).1
     }
 
     /// Whether no request has been recorded.
@@ -144,74 +131,66 @@ impl SlidingLog {
             .decide_micros(now, limits, capacity, forget_after, cost)
     }
 
-    /// A log laid out for `limits` and at most `capacity` stamps, holding
-    /// `stamps` (oldest first, none newer than the next decision's time) as
-    /// if they were all it ever recorded.
-    pub(crate) fn holding(limits: &[Limit], stamps: &[u64], capacity: u32) -> Self {
+    /// A log of at most `capacity` stamps, holding `stamps` (oldest first,
+    /// none newer than the next decision's time).
+    pub(crate) fn holding(stamps: &[u64], capacity: u32) -> Self {
         let mut log = Self::default();
-        log.view()
-            .lay_out_holding(limits, stamps.to_vec(), 0, capacity as usize);
+        log.view().hold(stamps.to_vec(), capacity as usize);
         log
     }
 
-    /// The buffer and where its ring stands, for a store's entry to keep
+    /// The slots and where the ring stands, for a store's entry to keep
     /// beside its key.
     pub(crate) fn into_parts(self) -> (Box<[u64]>, u32) {
-        (self.buf, self.at)
+        (self.slots, self.at)
     }
 
     /// The log's parts, lent to the code that judges and sheds it.
     pub(crate) fn view(&mut self) -> LogMut<'_> {
-        LogMut::new(&mut self.buf, &mut self.at)
+        LogMut::new(&mut self.slots, &mut self.at)
     }
 }
 
-/// A [`SlidingLog`]'s buffer and ring position, borrowed from wherever they
+/// A [`SlidingLog`]'s slots and ring position, borrowed from wherever they
 /// are kept: the log itself, or a store's entry, beside its key. Every
 /// decision works through it, so that neither place moves its parts
 /// around a decision.
 pub(crate) struct LogMut<'a> {
-    buf: &'a mut Box<[u64]>,
+    slots: &'a mut Box<[u64]>,
     at: &'a mut u32,
 }
 
 impl<'a> LogMut<'a> {
-    /// The log kept as `buf` and `at`, as [`SlidingLog::into_parts`] gave
-    /// them.
-    pub(crate) fn new(buf: &'a mut Box<[u64]>, at: &'a mut u32) -> Self {
-        Self { buf, at }
+    /// The log kept as `slots` and `at`, as [`SlidingLog::into_parts`]
+    /// gave them.
+    pub(crate) fn new(slots: &'a mut Box<[u64]>, at: &'a mut u32) -> Self {
+        Self { slots, at }
     }
 
-    /// The ring's oldest slot and its number of stamps, in a buffer laid
-    /// out for `limits` limits.
+    /// The ring's oldest slot and its number of stamps.
     #[inline]
-    fn ring(&self, limits: usize) -> (usize, usize) {
-        ring_in(self.buf, *self.at, limits)
+    fn ring(&self) -> (usize, usize) {
+        ring_in(self.slots, *self.at)
     }
 
     /// The number of timestamps held.
     fn len(&self) -> usize {
-        ring_in(self.buf, *self.at, self.limits()).1
+        self.ring().1
     }
 
-    fn total(&self) -> u64 {
-        self.buf.first().copied().unwrap_or(0)
+    /// The `i`-th oldest timestamp held.
+    fn stamp(&self, i: usize) -> u64 {
+        stamp_in(self.slots, *self.at, i)
     }
 
-    /// The number of limits the buffer is laid out for.
-    fn limits(&self) -> usize {
-        limits_in(self.buf)
+    fn newest(&self) -> Option<u64> {
+        let len = self.len();
+        (len > 0).then(|| self.stamp(len - 1))
     }
 
-    /// The `i`-th oldest timestamp held, in a buffer laid out for `limits`
-    /// limits.
-    fn stamp(&self, limits: usize, i: usize) -> u64 {
-        stamp_in(self.buf, *self.at, limits, i)
-    }
-
-    fn newest(&self, limits: usize) -> Option<u64> {
-        let (_, len) = self.ring(limits);
-        (len > 0).then(|| self.stamp(limits, len - 1))
+    /// Every stamp held, oldest first.
+    fn stamps(&self) -> Vec<u64> {
+        (0..self.len()).map(|i| self.stamp(i)).collect()
     }
 
     /// Judges a request of `cost` units (from 1 to every limit's `max`) at
@@ -238,27 +217,26 @@ impl<'a> LogMut<'a> {
             cost.get() >= 1 && limits.iter().all(|limit| cost.get() <= limit.max()),
             "a cost from 1 to every limit's max"
         );
-        if let [limit] = limits {
-            return self.decide_one(now, limit, capacity as usize, forget_after, cost);
-        }
-        let count = limits.len();
-        self.fit(limits, capacity as usize);
+        let capacity = capacity as usize;
+        self.fit(capacity);
         // A clock that stepped back must not make recorded requests look newer
         // than they are: judge at the newest time seen instead.
-        let now = self.newest(count).map_or(now, |newest| newest.max(now));
-        let (_, len) = self.ring(count);
+        let now = self.newest().map_or(now, |newest| newest.max(now));
+        if let [limit] = limits {
+            return self.decide_one(now, limit, capacity, forget_after, cost);
+        }
+        let len = self.len();
         let mut verdict = Verdict::default();
         for (index, limit) in limits.iter().enumerate() {
-            if let Some(wait) = self.blocking(count, len, now, limit, cost) {
+            if let Some(wait) = self.blocking(len, now, limit, cost) {
                 verdict.refuse(index, wait);
             }
         }
         if let Some(refusal) = verdict.refusal(limits, now) {
             return refusal;
         }
-        self.record_units(count, now, capacity as usize, forget_after, cost);
-        // Each cursor moves once here; the decision then reads the results
-        // (on the stack for any policy; the public API takes longer lists).
+        self.record_units(now, capacity, forget_after, cost);
+        // On the stack for any policy; the public API takes longer lists.
         let mut inline = [(0, 0); super::INLINE_LIMITS];
         let mut spilled = Vec::new();
         let quotas: &mut [(u32, u64)] = if limits.len() <= inline.len() {
@@ -267,14 +245,15 @@ impl<'a> LogMut<'a> {
             spilled.resize(limits.len(), (0, 0));
             &mut spilled
         };
-        for (index, limit) in limits.iter().enumerate() {
-            quotas[index] = self.quota(count, index, now, limit);
+        for (quota, limit) in quotas.iter_mut().zip(limits) {
+            *quota = self.quota(now, limit);
         }
         tightest_known(limits, now, quotas)
     }
 
     /// [`decide_micros`](Self::decide_micros) for one limit, the common
-    /// case, without the bookkeeping that picks one limit among several.
+    /// case, without the bookkeeping that picks one limit among several,
+    /// at a `now` no older than the newest stamp.
     fn decide_one(
         &mut self,
         now: u64,
@@ -284,14 +263,11 @@ impl<'a> LogMut<'a> {
         cost: impl Units,
     ) -> Decision {
         let limits = std::slice::from_ref(limit);
-        self.fit(limits, capacity);
-        let now = self.newest(1).map_or(now, |newest| newest.max(now));
-        let (_, len) = self.ring(1);
-        if let Some(wait) = self.blocking(1, len, now, limit, cost) {
+        if let Some(wait) = self.blocking(self.len(), now, limit, cost) {
             return refused(limits, now, 0, wait);
         }
-        self.record_units(1, now, capacity, forget_after, cost);
-        let (remaining, replenish_micros) = self.quota(1, 0, now, limit);
+        self.record_units(now, capacity, forget_after, cost);
+        let (remaining, replenish_micros) = self.quota(now, limit);
         accepted(
             limits,
             now,
@@ -307,128 +283,67 @@ impl<'a> LogMut<'a> {
     /// stamps that really used `settled.used`: takes back as many of its
     /// stamps as it did not use, or records the excess at `settled.now`
     /// (as many as the ring holds; the oldest make way as for any
-    /// request). A ring laid out for other limits holds no such request,
-    /// and is left alone.
-    pub(crate) fn settle(
-        mut self,
-        settled: &Settlement,
-        limits: &[Limit],
-        capacity: u32,
-        forget_after: u64,
-    ) {
-        let count = limits.len();
-        if !self.laid_out_for(limits, capacity as usize) {
-            return;
-        }
+    /// request).
+    pub(crate) fn settle(mut self, settled: &Settlement, capacity: u32, forget_after: u64) {
+        let capacity = capacity as usize;
         if settled.used < settled.cost {
-            let (_, len) = self.ring(count);
-            let mut stamps: Vec<u64> = (0..len).map(|i| self.stamp(count, i)).collect();
+            let mut stamps = self.stamps();
             // The stamps are in order: the request's are among those equal to its time.
             let end = stamps.partition_point(|&stamp| stamp <= settled.at);
             let start = stamps[..end].partition_point(|&stamp| stamp < settled.at);
             let back = (end - start).min((settled.cost - settled.used) as usize);
             if back > 0 {
                 stamps.drain(end - back..end);
-                let total = self.total();
-                self.lay_out_holding(limits, stamps, total, capacity as usize);
+                self.hold(stamps, capacity);
             }
         } else if settled.used > settled.cost {
+            self.fit(capacity);
             let now = self
-                .newest(count)
+                .newest()
                 .map_or(settled.now, |newest| newest.max(settled.now));
-            for _ in 0..(settled.used - settled.cost).min(capacity) {
-                self.record(count, now, capacity as usize, forget_after);
+            for _ in 0..(settled.used - settled.cost).min(capacity as u32) {
+                self.record(now, capacity, forget_after);
             }
         }
     }
 
     /// How long `limit` keeps `cost` more units out of its window at `now`,
-    /// among `len` stamps in a buffer laid out for `limits` limits: until
-    /// the `(max - cost + 1)`-th newest stamp leaves it.
+    /// among `len` stamps: until the `(max - cost + 1)`-th newest stamp
+    /// leaves it.
     #[inline(always)]
-    fn blocking(
-        &self,
-        limits: usize,
-        len: usize,
-        now: u64,
-        limit: &Limit,
-        cost: impl Units,
-    ) -> Option<u64> {
+    fn blocking(&self, len: usize, now: u64, limit: &Limit, cost: impl Units) -> Option<u64> {
         let need = (limit.max() - cost.get()) as usize + 1;
         if len < need {
             return None;
         }
-        blocked_for(self.stamp(limits, len - need), now, limit)
+        blocked_for(self.stamp(len - need), now, limit)
     }
 
-    /// Lays the buffer out for `limits` and at most `capacity` slots,
-    /// keeping the newest stamps, when the limits changed or the ring has
-    /// more slots than `capacity` (a smaller largest limit). Cursors start
-    /// over from the oldest stamp when their windows changed: a cursor
-    /// moved for a shorter window may have passed stamps a longer one still
-    /// counts. A wrapped ring given a larger `capacity` is laid out in
-    /// order by `grow`, when it grows.
+    /// Keeps the newest `capacity` stamps when the ring has more slots
+    /// than that (its caller's largest limit shrank), so that a ring
+    /// wraps only once every slot is taken. A wrapped ring given a larger
+    /// `capacity` is laid out in order by `grow`, when it grows.
     #[inline]
-    fn fit(&mut self, limits: &[Limit], capacity: usize) {
-        if !self.laid_out_for(limits, capacity) {
-            self.lay_out(limits, capacity);
+    fn fit(&mut self, capacity: usize) {
+        if self.slots.len() > capacity {
+            self.shrink_to(capacity);
         }
     }
 
-    /// The slow part of [`fit`](Self::fit): a key's first decision, limits
-    /// the buffer's layout no longer fits, or a `capacity` smaller than its
-    /// slots.
     #[cold]
-    fn lay_out(&mut self, limits: &[Limit], capacity: usize) {
-        let held = self.limits();
-        let stamps: Vec<u64> = (0..self.len()).map(|i| self.stamp(held, i)).collect();
-        let total = self.total();
-        self.lay_out_holding(limits, stamps, total, capacity);
+    fn shrink_to(&mut self, capacity: usize) {
+        let stamps = self.stamps();
+        self.hold(stamps, capacity);
     }
 
-    /// Lays the buffer out for `limits`, holding the newest `capacity` of
-    /// `stamps`, `total` records having been made (at least as many as
-    /// `stamps`).
-    fn lay_out_holding(
-        &mut self,
-        limits: &[Limit],
-        mut stamps: Vec<u64>,
-        total: u64,
-        capacity: usize,
-    ) {
+    /// Lays the ring out holding the newest `capacity` of `stamps`, with
+    /// room for a new key's first few.
+    fn hold(&mut self, mut stamps: Vec<u64>, capacity: usize) {
         stamps.drain(..stamps.len().saturating_sub(capacity));
-        let total = total.max(stamps.len() as u64);
-        let oldest = total - stamps.len() as u64;
-        // A new key gets its first slots now rather than at its first record.
-        let spare = FIRST_SLOTS.min(capacity).saturating_sub(stamps.len());
-        *self.at = stamps.len() as u32;
-        *self.buf = [total, limits.len() as u64]
-            .into_iter()
-            .chain(limits.iter().map(Limit::window_micros))
-            .chain(std::iter::repeat_n(oldest, limits.len()))
-            .chain(stamps)
-            .chain(std::iter::repeat_n(0, spare))
-            .collect();
-    }
-
-    /// Whether the buffer is laid out for `limits` and at most `capacity`
-    /// slots already: the case of every decision but a key's first, when
-    /// a store judges each key under one policy. A ring has no more slots
-    /// than `capacity`, so it wraps only once they are all taken.
-    fn laid_out_for(&self, limits: &[Limit], capacity: usize) -> bool {
-        let Some([count, windows @ ..]) = self.buf.get(1..HEADER + limits.len()) else {
-            return false;
-        };
-        *count == limits.len() as u64
-            && self
-                .buf
-                .len()
-                .checked_sub(first_slot(limits.len()))
-                .is_some_and(|slots| slots <= capacity)
-            && windows
-                .iter()
-                .zip(limits)
-                .all(|(&window, limit)| window == limit.window_micros())
+        let held = stamps.len();
+        stamps.resize(held.max(FIRST_SLOTS.min(capacity)), 0);
+        *self.at = held as u32;
+        *self.slots = stamps.into_boxed_slice();
     }
 
     /// Records a stamp at `now`: after the newest while the ring has room;
@@ -437,239 +352,200 @@ impl<'a> LogMut<'a> {
     // Forced into its one caller on the hot path, which the store bench's
     // log cases guard.
     #[inline(always)]
-    fn record(&mut self, limits: usize, now: u64, capacity: usize, forget_after: u64) {
-        let (head, len) = self.ring(limits);
-        let first = first_slot(limits);
-        let slots = self.buf.len() - first;
+    fn record(&mut self, now: u64, capacity: usize, forget_after: u64) {
+        let (head, len) = self.ring();
+        let slots = self.slots.len();
         debug_assert!(slots <= capacity, "laid out for at most `capacity` slots");
         if len < slots {
             debug_assert!(head == 0, "only a ring without room wraps");
-            self.buf[first + len] = now;
+            self.slots[len] = now;
             // One more stamp; taking the last slot makes `at` say "full,
             // oldest first".
             *self.at += 1;
         } else if len < capacity
-            && (len == 0 || self.buf[first + head].saturating_add(forget_after) >= now)
+            && (len == 0 || self.slots[head].saturating_add(forget_after) >= now)
         {
-            self.grow(limits, capacity);
-            self.buf[first + len] = now;
+            self.grow(capacity);
+            self.slots[len] = now;
             *self.at += 1;
         } else if len > 0 {
-            self.buf[first + head] = now;
+            self.slots[head] = now;
             let head = if head + 1 == len { 0 } else { head + 1 };
             debug_assert!(slots <= MAX_SLOTS, "`at` below 2^32");
             *self.at = (slots + head) as u32;
         }
-        self.buf[0] += 1;
     }
 
     /// Records `units` stamps at `now`, as [`record`](Self::record) does
     /// one: a request of several units takes a call out of the hot path.
     #[inline(always)]
-    fn record_units(
-        &mut self,
-        limits: usize,
-        now: u64,
-        capacity: usize,
-        forget_after: u64,
-        units: impl Units,
-    ) {
-        self.record(limits, now, capacity, forget_after);
+    fn record_units(&mut self, now: u64, capacity: usize, forget_after: u64, units: impl Units) {
+        self.record(now, capacity, forget_after);
         if units.get() > 1 {
-            self.record_more(limits, now, capacity, forget_after, units.get() - 1);
+            self.record_more(now, capacity, forget_after, units.get() - 1);
         }
     }
 
     #[cold]
     #[inline(never)]
-    fn record_more(
-        &mut self,
-        limits: usize,
-        now: u64,
-        capacity: usize,
-        forget_after: u64,
-        more: u32,
-    ) {
+    fn record_more(&mut self, now: u64, capacity: usize, forget_after: u64, more: u32) {
         for _ in 0..more {
-            self.record(limits, now, capacity, forget_after);
+            self.record(now, capacity, forget_after);
         }
     }
 
     /// Doubles the ring's slots (to at most `capacity`), which are all
     /// taken, laying its stamps out in order from the first slot.
     #[cold]
-    fn grow(&mut self, limits: usize, capacity: usize) {
-        let slots = (2 * self.ring(limits).1).max(FIRST_SLOTS).min(capacity);
-        self.relay(limits, 0, slots);
+    fn grow(&mut self, capacity: usize) {
+        let slots = (2 * self.len()).max(FIRST_SLOTS).min(capacity);
+        self.relay(0, slots);
     }
 
     /// Moves the stamps from the `from`-th oldest on, in order, into a
-    /// ring of `slots` slots (at least as many as those stamps), behind
-    /// the same header, in a buffer laid out for `limits` limits.
-    fn relay(&mut self, limits: usize, from: usize, slots: usize) {
-        let first = first_slot(limits);
-        let (head, len) = self.ring(limits);
+    /// ring of `slots` slots (at least as many as those stamps).
+    fn relay(&mut self, from: usize, slots: usize) {
+        let (head, len) = self.ring();
         // Oldest first: from the head to the end, then the wrapped start.
-        let (wrapped, oldest) = self.buf[first..first + len].split_at(head);
-        let mut buf = Vec::with_capacity(first + slots);
-        buf.extend_from_slice(&self.buf[..first]);
+        let (wrapped, oldest) = self.slots[..len].split_at(head);
+        let mut ring = Vec::with_capacity(slots);
         match oldest.get(from..) {
             Some(kept) => {
-                buf.extend_from_slice(kept);
-                buf.extend_from_slice(wrapped);
+                ring.extend_from_slice(kept);
+                ring.extend_from_slice(wrapped);
             }
-            None => buf.extend_from_slice(&wrapped[from - oldest.len()..]),
+            None => ring.extend_from_slice(&wrapped[from - oldest.len()..]),
         }
-        buf.resize(first + slots, 0);
+        ring.resize(slots, 0);
         *self.at = (len - from) as u32;
-        *self.buf = buf.into_boxed_slice();
+        *self.slots = ring.into_boxed_slice();
     }
 
-    /// Gives back the slots of a ring, laid out for `limits` limits, of at
-    /// least four times [`FIRST_SLOTS`] slots, a quarter of them or fewer
-    /// holding stamps inside the longest window (`longest` µs) as measured
-    /// from its newest stamp: a store's sweep calls it, so that a key that
-    /// once reached its limit does not keep its slots once its traffic
-    /// falls. Every later decision is judged at the newest stamp or after
-    /// it, so a stamp outside the window then never counts again.
-    pub(crate) fn shed_slots(&mut self, limits: usize, longest: u64) {
-        if self.limits() != limits {
-            return;
-        }
-        let quarter = (self.buf.len() - first_slot(limits)) / 4;
+    /// Gives back the slots of a ring of at least four times
+    /// [`FIRST_SLOTS`] slots, a quarter of them or fewer holding stamps
+    /// inside the longest window (`longest` µs) as measured from its
+    /// newest stamp: a store's sweep calls it, so that a key that once
+    /// reached its limit does not keep its slots once its traffic falls.
+    /// Every later decision is judged at the newest stamp or after it, so
+    /// a stamp outside the window then never counts again.
+    pub(crate) fn shed_slots(&mut self, longest: u64) {
+        let quarter = self.slots.len() / 4;
         if quarter < FIRST_SLOTS {
             return;
         }
-        let Some(newest) = self.newest(limits) else {
+        let Some(newest) = self.newest() else {
             return;
         };
-        let outside = |log: &Self, i| log.stamp(limits, i).saturating_add(longest) < newest;
+        let cutoff = newest.saturating_sub(longest);
         // A sweep visits every key: one read settles a ring that is busy,
         // the common case, before any search. The stamps are in order,
         // oldest first, so a quarter of the slots or fewer hold stamps
         // inside if the one before the newest quarter is outside.
-        let mut low = self.len().saturating_sub(quarter);
-        if low > 0 && !outside(self, low - 1) {
+        let busy_from = self.len().saturating_sub(quarter);
+        if busy_from > 0 && self.stamp(busy_from - 1) >= cutoff {
             return;
         }
-        let mut high = self.len();
-        while low < high {
-            let middle = (low + high) / 2;
-            if outside(self, middle) {
-                low = middle + 1;
-            } else {
-                high = middle;
-            }
-        }
-        let kept = self.len() - low;
-        self.relay(limits, low, (2 * kept).max(FIRST_SLOTS));
+        let outside = self.count_before(cutoff);
+        let kept = self.len() - outside;
+        self.relay(outside, (2 * kept).max(FIRST_SLOTS));
     }
 
     /// The stamps inside the longest window (`longest` µs) as measured
     /// from the newest, oldest first, copied to the start of `into`, and
     /// how many: what a store's sweep needs to hold a key's few stamps
-    /// without a ring. `None`, with `into` untouched, if they do not fit
-    /// there, or if the buffer is not laid out for `limits` limits (then
-    /// its stamps are not where this would look for them).
-    pub(crate) fn recent_stamps(
-        &self,
-        limits: usize,
-        longest: u64,
-        into: &mut [u64],
-    ) -> Option<usize> {
-        if self.limits() != limits {
-            return None;
-        }
-        let Some(newest) = self.newest(limits) else {
+    /// without a ring. `None`, with `into` untouched, if they do not fit.
+    pub(crate) fn recent_stamps(&self, longest: u64, into: &mut [u64]) -> Option<usize> {
+        let Some(newest) = self.newest() else {
             return Some(0);
         };
-        let inside = (0..self.len())
+        let len = self.len();
+        let inside = (0..len)
             .rev()
             .take(into.len() + 1)
-            .take_while(|&i| self.stamp(limits, i).saturating_add(longest) >= newest)
+            .take_while(|&i| self.stamp(i).saturating_add(longest) >= newest)
             .count();
         if inside > into.len() {
             return None;
         }
-        let from = self.len() - inside;
-        for (slot, i) in into.iter_mut().zip(from..self.len()) {
-            *slot = self.stamp(limits, i);
+        for (slot, i) in into.iter_mut().zip(len - inside..len) {
+            *slot = self.stamp(i);
         }
         Some(inside)
     }
 
-    /// Remaining quota under limit `index` at `now`, and when it next grows:
+    /// Remaining quota under `limit` at `now`, and when it next grows:
     /// when the oldest timestamp inside the window leaves it.
     #[inline]
-    fn quota(&mut self, limits: usize, index: usize, now: u64, limit: &Limit) -> (u32, u64) {
-        let oldest_counted = now.saturating_sub(limit.window_micros());
-        let (head, len) = self.ring(limits);
-        let total = self.total();
-        let oldest_record = total - len as u64;
-        let at = HEADER + limits + index;
-        let mut cursor = self.buf[at].max(oldest_record);
-        // Every stamp held lies in the first `len` slots (a ring wraps only
-        // once every slot is taken), so the walk steps through slot
-        // positions rather than working each one out from the record
-        // number again.
-        let first = first_slot(limits);
-        let ring = &self.buf[first..first + len];
-        let mut slot = head + (cursor - oldest_record) as usize;
-        if slot >= ring.len() {
-            slot -= ring.len();
+    fn quota(&self, now: u64, limit: &Limit) -> (u32, u64) {
+        let len = self.len();
+        let outside = self.count_before(now.saturating_sub(limit.window_micros()));
+        let oldest = (outside < len).then(|| self.stamp(outside));
+        quota((len - outside) as u32, oldest, now, limit)
+    }
+
+    /// How many stamps are older than `cutoff`: the ring's older run (from
+    /// its oldest slot to the end) first, so that a busy ring reads only
+    /// the slot after its oldest.
+    #[inline]
+    fn count_before(&self, cutoff: u64) -> usize {
+        let (head, len) = self.ring();
+        let (newer, older) = self.slots[..len].split_at(head);
+        match count_before(older, cutoff) {
+            all if all == older.len() => all + count_before(newer, cutoff),
+            some => some,
         }
-        let mut oldest = None;
-        while cursor < total {
-            let stamp = ring[slot];
-            if stamp >= oldest_counted {
-                oldest = Some(stamp);
-                break;
-            }
-            cursor += 1;
-            slot = if slot + 1 == ring.len() { 0 } else { slot + 1 };
-        }
-        self.buf[at] = cursor;
-        quota((total - cursor) as u32, oldest, now, limit)
     }
 }
 
-/// The number of limits `buf` is laid out for.
-fn limits_in(buf: &[u64]) -> usize {
-    buf.get(1).map_or(0, |&count| count as usize)
+/// How many of `stamps` (in order, oldest first) are older than `cutoff`:
+/// reads the first, then strides that double, then halves the last
+/// stride. When most of them count, that is a read or two at the start.
+#[inline]
+fn count_before(stamps: &[u64], cutoff: u64) -> usize {
+    let mut low = 0;
+    let mut stride = 1;
+    loop {
+        let probe = low + stride - 1;
+        match stamps.get(probe) {
+            Some(&stamp) if stamp < cutoff => {
+                low = probe + 1;
+                stride *= 2;
+            }
+            Some(_) => return low + stamps[low..probe].partition_point(|&s| s < cutoff),
+            None => return low + stamps[low..].partition_point(|&s| s < cutoff),
+        }
+    }
 }
 
-/// The oldest slot of the ring at `at` in `buf`, laid out for `limits`
-/// limits, and its number of stamps.
+/// The oldest slot of the ring at `at` in `slots`, and its number of
+/// stamps.
 #[inline]
-fn ring_in(buf: &[u64], at: u32, limits: usize) -> (usize, usize) {
-    let slots = buf.len().saturating_sub(first_slot(limits));
+fn ring_in(slots: &[u64], at: u32) -> (usize, usize) {
     let at = at as usize;
-    if at < slots {
+    if at < slots.len() {
         (0, at)
     } else {
-        (at - slots, slots)
+        (at - slots.len(), slots.len())
     }
 }
 
-/// The `i`-th oldest stamp of the ring at `at` in `buf`, laid out for
-/// `limits` limits.
+/// The `i`-th oldest stamp of the ring at `at` in `slots`.
 #[inline]
-fn stamp_in(buf: &[u64], at: u32, limits: usize, i: usize) -> u64 {
+fn stamp_in(slots: &[u64], at: u32, i: usize) -> u64 {
     // A ring wraps only once every slot is taken, and then `len` is the
     // number of slots.
-    let (head, len) = ring_in(buf, at, limits);
+    let (head, len) = ring_in(slots, at);
     let at = head + i;
-    buf[first_slot(limits) + if at >= len { at - len } else { at }]
+    slots[if at >= len { at - len } else { at }]
 }
 
-/// From when (µs) a log, its ring at `at` in `buf`, judges as a fresh one
-/// would: one tick past the longest window (`longest_window` µs) from its
-/// newest stamp. A store's entry asks it of the parts it keeps.
-pub(crate) fn idle_from(buf: &[u64], at: u32, longest_window: u64) -> u64 {
-    let limits = limits_in(buf);
-    match ring_in(buf, at, limits) {
+/// From when (µs) a log, its ring at `at` in `slots`, judges as a fresh
+/// one would: one tick past the longest window (`longest_window` µs) from
+/// its newest stamp. A store's entry asks it of the parts it keeps.
+pub(crate) fn idle_from(slots: &[u64], at: u32, longest_window: u64) -> u64 {
+    match ring_in(slots, at) {
         (_, 0) => 0,
-        (_, len) => stamp_in(buf, at, limits, len - 1)
+        (_, len) => stamp_in(slots, at, len - 1)
             .saturating_add(longest_window)
             .saturating_add(1),
     }
@@ -749,9 +625,9 @@ pub(crate) mod tests {
             assert!(decide(&mut log, now).is_allowed());
         }
         let mut shed = log.clone();
-        shed.view().shed_slots(1, 1_000);
+        shed.view().shed_slots(1_000);
         assert_eq!(shed.len(), 2, "kept the stamps at 1,000 and 2,000 µs");
-        assert_eq!(shed.buf.len(), first_slot(1) + FIRST_SLOTS);
+        assert_eq!(shed.slots.len(), FIRST_SLOTS);
         for now in [2_000, 2_000, 2_500, 3_000, 3_001] {
             assert_eq!(decide(&mut shed, now), decide(&mut log, now), "at {now} µs");
         }
@@ -768,9 +644,9 @@ pub(crate) mod tests {
         for now in (0..32).chain([1_500, 3_000, 3_001]) {
             assert!(decide(&mut log, now).is_allowed());
         }
-        assert_eq!(ring_in(&log.buf, log.at, 1).0, 3);
+        assert_eq!(ring_in(&log.slots, log.at).0, 3);
         let mut shed = log.clone();
-        shed.view().shed_slots(1, 1_000);
+        shed.view().shed_slots(1_000);
         assert_eq!(shed.len(), 2, "kept the stamps at 3,000 and 3,001 µs");
         for now in [3_001, 3_500, 4_000, 4_001, 4_002] {
             assert_eq!(decide(&mut shed, now), decide(&mut log, now), "at {now} µs");
@@ -812,7 +688,7 @@ pub(crate) mod tests {
                 log.decide_micros(now, &limits, capacity, longest, 1);
             }
             let mut shed = log.clone();
-            shed.view().shed_slots(limits.len(), longest);
+            shed.view().shed_slots(longest);
             for step in after {
                 now = now.saturating_add_signed(step);
                 prop_assert_eq!(
@@ -824,6 +700,22 @@ pub(crate) mod tests {
         }
     }
 
+    proptest! {
+        /// The search from the oldest stamp counts as a plain binary
+        /// search does, wherever the cutoff falls.
+        #[test]
+        fn counts_stamps_before_a_cutoff_as_a_binary_search(
+            mut stamps in prop::collection::vec(0u64..1_000, 0..200),
+            cutoff in 0u64..1_100,
+        ) {
+            stamps.sort_unstable();
+            prop_assert_eq!(
+                count_before(&stamps, cutoff),
+                stamps.partition_point(|&stamp| stamp < cutoff)
+            );
+        }
+    }
+
     /// A ring using more than a quarter of its slots keeps them.
     #[test]
     fn shedding_leaves_a_busy_ring_alone() {
@@ -832,8 +724,8 @@ pub(crate) mod tests {
         for now in 0..40 {
             log.decide_micros(now, &limits, 100, 1_000, 1);
         }
-        let before = log.buf.clone();
-        log.view().shed_slots(1, 1_000);
-        assert_eq!(log.buf, before);
+        let before = log.slots.clone();
+        log.view().shed_slots(1_000);
+        assert_eq!(log.slots, before);
     }
 }

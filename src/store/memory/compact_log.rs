@@ -112,7 +112,7 @@ impl<const FEW: usize> CompactLog<FEW> {
             }
             Self::Few { len, stamps } => {
                 let stamps = stamps[..*len as usize].to_vec();
-                let log = SlidingLog::holding(limits, &stamps, capacity);
+                let log = SlidingLog::holding(&stamps, capacity);
                 *self = Self::ring(log);
                 return self.decide_micros(now, limits, capacity, forget_after, cost);
             }
@@ -146,7 +146,7 @@ impl<const FEW: usize> CompactLog<FEW> {
             // The oldest stamp may still count: the key needs a ring. The
             // ring judges the request again, with the same stamps and so
             // the same verdict.
-            let mut log = SlidingLog::holding(limits, &stamps[..held], capacity);
+            let mut log = SlidingLog::holding(&stamps[..held], capacity);
             let decision = log.decide_micros(now, limits, capacity, forget_after, 1);
             *self = Self::ring(log);
             return decision;
@@ -185,13 +185,7 @@ impl<const FEW: usize> CompactLog<FEW> {
 
     /// Settles a request as [`LogMut::settle`] does, with the arguments of
     /// [`decide_micros`](Self::decide_micros).
-    pub(super) fn settle(
-        &mut self,
-        settled: &Settlement,
-        limits: &[Limit],
-        capacity: u32,
-        forget_after: u64,
-    ) {
+    pub(super) fn settle(&mut self, settled: &Settlement, capacity: u32, forget_after: u64) {
         match self {
             Self::Few { len, stamps } if settled.used <= settled.cost => {
                 let held = &mut stamps[..*len as usize];
@@ -210,11 +204,11 @@ impl<const FEW: usize> CompactLog<FEW> {
             }
             Self::Few { len, stamps } => {
                 let stamps = stamps[..*len as usize].to_vec();
-                *self = Self::ring(SlidingLog::holding(limits, &stamps, capacity));
-                self.settle(settled, limits, capacity, forget_after);
+                *self = Self::ring(SlidingLog::holding(&stamps, capacity));
+                self.settle(settled, capacity, forget_after);
             }
             Self::Ring { at, buf } => {
-                LogMut::new(buf, at).settle(settled, limits, capacity, forget_after);
+                LogMut::new(buf, at).settle(settled, capacity, forget_after);
             }
         }
     }
@@ -236,20 +230,20 @@ impl<const FEW: usize> CompactLog<FEW> {
     /// becomes `Few`; a larger one gives back the slots its traffic no
     /// longer fills. Every later decision is judged at the newest stamp or
     /// after it, so a stamp outside the window never counts again.
-    pub(super) fn shed(&mut self, limits: usize, longest: u64) {
+    pub(super) fn shed(&mut self, longest: u64) {
         let Self::Ring { at, buf } = self else {
             return;
         };
         let mut log = LogMut::new(buf, at);
         let mut stamps = [0; FEW];
-        match log.recent_stamps(limits, longest, &mut stamps) {
+        match log.recent_stamps(longest, &mut stamps) {
             Some(len) => {
                 *self = Self::Few {
                     len: len as u32,
                     stamps,
                 }
             }
-            None => log.shed_slots(limits, longest),
+            None => log.shed_slots(longest),
         }
     }
 
@@ -335,10 +329,10 @@ mod tests {
         assert!(log.is_few(), "two stamps inside the window fit");
         assert_eq!(decide(&mut log, 7_000).remaining(), 7);
         assert!(!log.is_few(), "a third needs a ring");
-        log.shed(1, 1_000);
+        log.shed(1_000);
         assert!(!log.is_few(), "three stamps inside the window keep it");
         assert_eq!(decide(&mut log, 7_600).remaining(), 8);
-        log.shed(1, 1_000);
+        log.shed(1_000);
         assert!(log.is_few(), "7,000 and 7,600 µs are all that count");
         assert_eq!(decide(&mut log, 8_000).remaining(), 7);
         assert!(!log.is_few(), "all three count at 8,000 µs");
@@ -417,8 +411,8 @@ mod tests {
             for (step, sweep) in steps {
                 now = now.saturating_add_signed(step);
                 if sweep {
-                    two.shed(limits.len(), longest);
-                    four.shed(limits.len(), longest);
+                    two.shed(longest);
+                    four.shed(longest);
                 }
                 let expected = core.decide(Duration::from_micros(now), &limits);
                 prop_assert_eq!(

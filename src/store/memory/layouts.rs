@@ -296,12 +296,7 @@ where
     }
 
     fn settle(&mut self, settled: &Settlement, shape: &Shape, _: &()) {
-        self.settle(
-            settled,
-            shape.limits(),
-            shape.log_capacity(),
-            shape.longest_window_micros(),
-        );
+        self.settle(settled, shape.log_capacity(), shape.longest_window_micros());
     }
 
     fn idle_from(&self, shape: &Shape, _: &()) -> u64 {
@@ -309,6 +304,6 @@ where
     }
 
     fn shed(&mut self, shape: &Shape) {
-        self.shed(shape.limits().len(), shape.longest_window_micros());
+        self.shed(shape.longest_window_micros());
     }
 }

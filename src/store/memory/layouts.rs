@@ -231,23 +231,23 @@ layouts! {
 }
 
 impl<K: Hash + Eq + Send + Sync + 'static> Layout<K> {
-    /// Judges and records a request of `cost` units for `key` at `now`.
+    /// Judges and records a request of `cost` units for `key`, at the time `clock` gives.
     #[inline]
-    pub(super) fn decide(&self, key: K, now: u64, cost: u32) -> Decision {
+    pub(super) fn decide(&self, key: K, clock: impl FnOnce() -> u64, cost: u32) -> Decision {
         if cost == 1 {
-            return self.decide_one(key, now);
+            return self.decide_one(key, clock);
         }
         each!(self, |map| if map.judges_cost(cost) {
-            map.decide(key, now, cost)
+            map.decide(key, clock, cost)
         } else {
-            map.unjudged_cost(&key, now, cost)
+            map.unjudged_cost(&key, clock(), cost)
         })
     }
 
-    /// Judges and records a request of one unit for `key` at `now`.
+    /// Judges and records a request of one unit for `key`, at the time `clock` gives.
     #[inline]
-    pub(super) fn decide_one(&self, key: K, now: u64) -> Decision {
-        each!(self, |map| map.decide(key, now, One))
+    pub(super) fn decide_one(&self, key: K, clock: impl FnOnce() -> u64) -> Decision {
+        each!(self, |map| map.decide(key, clock, One))
     }
 
     /// Settles a request for `key` that the map counted.

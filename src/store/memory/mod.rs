@@ -177,7 +177,7 @@ impl<C: Clock> MemoryStore<C> {
     {
         binding
             .layout
-            .decide_one(key, self.inner.clock.now_micros())
+            .decide_one(key, || self.inner.clock.now_micros())
     }
 
     /// Judges a request of `cost` units for `key` under the policy
@@ -194,7 +194,7 @@ impl<C: Clock> MemoryStore<C> {
     {
         binding
             .layout
-            .decide(key, self.inner.clock.now_micros(), cost)
+            .decide(key, || self.inner.clock.now_micros(), cost)
     }
 
     /// Settles a request as [`Store::settle_bound`] describes, right now.

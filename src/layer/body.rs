@@ -5,6 +5,7 @@ use std::pin::Pin;
 use std::task::{Context, Poll};
 
 use bytes::Bytes;
+use http::Response;
 use http_body::{Body, Frame, SizeHint};
 use pin_project_lite::pin_project;
 
@@ -92,8 +93,8 @@ where
 pub trait BodyMode<B>: sealed::Sealed {
     /// The body type of the layer's responses.
     type Body;
-    /// The body of a response the inner service made.
-    fn inner(body: B) -> Self::Body;
+    /// A response the inner service made, in the layer's body type.
+    fn inner(response: Response<B>) -> Response<Self::Body>;
     /// The body of a response the layer made itself.
     fn full(data: Bytes) -> Self::Body;
 }
@@ -121,8 +122,8 @@ mod sealed {
 impl<B> BodyMode<B> for WrapBody {
     type Body = ResponseBody<B>;
 
-    fn inner(body: B) -> Self::Body {
-        ResponseBody::inner(body)
+    fn inner(response: Response<B>) -> Response<Self::Body> {
+        response.map(ResponseBody::inner)
     }
 
     fn full(data: Bytes) -> Self::Body {
@@ -133,8 +134,8 @@ impl<B> BodyMode<B> for WrapBody {
 impl<B: From<Bytes>> BodyMode<B> for InnerBody {
     type Body = B;
 
-    fn inner(body: B) -> Self::Body {
-        body
+    fn inner(response: Response<B>) -> Response<Self::Body> {
+        response
     }
 
     fn full(data: Bytes) -> Self::Body {

@@ -272,6 +272,12 @@ impl<E, St, P, M, W> SlidingWindowLayer<E, St, P, M, W> {
     /// Whether accepted responses carry `RateLimit-Policy` and `RateLimit`
     /// (default `true`, and `false` in [shadow mode](Self::shadow_mode)).
     /// Rejections always carry them.
+    ///
+    /// What they cost: an accepted request's future keeps its decision and
+    /// a reference to the layer's configuration until the response is in,
+    /// and the response gets two header values. Without them (and with
+    /// nothing to [settle](Self::settle)), the future is the inner
+    /// service's own, with nothing around it to keep or drop.
     pub fn rate_limit_headers(mut self, on: bool) -> Self {
         let config = Arc::make_mut(&mut self.config);
         config.headers_asked = Some(on);

@@ -22,12 +22,13 @@ const KEYS: u64 = 1_000;
 const MAX: u32 = 100;
 
 /// Bytes a key may take beside its stamps: its entry in the map with the
-/// map's spare room, and the ring's header (four words for one limit).
-const PER_KEY: isize = 200;
+/// map's spare room, and the allocator's word or two for the ring. The
+/// ring holds stamps only: a header of four words would not fit.
+const PER_KEY: isize = 80;
 
 /// Bytes a key may take with no ring: its entry (32 bytes for a `u64` key)
-/// and the map's spare room. A ring would add at least 64 (its header and
-/// first slots, one allocation).
+/// and the map's spare room. A ring would add at least 48 (its first four
+/// slots and the allocator's bookkeeping, one allocation).
 const INLINE_PER_KEY: isize = 80;
 
 /// Bytes an IP-address key may take with no ring: its entry (a whole

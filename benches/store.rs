@@ -75,7 +75,9 @@ fn ours(algorithm: Algorithm, max: u32, window: Duration) -> Ours<SystemClock> {
 /// A clock one microsecond further on at every read, after reading the
 /// system clock as the others do (so it costs no less): every key's ring
 /// then holds a known number of stamps inside the window, however fast
-/// the machine. Meant for one thread: two would fight over its counter.
+/// the machine. For one thread only: it steps with a plain read and
+/// write, not an atomic add, which would order the memory accesses around
+/// it as the system clock it stands in for does not.
 #[derive(Clone, Default)]
 struct SteppingClock(Arc<AtomicU64>);
 
@@ -86,7 +88,9 @@ impl Clock for SteppingClock {
 
     fn now_micros(&self) -> u64 {
         black_box(SystemClock.now_micros());
-        self.0.fetch_add(1, Ordering::Relaxed)
+        let now = self.0.load(Ordering::Relaxed);
+        self.0.store(now + 1, Ordering::Relaxed);
+        now
     }
 }
 

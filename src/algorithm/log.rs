@@ -16,7 +16,8 @@ use crate::limit::Limit;
 /// `W` old: the window `[now - W, now]` is closed, so a timestamp exactly `W`
 /// old still counts. A request of cost `c` is `c` requests at one instant:
 /// it needs the `(max - c + 1)`-th most recent stamp outside the window,
-/// and records `c` stamps. That test reads one slot per limit.
+/// and records `c` stamps. That test reads one slot per limit. Rejected
+/// requests are not recorded.
 ///
 /// The remaining quota under each limit is the number of stamps inside its
 /// window, found by a search from the oldest stamp in strides that double:
@@ -484,8 +485,9 @@ impl<'a> LogMut<'a> {
     }
 
     /// How many stamps are older than `cutoff`: the ring's older run (from
-    /// its oldest slot to the end) first, so that a busy ring reads only
-    /// the slot after its oldest.
+    /// its oldest slot to the end) first, so that a ring whose oldest stamp
+    /// is not older, as a key's at its limit, reads only that slot, beside
+    /// the one just written.
     #[inline]
     fn count_before(&self, cutoff: u64) -> usize {
         let (head, len) = self.ring();
@@ -499,7 +501,7 @@ impl<'a> LogMut<'a> {
 
 /// How many of `stamps` (in order, oldest first) are older than `cutoff`:
 /// reads the first, then strides that double, then halves the last
-/// stride. When most of them count, that is a read or two at the start.
+/// stride. When few are older, that is a read or two at the start.
 #[inline]
 fn count_before(stamps: &[u64], cutoff: u64) -> usize {
     let mut low = 0;

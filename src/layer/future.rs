@@ -71,8 +71,10 @@ pin_project! {
         Full {
             #[pin]
             state: ServiceState<F, S, B>,
-            // `None` for the layer's own answers: no reference count taken
-            // and dropped, two atomic operations a request fewer.
+            // `None` where nothing reads it once the response is in (the
+            // layer's own answers, and accepted requests with headers off):
+            // no reference count taken and dropped, two atomic operations
+            // a request fewer.
             config: Option<Arc<LayerConfig>>,
             chosen: Chosen,
             settler: Option<Settler<S::Response, F>>,

@@ -275,9 +275,11 @@ impl<E, St, P, M, W> SlidingWindowLayer<E, St, P, M, W> {
     ///
     /// What they cost: an accepted request's future keeps its decision and
     /// a reference to the layer's configuration until the response is in,
-    /// and the response gets two header values. Without them (and with
-    /// nothing to [settle](Self::settle)), the future is the inner
-    /// service's own, with nothing around it to keep or drop.
+    /// and the response gets two header values. Without them, a request
+    /// the memory store let through, with nothing to settle (no
+    /// [`settle`](Self::settle) or [`count_only`](Self::count_only)), is
+    /// awaited as the inner service's own future, with nothing else kept
+    /// beside it.
     pub fn rate_limit_headers(mut self, on: bool) -> Self {
         let config = Arc::make_mut(&mut self.config);
         config.headers_asked = Some(on);

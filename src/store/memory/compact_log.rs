@@ -68,7 +68,7 @@ pub(super) enum CompactLog<const FEW: usize> {
     /// ring and the pointer and length of its one allocation take the room
     /// `Few`'s length and stamps do (in a `SlidingLog` they would take a
     /// word more, the log's padding).
-    Ring { at: u32, buf: Box<[u64]> },
+    Ring { at: u32, slots: Box<[u64]> },
 }
 
 impl<const FEW: usize> Default for CompactLog<FEW> {
@@ -207,8 +207,8 @@ impl<const FEW: usize> CompactLog<FEW> {
                 *self = Self::ring(SlidingLog::holding(&stamps, capacity));
                 self.settle(settled, capacity, forget_after);
             }
-            Self::Ring { at, buf } => {
-                LogMut::new(buf, at).settle(settled, capacity, forget_after);
+            Self::Ring { at, slots } => {
+                LogMut::new(slots, at).settle(settled, capacity, forget_after);
             }
         }
     }
@@ -221,7 +221,7 @@ impl<const FEW: usize> CompactLog<FEW> {
             Self::Few { len, stamps } => stamps[*len as usize - 1]
                 .saturating_add(longest)
                 .saturating_add(1),
-            Self::Ring { at, buf } => idle_from(buf, *at, longest),
+            Self::Ring { at, slots } => idle_from(slots, *at, longest),
         }
     }
 
@@ -231,10 +231,10 @@ impl<const FEW: usize> CompactLog<FEW> {
     /// longer fills. Every later decision is judged at the newest stamp or
     /// after it, so a stamp outside the window never counts again.
     pub(super) fn shed(&mut self, longest: u64) {
-        let Self::Ring { at, buf } = self else {
+        let Self::Ring { at, slots } = self else {
             return;
         };
-        let mut log = LogMut::new(buf, at);
+        let mut log = LogMut::new(slots, at);
         let mut stamps = [0; FEW];
         match log.recent_stamps(longest, &mut stamps) {
             Some(len) => {
@@ -262,8 +262,8 @@ impl<const FEW: usize> CompactLog<FEW> {
         cost: impl Units,
     ) -> Decision {
         match self {
-            Self::Ring { at, buf } => {
-                LogMut::new(buf, at).decide_micros(now, limits, capacity, forget_after, cost)
+            Self::Ring { at, slots } => {
+                LogMut::new(slots, at).decide_micros(now, limits, capacity, forget_after, cost)
             }
             Self::Few { .. } => self.decide_micros(now, limits, capacity, forget_after, cost),
         }
@@ -271,8 +271,8 @@ impl<const FEW: usize> CompactLog<FEW> {
 
     /// A ring holding `log`'s stamps.
     fn ring(log: SlidingLog) -> Self {
-        let (buf, at) = log.into_parts();
-        Self::Ring { at, buf }
+        let (slots, at) = log.into_parts();
+        Self::Ring { at, slots }
     }
 
     /// Whether the stamps are held without a ring.

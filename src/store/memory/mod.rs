@@ -33,8 +33,9 @@ use crate::policy::Policy;
 /// * **Self-cleaning.** A key whose windows have all gone by for five seconds
 ///   is dropped at its shard's next sweep, run every five seconds of use (and
 ///   when the shard is full); no clean-up call is needed. The five seconds
-///   spare a request read a little behind the clock (on another thread, or
-///   after a step back) a fresh window it should not get. A policy's map,
+///   spare a request read a little behind the clock (a settle timed
+///   before taking the key's shard, or a clock that stepped back) a fresh
+///   window it should not get. A policy's map,
 ///   once no layer binds it and its keys have all gone idle, is dropped
 ///   the next time a new policy is bound.
 /// * **Capped.** At most [`max_keys`](MemoryStore::with_max_keys) live keys

@@ -15,9 +15,9 @@ use crate::algorithm::{One, Units};
 const SWEEP_EVERY_MICROS: u64 = 5_000_000;
 
 /// How long a key is kept once it has gone idle. A clock read a little
-/// behind another (two threads racing for a shard, or a clock stepping
-/// back) may still judge a request inside the key's last window; dropping
-/// the key at once would give that request a fresh window.
+/// behind another (a settle or a peek reads it before taking the lock, or
+/// the clock stepped back) may still judge a request inside the key's last
+/// window; dropping the key at once would give that request a fresh window.
 const IDLE_GRACE_MICROS: u64 = 5_000_000;
 
 /// When a state idle from `idle_from` may be dropped: never for one idle only

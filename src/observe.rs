@@ -1,6 +1,12 @@
 //! Events for operators: `tracing` events (feature `tracing`) and `metrics`
 //! counters (feature `metrics`), labelled by policy, never by a client's key.
 //!
+//! The `policy` label is a bounded set: a policy's [name](crate::Policy::named);
+//! for an unnamed one, its signature where it is a layer's own policy, and
+//! `unnamed` where a plan chose it (or where the Redis deny cache counts
+//! it), since limits built per tenant would otherwise make a series per
+//! tenant. Name the policies plans choose to tell them apart.
+//!
 //! Counters:
 //! * `tower_sliding_window_decisions_total{policy, outcome}` with `outcome`
 //!   one of `allowed`, `rejected`, `store_full`, `fail_open`, `fallback`,
@@ -15,8 +21,12 @@
 //!   decisions too).
 
 use crate::algorithm::{Decision, Origin};
+#[cfg(feature = "redis")]
 use crate::policy::Policy;
 use crate::store::StoreError;
+
+/// What events call an unnamed policy that a plan chose.
+pub(crate) const UNNAMED: &str = "unnamed";
 
 /// The decisions' outcomes, in the order `MetricKeys` keeps their keys.
 #[cfg(any(feature = "metrics", feature = "tracing"))]
@@ -32,9 +42,10 @@ const OUTCOMES: [&str; 8] = [
 ];
 
 /// What events name a policy by: its label and, with `metrics`, its metric
-/// keys, built once per policy by whoever judges under it. With the label
-/// in them, a decision counts without allocating one (the `counter!` macro
-/// would allocate the label and the list of labels on every call).
+/// keys, built by whoever judges under it (once for a layer's own policy).
+/// With the label in them, a decision counts without allocating one (the
+/// `counter!` macro would allocate the label and the list of labels on
+/// every call).
 #[derive(Debug)]
 pub(crate) struct PolicyEvents {
     #[cfg(feature = "tracing")]
@@ -46,14 +57,15 @@ pub(crate) struct PolicyEvents {
 }
 
 impl PolicyEvents {
-    pub(crate) fn new(policy: &Policy) -> Self {
+    /// The events of a policy labelled `label`.
+    pub(crate) fn new(label: &str) -> Self {
         #[cfg(feature = "metrics")]
-        let policy_label = || metrics::Label::new("policy", policy.label().to_owned());
+        let policy_label = || metrics::Label::new("policy", label.to_owned());
         #[cfg(not(any(feature = "metrics", feature = "tracing")))]
-        let _ = policy;
+        let _ = label;
         Self {
             #[cfg(feature = "tracing")]
-            label: policy.label().into(),
+            label: label.into(),
             #[cfg(feature = "metrics")]
             decisions: OUTCOMES.map(|outcome| {
                 metrics::Key::from_parts(
@@ -139,16 +151,19 @@ pub(crate) struct DenyCacheEvents {
 
 #[cfg(feature = "redis")]
 impl DenyCacheEvents {
+    /// The events of `policy`, labelled by its name, else `unnamed`: a
+    /// store cannot tell a layer's own policy from a plan's choice.
     pub(crate) fn new(policy: &Policy) -> Self {
+        let label = policy.name().unwrap_or(UNNAMED);
         #[cfg(not(any(feature = "metrics", feature = "tracing")))]
-        let _ = policy;
+        let _ = label;
         Self {
             #[cfg(feature = "tracing")]
-            label: policy.label().into(),
+            label: label.into(),
             #[cfg(feature = "metrics")]
             answered: metrics::Key::from_parts(
                 "tower_sliding_window_denied_locally_total",
-                vec![metrics::Label::new("policy", policy.label().to_owned())],
+                vec![metrics::Label::new("policy", label.to_owned())],
             ),
         }
     }

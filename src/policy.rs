@@ -5,7 +5,7 @@ use std::hash::{BuildHasher, Hash, Hasher};
 use std::sync::{Arc, LazyLock};
 use std::time::Duration;
 
-use crate::algorithm::{Algorithm, INLINE_LIMITS};
+use crate::algorithm::{log, Algorithm, INLINE_LIMITS};
 use crate::error::ConfigError;
 use crate::limit::{duration_name, Limit};
 
@@ -40,9 +40,14 @@ struct PolicyInner {
     name: Option<Box<str>>,
     /// How long a refusal shuts the key out, µs; 0 for no penalty.
     penalty_micros: u64,
-    /// Derived from the fields above, kept to spare the work on lookups.
+    /// Derived from the fields above, kept so that stores and lookups
+    /// need not work them out on every request.
     signature: Box<str>,
     hash: u64,
+    smallest_max: u32,
+    largest_max: u32,
+    longest_window_micros: u64,
+    log_capacity: u32,
 }
 
 impl fmt::Debug for Policy {
@@ -115,9 +120,14 @@ impl Policy {
         if penalty_micros > 0 {
             signature.push_str(&format!(";p{}", duration_name(penalty_micros)));
         }
+        let maxes = limits.iter().map(Limit::max);
         Self {
             inner: Arc::new(PolicyInner {
                 signature: signature.into(),
+                smallest_max: maxes.clone().min().unwrap_or(1),
+                largest_max: maxes.max().unwrap_or(1),
+                longest_window_micros: limits.iter().map(Limit::window_micros).max().unwrap_or(1),
+                log_capacity: log::capacity_for(&limits),
                 algorithm,
                 limits,
                 name,
@@ -181,7 +191,25 @@ impl Policy {
     /// The largest `max` among the limits: the most timestamps a log keeps
     /// per key.
     pub fn largest_max(&self) -> u32 {
-        self.limits().iter().map(Limit::max).max().unwrap_or(1)
+        self.inner.largest_max
+    }
+
+    /// The most stamps a sliding log keeps for one key under this policy.
+    pub(crate) fn log_capacity(&self) -> u32 {
+        self.inner.log_capacity
+    }
+
+    /// Whether a request of `cost` units is one the algorithms judge: from
+    /// 1 to every limit's `max` (0 passes and records nothing, more never
+    /// passes).
+    pub(crate) fn judges_cost(&self, cost: u32) -> bool {
+        cost.wrapping_sub(1) < self.inner.smallest_max
+    }
+
+    /// The hash of the policy's value, seeded once per process: stores mix
+    /// it into a key's hash to find the key's state under this policy.
+    pub(crate) fn value_hash(&self) -> u64 {
+        self.inner.hash
     }
 
     /// The longest window among the limits.
@@ -190,11 +218,7 @@ impl Policy {
     }
 
     pub(crate) fn longest_window_micros(&self) -> u64 {
-        self.limits()
-            .iter()
-            .map(Limit::window_micros)
-            .max()
-            .unwrap_or(1)
+        self.inner.longest_window_micros
     }
 
     /// The same name, with `algorithm` and `limits`.

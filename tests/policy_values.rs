@@ -1,11 +1,11 @@
 //! A memory store keeps a window per (store, policy value, key): equal
 //! policies built apart share it, names keep it apart, each store has its
-//! own, and a map is dropped only once nothing binds it and its keys have
-//! gone idle.
+//! own, keys of a policy no longer used go once idle, and the cap on live
+//! keys is the store's, whatever the policies and key types.
 
 use std::time::Duration;
 
-use tower_sliding_window::{Algorithm, Limit, ManualClock, MemoryStore, Policy};
+use tower_sliding_window::{Algorithm, Limit, ManualClock, MemoryStore, Origin, Policy};
 
 fn two_per_minute() -> Policy {
     Policy::new(
@@ -70,39 +70,80 @@ fn one_policy_keeps_a_window_in_each_of_many_stores() {
 }
 
 #[test]
-fn an_unbound_map_goes_once_its_keys_are_idle_and_never_before() {
+fn keys_of_a_policy_no_longer_used_go_once_idle_and_never_before() {
     let clock = ManualClock::new();
     let store = MemoryStore::with_clock(clock.clone());
     let old = two_per_minute().named("before the reload");
     for key in 0..100u64 {
         assert!(store.decide_now(key, &old).is_allowed());
     }
-    // No binding holds the map now, but its keys are live: a new policy
-    // bound later leaves them be.
+    // A reload: every later request is judged by another policy. The old
+    // policy's keys are live, and stay through a sweep.
+    let new = two_per_minute().named("after the reload");
     clock.advance(Duration::from_secs(30));
-    assert_eq!(accepted(&store, &two_per_minute(), 0, 1), 1);
-    assert_eq!(store.key_count::<u64>(), 101);
+    for key in 1_000..3_000u64 {
+        assert!(store.decide_now(key, &new).is_allowed());
+    }
+    assert_eq!(store.key_count::<u64>(), 2_100);
     assert_eq!(accepted(&store, &old, 5, 2), 1, "its windows are intact");
 
-    // Held by a binding, a map stays whatever its keys do; the unnamed
-    // policy's map, idle and unbound, goes.
-    let held = store.bind::<u64>(&old);
+    // Idle, they go at the next sweep of their shards, which requests for
+    // any policy of the same layout run.
     clock.advance(Duration::from_secs(600));
-    assert!(store
-        .decide_now(1u64, &two_per_minute().named("another"))
-        .is_allowed());
-    assert_eq!(store.key_count::<u64>(), 101);
-    drop(held);
-
-    // Idle and unbound: it goes when the next new policy is bound.
-    clock.advance(Duration::from_secs(600));
-    assert!(store
-        .decide_now(1u64, &two_per_minute().named("a third"))
-        .is_allowed());
-    assert_eq!(store.key_count::<u64>(), 1);
+    for key in 1_000..3_000u64 {
+        assert!(store.decide_now(key, &new).is_allowed());
+    }
+    assert_eq!(store.key_count::<u64>(), 2_000);
     assert_eq!(
         accepted(&store, &old, 5, 3),
         2,
         "a fresh window, as it was idle"
+    );
+}
+
+/// `with_max_keys` caps the store: tenants with policies of their own, and
+/// keys of other types, all draw on the one budget.
+#[test]
+fn the_key_cap_holds_across_policies_and_key_types() {
+    let clock = ManualClock::new();
+    let store = MemoryStore::with_clock(clock.clone())
+        .with_max_keys(1_000)
+        .unwrap();
+    let tenant = |i: u32| {
+        let limit = Limit::new(10 + i, Duration::from_secs(60)).unwrap();
+        Policy::new(Algorithm::SlidingCounter, [limit]).unwrap()
+    };
+    let mut admitted = 0;
+    let mut full = 0;
+    for i in 0..50 {
+        for key in 0..100u64 {
+            let decision = store.decide_now(key, &tenant(i));
+            match decision.origin() {
+                Origin::StoreFull => {
+                    assert!(!decision.is_allowed());
+                    assert!(decision.retry_after() > Duration::ZERO);
+                    full += 1;
+                }
+                _ => admitted += 1,
+            }
+        }
+    }
+    assert_eq!((admitted, full), (1_000, 4_000));
+    assert_eq!(store.key_count::<u64>(), 1_000);
+    // Another key type and another algorithm find the store as full.
+    let log = Policy::new(Algorithm::SlidingLog, [Limit::per_minute(5)]).unwrap();
+    assert_eq!(store.decide_now("text", &log).origin(), Origin::StoreFull);
+    // Known keys are still judged, and count.
+    assert_eq!(accepted(&store, &tenant(0), 0, 20), 9);
+
+    // Once the keys are idle, new ones find room again.
+    clock.advance(Duration::from_secs(200));
+    assert!(store.decide_now("text", &log).is_allowed());
+    for key in 0..999u64 {
+        assert!(store.decide_now(key, &tenant(49)).is_allowed(), "key {key}");
+    }
+    assert_eq!(
+        store.decide_now(5_000u64, &tenant(49)).origin(),
+        Origin::StoreFull
     );
 }

@@ -25,11 +25,11 @@ use crate::store::StoreError;
 pub(crate) type Settler<R, F> = Box<dyn FnOnce(&R, &Decision) -> Option<F> + Send>;
 
 /// The policy a request was judged by: the layer's own (no extra reference
-/// count on the hot path), or one a plan picked.
+/// count on the hot path), or one a plan picked, viewed for this request.
 #[derive(Debug)]
 pub(crate) enum Chosen {
     Layer,
-    Plan(Arc<PolicyView>),
+    Plan(Box<PolicyView>),
 }
 
 impl Chosen {
@@ -252,7 +252,7 @@ where
                 State::Answer {
                     response: Some(Box::new(rejection(
                         &decision,
-                        &view.headers,
+                        view.headers(),
                         &config.rejection,
                         is_grpc(&request),
                     ))),
@@ -389,6 +389,6 @@ fn add_headers<R>(
 ) {
     if config.headers_on_success {
         let view = chosen.get(config);
-        view.headers.apply(decision, response.headers_mut());
+        view.headers().apply(decision, response.headers_mut());
     }
 }

@@ -125,7 +125,7 @@ impl<E> SlidingWindowLayer<E> {
             body: WrapBody,
             weights: Weights::default(),
             config: Arc::new(LayerConfig {
-                own: Arc::new(PolicyView::new(policy, QuotaUnit::default())),
+                own: Arc::new(PolicyView::own(policy, QuotaUnit::default())),
                 quota_unit: QuotaUnit::default(),
                 headers_on_success: true,
                 headers_asked: None,
@@ -369,7 +369,7 @@ impl<E, St, P, M, W> SlidingWindowLayer<E, St, P, M, W> {
     pub fn quota_unit(mut self, unit: QuotaUnit) -> Self {
         let config = Arc::make_mut(&mut self.config);
         config.quota_unit = unit;
-        config.own = Arc::new(PolicyView::new(config.own.policy.clone(), unit));
+        config.own = Arc::new(PolicyView::own(config.own.policy.clone(), unit));
         self
     }
 
@@ -385,7 +385,7 @@ impl<E, St, P, M, W> SlidingWindowLayer<E, St, P, M, W> {
 
     fn replace_policy(mut self, policy: Policy) -> Self {
         let config = Arc::make_mut(&mut self.config);
-        config.own = Arc::new(PolicyView::new(policy, config.quota_unit));
+        config.own = Arc::new(PolicyView::own(policy, config.quota_unit));
         self.bindings = Arc::default();
         self
     }

@@ -20,8 +20,6 @@ use super::response::{is_grpc, missing_key};
 use super::view::PolicyView;
 use super::weights::{Weigh, Weights};
 use crate::algorithm::Decision;
-use crate::per_policy::PerPolicy;
-use crate::policy::Policy;
 use crate::store::Store;
 
 /// Rate-limits requests to the inner service `S`; built by
@@ -53,23 +51,16 @@ struct Shared<E, St, P, W> {
     bindings: Arc<Bindings>,
 }
 
-/// A layer's bindings to its store, shared by the services it makes, so
-/// that a router applying the layer anew for each request binds nothing
-/// anew.
+/// The layer's binding of its own policy to its store, shared by the
+/// services it makes, so that a router applying the layer anew for each
+/// request binds nothing anew. A policy a plan chooses is bound for its
+/// request alone: per-tenant limits then need no cache that grows or
+/// thrashes, and binding is cheap in every store.
 #[derive(Debug, Default)]
 pub(crate) struct Bindings {
-    /// The layer's own policy. The binding's type depends on the key type,
-    /// which is known only once a request arrives.
+    /// The binding's type depends on the key type, which is known only
+    /// once a request arrives.
     own: OnceLock<Box<dyn Any + Send + Sync>>,
-    /// For the policies plans chose: a [`Planned`] each.
-    planned: PerPolicy<Arc<dyn Any + Send + Sync>>,
-}
-
-/// A policy a plan chose, bound to the layer's store, with what the layer
-/// derives from it.
-struct Planned<Bd> {
-    view: Arc<PolicyView>,
-    binding: Bd,
 }
 
 impl<E, St, P, W> Shared<E, St, P, W> {
@@ -88,25 +79,6 @@ impl<E, St, P, W> Shared<E, St, P, W> {
             // An extractor with another key type for another body type.
             None => Cow::Owned(self.store.bind(&self.config.own.policy)),
         }
-    }
-
-    /// What the layer keeps for `policy`, a plan's choice.
-    fn planned<K>(&self, policy: Policy) -> Arc<Planned<St::Binding>>
-    where
-        St: Store<K>,
-    {
-        let fresh = || {
-            Arc::new(Planned {
-                binding: self.store.bind(&policy),
-                view: Arc::new(PolicyView::new(policy.clone(), self.config.quota_unit)),
-            })
-        };
-        let held = self.bindings.planned.get_or_make(&policy, || {
-            let fresh: Arc<dyn Any + Send + Sync> = fresh();
-            fresh
-        });
-        // Held for another key type: this one is bound afresh.
-        held.downcast().unwrap_or_else(|_| fresh())
     }
 }
 
@@ -188,7 +160,6 @@ where
             };
         };
         let own = &config.own.policy;
-        let planned;
         let (binding, chosen) = match shared.plan.policy(&request, &key, own) {
             // The layer's own policy, as every request under no plan and
             // most under one get: known by its address before its value.
@@ -196,9 +167,9 @@ where
                 (shared.own_binding::<E::Key>(), Chosen::Layer)
             }
             policy => {
-                planned = shared.planned::<E::Key>(policy.into_owned());
-                let view = Chosen::Plan(Arc::clone(&planned.view));
-                (Cow::Borrowed(&planned.binding), view)
+                let binding = Cow::Owned(shared.store.bind(&policy));
+                let view = PolicyView::planned(policy.into_owned(), config.quota_unit);
+                (binding, Chosen::Plan(Box::new(view)))
             }
         };
         let cost = shared.weights.cost(&request);

@@ -1,23 +1,49 @@
-//! What the layer derives from a policy, once per policy rather than per
-//! request: the text of its headers and the names its events carry.
+//! What the layer derives from a policy: the text of its headers and the
+//! names its events carry. The layer's own policy keeps one view for the
+//! layer's life; a policy a plan chose gets a view per request, so that
+//! per-tenant limits cost no cache that grows or thrashes. The header
+//! text is worked out only when a response needs it.
+
+use std::sync::OnceLock;
 
 use super::response::{PolicyHeaders, QuotaUnit};
-use crate::observe::PolicyEvents;
+use crate::observe::{PolicyEvents, UNNAMED};
 use crate::policy::Policy;
 
 #[derive(Debug)]
 pub(crate) struct PolicyView {
     pub(crate) policy: Policy,
-    pub(crate) headers: PolicyHeaders,
     pub(crate) events: PolicyEvents,
+    unit: QuotaUnit,
+    headers: OnceLock<PolicyHeaders>,
 }
 
 impl PolicyView {
-    pub(crate) fn new(policy: Policy, unit: QuotaUnit) -> Self {
+    /// The view of the layer's own policy, its header text made at once.
+    pub(crate) fn own(policy: Policy, unit: QuotaUnit) -> Self {
         Self {
-            headers: PolicyHeaders::new(&policy, unit),
-            events: PolicyEvents::new(&policy),
+            events: PolicyEvents::new(policy.label()),
+            unit,
+            headers: OnceLock::from(PolicyHeaders::new(&policy, unit)),
             policy,
         }
+    }
+
+    /// The view of a policy a plan chose for one request. An unnamed one
+    /// is labelled `unnamed` in events: its signature would make a series
+    /// per tenant where limits are per tenant.
+    pub(crate) fn planned(policy: Policy, unit: QuotaUnit) -> Self {
+        Self {
+            events: PolicyEvents::new(policy.name().unwrap_or(UNNAMED)),
+            unit,
+            headers: OnceLock::new(),
+            policy,
+        }
+    }
+
+    /// The policy's header text.
+    pub(crate) fn headers(&self) -> &PolicyHeaders {
+        self.headers
+            .get_or_init(|| PolicyHeaders::new(&self.policy, self.unit))
     }
 }

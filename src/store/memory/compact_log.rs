@@ -8,47 +8,9 @@ use crate::algorithm::Units;
 use crate::algorithm::{Decision, Quota, Settlement, INLINE_LIMITS};
 use crate::limit::Limit;
 
-/// Stamps a key with a key of up to eight bytes holds without a ring: as
-/// many as fit beside the variant's tag in three words, so that the entry
-/// is half a cache line.
-pub(super) const FEW_BESIDE_SMALL_KEYS: usize = 2;
-
-/// Stamps a key with a key of up to 24 bytes (an IP address, a `String`)
-/// holds without a ring: as many as fit beside the variant's tag and such
-/// a key in a whole cache line, which its entry takes anyway.
-pub(super) const FEW_BESIDE_LARGER_KEYS: usize = 4;
-
-/// Half a cache line's alignment, which a store's entry for a log of two
-/// inline stamps takes: with a key of up to eight bytes the entry fills
-/// half a line exactly, and no entry straddles two lines. The map aligns
-/// its entries only to 16 bytes, and then every other 32-byte entry
-/// straddled two (half a simulated cache miss more a decision over 100k
-/// keys). A key over 24 bytes, which also gets two stamps, pads its entry
-/// to a multiple of 32 bytes.
-#[repr(align(32))]
-#[derive(Clone, Copy, Debug, Default)]
-pub(super) struct HalfLine;
-
-/// A whole cache line's alignment, for the entry of a log of four inline
-/// stamps: with a key of 9 to 24 bytes it fills the line, and costs no
-/// padding.
-#[repr(align(64))]
-#[derive(Clone, Copy, Debug, Default)]
-pub(super) struct WholeLine;
-
-/// The alignment a store's entry for a log with this many inline stamps
-/// takes, so that it never straddles two cache lines.
-pub(super) trait EntryLine {
-    type Align: Default + Send + Sync + 'static;
-}
-
-impl EntryLine for CompactLog<FEW_BESIDE_SMALL_KEYS> {
-    type Align = HalfLine;
-}
-
-impl EntryLine for CompactLog<FEW_BESIDE_LARGER_KEYS> {
-    type Align = WholeLine;
-}
+/// Stamps a key holds beside its entry without a ring: as many as fit
+/// beside the variant's tag in the three words a ring's handle takes.
+const FEW: usize = 2;
 
 /// One key's sliding log in a store, which judges it under one policy
 /// only (see [`SlidingLog`] for the semantics, which are the same).
@@ -60,7 +22,7 @@ impl EntryLine for CompactLog<FEW_BESIDE_LARGER_KEYS> {
 /// policy's longest window would not fit, and back at a store's sweep once
 /// its stamps inside that window fit again.
 #[derive(Clone, Debug)]
-pub(super) enum CompactLog<const FEW: usize> {
+pub(super) enum CompactLog {
     /// The first `len` of `stamps`, oldest first.
     Few { len: u32, stamps: [u64; FEW] },
     /// More stamps inside the longest window than `Few` holds: a
@@ -71,7 +33,7 @@ pub(super) enum CompactLog<const FEW: usize> {
     Ring { at: u32, slots: Box<[u64]> },
 }
 
-impl<const FEW: usize> Default for CompactLog<FEW> {
+impl Default for CompactLog {
     fn default() -> Self {
         Self::Few {
             len: 0,
@@ -80,7 +42,7 @@ impl<const FEW: usize> Default for CompactLog<FEW> {
     }
 }
 
-impl<const FEW: usize> CompactLog<FEW> {
+impl CompactLog {
     /// Judges a request at `now` (µs) against every limit and records it
     /// if all accept, deciding as [`SlidingLog::decide_micros`] does with
     /// the same arguments. That holds as a store calls it: `capacity` the
@@ -307,11 +269,7 @@ mod tests {
 
     #[test]
     fn stamps_and_tag_take_a_word_each() {
-        assert_eq!(std::mem::size_of::<CompactLog<FEW_BESIDE_SMALL_KEYS>>(), 24);
-        assert_eq!(
-            std::mem::size_of::<CompactLog<FEW_BESIDE_LARGER_KEYS>>(),
-            40
-        );
+        assert_eq!(std::mem::size_of::<CompactLog>(), 24);
     }
 
     /// A ring is taken only for a stamp still inside the window, and given
@@ -319,8 +277,8 @@ mod tests {
     #[test]
     fn moves_to_a_ring_and_back_as_its_window_fills_and_empties() {
         let limits = [Limit::new(10, Duration::from_micros(1_000)).unwrap()];
-        let decide = |log: &mut CompactLog<2>, now| log.decide_micros(now, &limits, 10, 1_000, 1);
-        let mut log = CompactLog::<2>::default();
+        let decide = |log: &mut CompactLog, now| log.decide_micros(now, &limits, 10, 1_000, 1);
+        let mut log = CompactLog::default();
         for now in [0, 2_000, 4_000, 6_000] {
             assert!(decide(&mut log, now).is_allowed());
         }
@@ -343,7 +301,7 @@ mod tests {
     #[test]
     fn a_rings_idle_time_follows_its_newest_stamp() {
         let limits = [Limit::new(10, Duration::from_micros(1_000)).unwrap()];
-        let mut log = CompactLog::<2>::default();
+        let mut log = CompactLog::default();
         for now in [0, 100, 200, 300] {
             assert!(log.decide_micros(now, &limits, 10, 1_000, 1).is_allowed());
         }
@@ -367,7 +325,7 @@ mod tests {
             .collect();
         let longest = limits.iter().map(Limit::window_micros).max().unwrap();
         let capacity = INLINE_LIMITS as u32 + 1;
-        let mut compact = CompactLog::<2>::default();
+        let mut compact = CompactLog::default();
         let mut core = SlidingLog::new();
         for now in [0, 0, 50, 120, 130, 400, 401, 950] {
             assert_eq!(
@@ -381,7 +339,7 @@ mod tests {
 
     proptest! {
         /// Decision for decision the same as the algorithm's log, which
-        /// keeps every stamp, with two stamps inline or four, whatever the limits, the traffic and the
+        /// keeps every stamp, whatever the limits, the traffic and the
         /// sweeps in between, with the clock stepping back at times.
         #[test]
         fn decides_as_the_core_log(
@@ -404,26 +362,19 @@ mod tests {
             ),
         ) {
             let (capacity, longest) = capacity_and_longest(&limits);
-            let mut two = CompactLog::<FEW_BESIDE_SMALL_KEYS>::default();
-            let mut four = CompactLog::<FEW_BESIDE_LARGER_KEYS>::default();
+            let mut compact = CompactLog::default();
             let mut core = SlidingLog::new();
             let mut now = start;
             for (step, sweep) in steps {
                 now = now.saturating_add_signed(step);
                 if sweep {
-                    two.shed(longest);
-                    four.shed(longest);
+                    compact.shed(longest);
                 }
                 let expected = core.decide(Duration::from_micros(now), &limits);
                 prop_assert_eq!(
-                    two.decide_micros(now, &limits, capacity, longest, 1),
+                    compact.decide_micros(now, &limits, capacity, longest, 1),
                     expected,
-                    "two stamps inline, at {} µs", now
-                );
-                prop_assert_eq!(
-                    four.decide_micros(now, &limits, capacity, longest, 1),
-                    expected,
-                    "four stamps inline, at {} µs", now
+                    "at {} µs", now
                 );
             }
         }

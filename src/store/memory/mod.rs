@@ -1,12 +1,12 @@
 //! The in-memory store: sharded, atomic per key, self-cleaning, capped.
 
+mod cap;
 mod compact_log;
 mod layouts;
 mod packed;
 mod penalty;
 mod registry;
 mod shards;
-mod window_base;
 
 use std::future::{ready, Ready};
 use std::hash::Hash;
@@ -14,6 +14,7 @@ use std::sync::Arc;
 
 use self::layouts::Layout;
 use self::registry::Registry;
+use self::shards::NoRoom;
 use super::{Store, StoreError};
 use crate::algorithm::{Decision, Settlement};
 use crate::clock::{Clock, SystemClock};
@@ -30,35 +31,34 @@ use crate::policy::Policy;
 ///   layers. A window belongs to (store, policy value, key): layers built
 ///   apart with equal policies on one store count together, and a
 ///   different [name](Policy::named) keeps them apart (see [`Store`]).
+/// * **Policies are data.** The store keeps a fixed handful of maps,
+///   one per state layout and key type, whatever the number of policies;
+///   an entry holds its key, a reference to its policy and its state. A
+///   tenant with limits of its own costs what its key costs, plus its
+///   policy value once, so a plan building a policy per customer scales
+///   as one shared policy does.
 /// * **Self-cleaning.** A key whose windows have all gone by for five seconds
-///   is dropped at its shard's next sweep, run every five seconds of use (and
-///   when the shard is full); no clean-up call is needed. The five seconds
-///   spare a request read a little behind the clock (a settle timed
-///   before taking the key's shard, or a clock that stepped back) a fresh
-///   window it should not get. A policy's map,
-///   once no layer binds it and its keys have all gone idle, is dropped
-///   the next time a new policy is bound.
+///   is dropped at its shard's next sweep, run every five seconds of use
+///   (and over the whole store when it is full); no clean-up call is
+///   needed. The five seconds spare a request read a little behind the
+///   clock (a settle timed before taking the key's shard, or a clock that
+///   stepped back) a fresh window it should not get.
 /// * **Capped.** At most [`max_keys`](MemoryStore::with_max_keys) live keys
-///   (one million by default) per policy value and key type, so a plan
-///   building many distinct policies may hold that many for each, split
-///   evenly over the
-///   shards (rounded down): stacked layers with two policies may hold twice
-///   as many.
-///   A *new* key arriving at a full shard is refused — a 429 whose
-///   [`Origin`](crate::Origin) is `StoreFull` and whose retry-after is the
-///   time until some key in that shard may be dropped. Live keys are never evicted
-///   early, so a flood of fresh keys cannot reset anyone's window.
+///   (one million by default) in the whole store, whatever their policies
+///   and key types. A *new* key arriving at a full store is refused — a
+///   429 whose [`Origin`](crate::Origin) is `StoreFull` and whose
+///   retry-after is the time until some key may be dropped. Live keys are
+///   never evicted early, so a flood of fresh keys cannot reset anyone's
+///   window; but it does refuse new keys on every route that shares the
+///   store. Routes that must not share that budget take stores of their
+///   own (a layer built without [`store`](crate::SlidingWindowLayer::store)
+///   has one).
 /// * **Compact.** A counter or fixed window of one or two limits keeps each
 ///   limit's state in eight bytes (16-bit counts for the counter, so only
-///   when every `max` is at most 65,535), beside the key: the counter's
-///   entry for a `u64` key is 16 bytes. Windows are kept as offsets that
-///   reach 2³¹ windows either side of the time the shard was last
-///   rebased: a key whose windows lie further ahead than that of a clock
-///   thrown back (36 minutes for a 1 µs window, 68 years for a 1 s one)
-///   starts afresh instead of being judged in its latest window. A
-///   sliding log keeps a key's stamps beside it while few are inside the
-///   policy's longest window (two for a key of up to 8 bytes, four for one
-///   of up to 24, such as an IP address), and a ring only for a busier key.
+///   when every `max` is at most 65,535) beside the key and its policy.
+///   A sliding log keeps a key's stamps beside it while two or fewer are
+///   inside the policy's longest window, and a ring only for a busier key.
+///   docs/design.md describes the layouts.
 ///
 /// Fixed windows (used by the counter) are aligned to the clock's zero.
 #[derive(Clone)]
@@ -68,20 +68,22 @@ pub struct MemoryStore<C = SystemClock> {
 
 struct Inner<C> {
     clock: C,
-    max_keys: usize,
     maps: Registry,
 }
 
-/// A policy bound to a [`MemoryStore`]: the map of its keys, found once
-/// (see [`Store::bind`]). Cheap to clone; use it with the store that made it.
+/// A policy bound to a [`MemoryStore`]: the policy and the map its keys
+/// live in, found once (see [`Store::bind`]). Cheap to clone; use it with
+/// the store that made it.
 pub struct MemoryBinding<K> {
     layout: Layout<K>,
+    policy: Policy,
 }
 
 impl<K> Clone for MemoryBinding<K> {
     fn clone(&self) -> Self {
         Self {
             layout: self.layout.clone(),
+            policy: self.policy.clone(),
         }
     }
 }
@@ -95,7 +97,7 @@ impl<K> std::fmt::Debug for MemoryBinding<K> {
 impl<C> std::fmt::Debug for MemoryStore<C> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("MemoryStore")
-            .field("max_keys", &self.inner.max_keys)
+            .field("max_keys", &self.inner.maps.cap().max())
             .finish_non_exhaustive()
     }
 }
@@ -114,7 +116,7 @@ impl Default for MemoryStore<SystemClock> {
 }
 
 impl<C: Clock> MemoryStore<C> {
-    /// The default number of live keys a store holds per policy and key type.
+    /// The default number of live keys a store holds.
     pub const DEFAULT_MAX_KEYS: usize = 1_000_000;
 
     /// A store reading time from `clock` (a [`ManualClock`](crate::ManualClock) in tests).
@@ -140,8 +142,7 @@ impl<C: Clock> MemoryStore<C> {
         Self {
             inner: Arc::new(Inner {
                 clock,
-                max_keys,
-                maps: Registry::default(),
+                maps: Registry::new(max_keys),
             }),
         }
     }
@@ -151,14 +152,14 @@ impl<C: Clock> MemoryStore<C> {
         &self.inner.clock
     }
 
-    /// The map of `policy`'s keys of type `K` in this store, made if new.
+    /// `policy` with the map its keys of type `K` live in, made if new.
     pub fn bind<K>(&self, policy: &Policy) -> MemoryBinding<K>
     where
         K: Hash + Eq + Send + Sync + 'static,
     {
-        let now = self.inner.clock.now_micros();
         MemoryBinding {
-            layout: self.inner.maps.bind(policy, self.inner.max_keys, now),
+            layout: self.inner.maps.layout(policy),
+            policy: policy.clone(),
         }
     }
 
@@ -170,15 +171,26 @@ impl<C: Clock> MemoryStore<C> {
         self.decide_bound_now(key, &self.bind(policy))
     }
 
+    /// Judges a request of `cost` units for `key` under `policy` right
+    /// now, as [`Store::decide_cost`] describes.
+    pub fn decide_cost_now<K>(&self, key: K, policy: &Policy, cost: u32) -> Decision
+    where
+        K: Hash + Eq + Send + Sync + 'static,
+    {
+        self.decide_cost_bound_now(key, &self.bind(policy), cost)
+    }
+
     /// Judges a request for `key` under the policy `binding` holds.
     #[inline]
     pub fn decide_bound_now<K>(&self, key: K, binding: &MemoryBinding<K>) -> Decision
     where
         K: Hash + Eq + Send + Sync + 'static,
     {
-        binding
-            .layout
-            .decide_one(key, || self.inner.clock.now_micros())
+        let clock = || self.inner.clock.now_micros();
+        match binding.layout.decide_one(key, &binding.policy, clock) {
+            Ok(decision) => decision,
+            Err(no_room) => self.make_room(no_room, binding, 1),
+        }
     }
 
     /// Judges a request of `cost` units for `key` under the policy
@@ -193,9 +205,30 @@ impl<C: Clock> MemoryStore<C> {
     where
         K: Hash + Eq + Send + Sync + 'static,
     {
-        binding
-            .layout
-            .decide(key, || self.inner.clock.now_micros(), cost)
+        let clock = || self.inner.clock.now_micros();
+        match binding.layout.decide(key, &binding.policy, clock, cost) {
+            Ok(decision) => decision,
+            Err(no_room) => self.make_room(no_room, binding, cost),
+        }
+    }
+
+    /// A new key found the store full: sweeps the whole store if that is
+    /// due and judges the key again, else refuses it.
+    #[cold]
+    fn make_room<K>(&self, no_room: NoRoom<K>, binding: &MemoryBinding<K>, cost: u32) -> Decision
+    where
+        K: Hash + Eq + Send + Sync + 'static,
+    {
+        let (policy, now) = (&binding.policy, no_room.now);
+        let maps = &self.inner.maps;
+        if !maps.cap().claim_full_sweep(now) {
+            return binding.layout.no_room(policy, now);
+        }
+        maps.sweep_all(now);
+        match binding.layout.decide(no_room.key, policy, || now, cost) {
+            Ok(decision) => decision,
+            Err(_) => binding.layout.no_room(policy, now),
+        }
     }
 
     /// Settles a request as [`Store::settle_bound`] describes, right now.
@@ -219,7 +252,7 @@ impl<C: Clock> MemoryStore<C> {
             cost,
             used,
         };
-        binding.layout.settle(key, &settlement);
+        binding.layout.settle(key, &binding.policy, &settlement);
         admitted.settled(cost, used)
     }
 
@@ -237,7 +270,8 @@ impl<C: Clock> MemoryStore<C> {
     where
         K: Hash + Eq + Send + Sync + 'static,
     {
-        binding.layout.peek(key, self.inner.clock.now_micros())
+        let now = self.inner.clock.now_micros();
+        binding.layout.peek(key, &binding.policy, now)
     }
 
     /// The number of keys of type `K` held, live or not yet swept.

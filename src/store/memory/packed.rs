@@ -1,36 +1,63 @@
 //! The counter's and the fixed window's state for one or two limits in
-//! eight bytes a limit: each window as a 32-bit offset from its shard's
-//! [`WindowBase`], beside the counts. Fewer bytes a key keep more keys in
-//! cache; the store bench's counter cases over many keys guard the layout.
+//! eight bytes a limit: each window index cut to its low 32 bits, beside
+//! the counts. Fewer bytes a key keep more keys in cache; the store bench's
+//! counter rows over many keys guard the layout.
+//!
+//! A cut index is read back as the index nearest the shard's anchor with
+//! those low bits. That is exact while every window a state holds lies
+//! within 2³¹ windows of every time its shard judges at, which the shard's
+//! anchor keeps true (see [`ANCHOR_REACH_MICROS`]).
 
-use super::layouts::{EntryState, Shape};
-use super::window_base::WindowBase;
+use super::layouts::EntryState;
 use crate::algorithm::Units;
 use crate::algorithm::{counter, fixed, Decision, Settlement};
 use crate::limit::Limit;
+use crate::policy::Policy;
+
+/// How far (µs) from its shard's anchor a packed state is judged. A
+/// window written at a judged time then lies within 2²⁹ + 1 windows of
+/// the anchor's, even for a window of one microsecond, well inside what a
+/// cut index reads back; a time outside the reach moves the anchor first
+/// ([`EntryState::rebase`]).
+pub(super) const ANCHOR_REACH_MICROS: u64 = 1 << 29;
+
+/// The full window index nearest `reference` whose low 32 bits are `low`.
+fn nearest(reference: u64, low: u32) -> u64 {
+    let delta = low.wrapping_sub(reference as u32) as i32;
+    reference.wrapping_add_signed(i64::from(delta))
+}
 
 /// One limit's part of a packed state, and how it maps to the algorithm's
 /// own slot, whose window index is whole.
 pub(super) trait PackedSlot: Copy + Default + Send + Sync + 'static {
     /// The algorithm's slot.
-    type Whole: Copy;
+    type Whole: Copy + Default;
 
-    /// The window's offset from the shard's base.
-    fn offset_mut(&mut self) -> &mut u32;
+    /// The window index's low 32 bits.
+    fn low_window(&self) -> u32;
 
-    /// Whether the slot counts no request: its window says nothing then.
+    /// Whether the slot counts no request.
     fn counts_nothing(&self) -> bool;
+
+    /// Whether the slot is a fresh one: no counts, and the window cut to
+    /// zero. A slot a settle emptied keeps its window, which still holds
+    /// back a clock stepping back; one whose window's low bits are all
+    /// zero reads as fresh, so that such a clock is judged at its own
+    /// time instead, once in 2³² windows.
+    fn is_fresh(&self) -> bool {
+        self.counts_nothing() && self.low_window() == 0
+    }
 
     fn unpack(self, window: u64) -> Self::Whole;
 
-    /// `whole` packed with its window at `offset`. The caller has checked
-    /// that its counts fit (see [`fits`](Self::fits)).
-    fn pack(whole: &Self::Whole, offset: u32) -> Self;
+    /// `whole` packed. The caller has checked that its counts fit (see
+    /// [`fits`](Self::fits)).
+    fn pack(whole: &Self::Whole) -> Self;
 
     fn window(whole: &Self::Whole) -> u64;
 
-    /// Whether every count a state under `shape` can reach fits the slot.
-    fn fits(shape: &Shape) -> bool;
+    /// Whether every count a state under `policy` can reach fits the slot.
+    fn fits(policy: &Policy) -> bool;
 
     /// Judges a request of `cost` units as the algorithm does, rolling
     /// `slots` even when it refuses.
@@ -50,7 +77,7 @@ pub(super) trait PackedSlot: Copy + Default + Send + Sync + 'static {
 /// `max`, so this serves every policy whose `max` is at most 65,535.
 #[derive(Clone, Copy, Debug, Default)]
 pub(super) struct CounterSlot {
-    offset: u32,
+    window: u32,
     previous: u16,
     current: u16,
 }
@@ -58,8 +85,8 @@ pub(super) struct CounterSlot {
 impl PackedSlot for CounterSlot {
     type Whole = counter::Slot;
 
-    fn offset_mut(&mut self) -> &mut u32 {
-        &mut self.offset
+    fn low_window(&self) -> u32 {
+        self.window
     }
 
     fn counts_nothing(&self) -> bool {
@@ -74,10 +101,10 @@ impl PackedSlot for CounterSlot {
         }
     }
 
-    fn pack(whole: &counter::Slot, offset: u32) -> Self {
+    fn pack(whole: &counter::Slot) -> Self {
         debug_assert!(whole.previous.max(whole.current) <= u32::from(u16::MAX));
         Self {
-            offset,
+            window: whole.window as u32,
             previous: whole.previous as u16,
             current: whole.current as u16,
         }
@@ -87,8 +114,8 @@ impl PackedSlot for CounterSlot {
         whole.window
     }
 
-    fn fits(shape: &Shape) -> bool {
-        shape.largest_max() <= u32::from(u16::MAX)
+    fn fits(policy: &Policy) -> bool {
+        policy.largest_max() <= u32::from(u16::MAX)
     }
 
     fn decide<const N: usize>(
@@ -112,15 +139,15 @@ impl PackedSlot for CounterSlot {
 /// The fixed window's count, all 32 bits of it.
 #[derive(Clone, Copy, Debug, Default)]
 pub(super) struct FixedSlot {
-    offset: u32,
+    window: u32,
     count: u32,
 }
 
 impl PackedSlot for FixedSlot {
     type Whole = fixed::Slot;
 
-    fn offset_mut(&mut self) -> &mut u32 {
-        &mut self.offset
+    fn low_window(&self) -> u32 {
+        self.window
     }
 
     fn counts_nothing(&self) -> bool {
@@ -134,9 +161,9 @@ impl PackedSlot for FixedSlot {
         }
     }
 
-    fn pack(whole: &fixed::Slot, offset: u32) -> Self {
+    fn pack(whole: &fixed::Slot) -> Self {
         Self {
-            offset,
+            window: whole.window as u32,
             count: whole.count,
         }
     }
@@ -145,7 +172,7 @@ impl PackedSlot for FixedSlot {
         whole.window
     }
 
-    fn fits(_: &Shape) -> bool {
+    fn fits(_: &Policy) -> bool {
         true
     }
 
@@ -182,66 +209,73 @@ impl<P: PackedSlot, const N: usize> Default for Packed<P, N> {
 }
 
 impl<P: PackedSlot, const N: usize> Packed<P, N> {
-    fn unpack(&self, base: &WindowBase<N>) -> [P::Whole; N] {
+    /// The algorithm's slots, read against the shard's `anchor`.
+    fn unpack(&self, anchor: u64, limits: &[Limit]) -> [P::Whole; N] {
         std::array::from_fn(|index| {
-            let mut packed = self.slots[index];
-            let window = base.window(index, *packed.offset_mut());
-            packed.unpack(window)
+            let packed = self.slots[index];
+            if packed.is_fresh() {
+                return P::Whole::default();
+            }
+            let reference = anchor / limits[index].window_micros();
+            packed.unpack(nearest(reference, packed.low_window()))
         })
+    }
+
+    fn pack(&mut self, slots: &[P::Whole; N]) {
+        for (packed, whole) in self.slots.iter_mut().zip(slots) {
+            *packed = P::pack(whole);
+        }
     }
 }
 
-/// For policies of exactly `N` limits whose counts fit `P`, judged at
-/// times the base covers.
+/// For policies of exactly `N` limits whose counts fit `P`.
 impl<P: PackedSlot, const N: usize> EntryState for Packed<P, N> {
-    type Base = WindowBase<N>;
-    type EntryAlign = ();
+    const ANCHORED: bool = true;
 
-    fn base_around(now: u64, shape: &Shape) -> WindowBase<N> {
-        WindowBase::around(now, shape.limits())
+    /// Slots whose window and the next ended before the new reach count
+    /// for nothing at any time judged there, and start afresh; a window
+    /// 2³¹ windows or more ahead of the new anchor (a clock thrown back
+    /// that far) cannot be read against it, and the state is lost.
+    fn rebase(&mut self, from: u64, to: u64, policy: &Policy) -> bool {
+        let limits = policy.limits();
+        let mut slots = self.unpack(from, limits);
+        for (slot, (packed, limit)) in slots.iter_mut().zip(self.slots.iter().zip(limits)) {
+            if packed.is_fresh() {
+                continue;
+            }
+            let w = limit.window_micros();
+            let lowest = to.saturating_sub(ANCHOR_REACH_MICROS) / w;
+            let window = P::window(slot);
+            if window.saturating_add(2) <= lowest {
+                *slot = P::Whole::default();
+            } else if window.saturating_sub(to / w) >= 1 << 31 {
+                return false;
+            }
+        }
+        self.pack(&slots);
+        true
     }
 
-    fn rebase(&mut self, from: &WindowBase<N>, to: &WindowBase<N>, shape: &Shape) -> bool {
-        from.move_slots(
-            to,
-            &mut self.slots,
-            P::offset_mut,
-            P::counts_nothing,
-            shape.limits(),
-        )
-    }
-
-    fn decide(
-        &mut self,
-        now: u64,
-        cost: impl Units,
-        shape: &Shape,
-        base: &WindowBase<N>,
-    ) -> Decision {
-        let limits = shape.limits();
-        debug_assert!(limits.len() == N && base.covers(now));
-        let mut slots = self.unpack(base);
+    fn decide(&mut self, now: u64, cost: impl Units, policy: &Policy, anchor: u64) -> Decision {
+        let limits = policy.limits();
+        debug_assert!(limits.len() == N);
+        let mut slots = self.unpack(anchor, limits);
         let decision = P::decide(&mut slots, now, limits, cost);
         // A refusal leaves the state as it was, as in the algorithm.
-        if !decision.is_allowed() {
-            return decision;
-        }
-        for (index, (packed, whole)) in self.slots.iter_mut().zip(&slots).enumerate() {
-            *packed = P::pack(whole, base.offset_of(index, P::window(whole)));
+        if decision.is_allowed() {
+            self.pack(&slots);
         }
         decision
     }
 
-    fn settle(&mut self, settled: &Settlement, shape: &Shape, base: &WindowBase<N>) {
-        let mut slots = self.unpack(base);
-        P::settle(&mut slots, settled, shape.limits());
-        for (index, (packed, whole)) in self.slots.iter_mut().zip(&slots).enumerate() {
-            *packed = P::pack(whole, base.offset_of(index, P::window(whole)));
-        }
+    fn settle(&mut self, settled: &Settlement, policy: &Policy, anchor: u64) {
+        let mut slots = self.unpack(anchor, policy.limits());
+        P::settle(&mut slots, settled, policy.limits());
+        self.pack(&slots);
     }
 
-    fn idle_from(&self, shape: &Shape, base: &WindowBase<N>) -> u64 {
-        P::idle_from(&self.unpack(base), shape.limits())
+    fn idle_from(&self, policy: &Policy, anchor: u64) -> u64 {
+        P::idle_from(&self.unpack(anchor, policy.limits()), policy.limits())
     }
 }
 
@@ -262,11 +296,8 @@ impl<const N: usize> Default for WideCounter<N> {
 }
 
 impl<const N: usize> EntryState for WideCounter<N> {
-    type Base = ();
-    type EntryAlign = ();
-
-    fn decide(&mut self, now: u64, cost: impl Units, shape: &Shape, _: &()) -> Decision {
-        let limits = shape.limits();
+    fn decide(&mut self, now: u64, cost: impl Units, policy: &Policy, _: u64) -> Decision {
+        let limits = policy.limits();
         debug_assert_eq!(limits.len(), N);
         // A refusal leaves the state as it was: one limit's path writes
         // nothing then, and several limits are judged on a copy.
@@ -281,12 +312,12 @@ impl<const N: usize> EntryState for WideCounter<N> {
         decision
     }
 
-    fn settle(&mut self, settled: &Settlement, shape: &Shape, _: &()) {
-        counter::settle(&mut self.slots, settled, shape.limits());
+    fn settle(&mut self, settled: &Settlement, policy: &Policy, _: u64) {
+        counter::settle(&mut self.slots, settled, policy.limits());
     }
 
-    fn idle_from(&self, shape: &Shape, _: &()) -> u64 {
-        counter::idle_from(&self.slots, shape.limits())
+    fn idle_from(&self, policy: &Policy, _: u64) -> u64 {
+        counter::idle_from(&self.slots, policy.limits())
     }
 }
 
@@ -300,5 +331,16 @@ mod tests {
         assert_eq!(size_of::<Packed<CounterSlot, 2>>(), 16);
         assert_eq!(size_of::<Packed<FixedSlot, 2>>(), 16);
         assert_eq!(size_of::<WideCounter<1>>(), 16);
+    }
+
+    #[test]
+    fn a_cut_index_reads_back_as_the_nearest_with_its_low_bits() {
+        let reference = 5u64 << 32 | 10;
+        assert_eq!(nearest(reference, 10), reference);
+        assert_eq!(nearest(reference, 7), reference - 3);
+        assert_eq!(nearest(reference, 12), reference + 2);
+        // Across a carry into the high bits, either way.
+        assert_eq!(nearest(5 << 32, u32::MAX), (5 << 32) - 1);
+        assert_eq!(nearest((5 << 32) - 1, 0), 5 << 32);
     }
 }

@@ -1,107 +1,112 @@
-//! A memory store's maps, one per policy value and key type.
-//!
-//! Binding a policy finds its map here by value, so a policy rebuilt from
-//! data on every request finds the same windows as the one built before it.
-//! The store owns the maps: a map lives while some binding holds it, and
-//! after that until every key in it has gone idle, when a later binding of
-//! a new policy drops it. A map is never dropped with a live key in it,
-//! which would hand that key a fresh window.
+//! A memory store's maps: one per layout and key type, made the first
+//! time a policy needs it, so that their number is bounded whatever the
+//! number of policies. A policy rebuilt from data on every request finds
+//! the same map, and in it its keys' states by value.
 
-use std::any::Any;
+use std::any::{Any, TypeId};
 use std::hash::Hash;
+use std::sync::{Arc, OnceLock};
 
 use foldhash::fast::RandomState;
 use hashbrown::HashMap;
 use parking_lot::RwLock;
 
-use super::layouts::{Layout, Shape};
+use super::cap::KeyCap;
+use super::layouts::Layout;
 use crate::policy::Policy;
 
-/// How often (µs of store time) binding a new policy looks for maps that
-/// no binding holds and whose keys have all gone idle.
-const PRUNE_EVERY_MICROS: u64 = 5_000_000;
-
-/// A map of some key type, its type erased.
-trait AnyLayout: Send + Sync {
-    fn as_any(&self) -> &dyn Any;
-    fn key_count(&self) -> usize;
-    /// Whether the map can go: no binding holds it and no key in it is
-    /// live at `now`.
-    fn droppable(&self, now: u64) -> bool;
+/// The maps of one key type, one per layout, each made when first needed.
+struct KeyMaps<K> {
+    layouts: Box<[OnceLock<Layout<K>>]>,
 }
 
-impl<K: Hash + Eq + Send + Sync + 'static> AnyLayout for Layout<K> {
+/// The maps of some key type, the type erased.
+trait AnyMaps: Send + Sync {
+    fn as_any(&self) -> &dyn Any;
+    fn key_count(&self) -> usize;
+    fn sweep_all(&self, now: u64);
+}
+
+impl<K: Hash + Eq + Send + Sync + 'static> AnyMaps for KeyMaps<K> {
     fn as_any(&self) -> &dyn Any {
         self
     }
 
     fn key_count(&self) -> usize {
-        self.len()
+        self.layouts
+            .iter()
+            .flat_map(OnceLock::get)
+            .map(Layout::len)
+            .sum()
     }
 
-    fn droppable(&self, now: u64) -> bool {
-        !self.is_bound() && !self.sweep_all(now)
+    fn sweep_all(&self, now: u64) {
+        for layout in self.layouts.iter().flat_map(OnceLock::get) {
+            layout.sweep_all(now);
+        }
     }
 }
 
-#[derive(Default)]
-struct Maps {
-    by_policy: HashMap<Policy, Vec<Box<dyn AnyLayout>>, RandomState>,
-    next_prune: u64,
-}
-
-/// Every map of one store.
-#[derive(Default)]
+/// Every map of one store, and the cap they share.
 pub(super) struct Registry {
-    maps: RwLock<Maps>,
+    by_key_type: RwLock<HashMap<TypeId, Box<dyn AnyMaps>, RandomState>>,
+    cap: Arc<KeyCap>,
 }
 
 impl Registry {
-    /// The map for `policy` and keys of type `K`, made with room for
-    /// `max_keys` if there is none yet.
-    pub(super) fn bind<K>(&self, policy: &Policy, max_keys: usize, now: u64) -> Layout<K>
+    pub(super) fn new(max_keys: usize) -> Self {
+        Self {
+            by_key_type: RwLock::default(),
+            cap: Arc::new(KeyCap::new(max_keys)),
+        }
+    }
+
+    pub(super) fn cap(&self) -> &KeyCap {
+        &self.cap
+    }
+
+    /// The map holding keys of type `K` under `policy`, made if new.
+    pub(super) fn layout<K>(&self, policy: &Policy) -> Layout<K>
     where
         K: Hash + Eq + Send + Sync + 'static,
     {
-        if let Some(layout) = find(&self.maps.read(), policy) {
-            return layout;
+        let index = Layout::<K>::index_of(policy);
+        if let Some(maps) = self.by_key_type.read().get(&TypeId::of::<K>()) {
+            return self.in_maps(&**maps, index);
         }
-        let mut maps = self.maps.write();
-        // Made by another thread since the look above.
-        if let Some(layout) = find(&maps, policy) {
-            return layout;
+        let mut by_key_type = self.by_key_type.write();
+        let maps = by_key_type.entry(TypeId::of::<K>()).or_insert_with(|| {
+            Box::new(KeyMaps::<K> {
+                layouts: (0..Layout::<K>::COUNT).map(|_| OnceLock::new()).collect(),
+            })
+        });
+        self.in_maps(&**maps, index)
+    }
+
+    fn in_maps<K>(&self, maps: &dyn AnyMaps, index: usize) -> Layout<K>
+    where
+        K: Hash + Eq + Send + Sync + 'static,
+    {
+        let make = || Layout::new(index, &self.cap);
+        match maps.as_any().downcast_ref::<KeyMaps<K>>() {
+            Some(maps) => maps.layouts[index].get_or_init(make).clone(),
+            // Never: the maps were found by `K`'s type id.
+            None => make(),
         }
-        if now >= maps.next_prune {
-            maps.by_policy.retain(|_, layouts| {
-                layouts.retain(|layout| !layout.droppable(now));
-                !layouts.is_empty()
-            });
-            maps.next_prune = now.saturating_add(PRUNE_EVERY_MICROS);
+    }
+
+    /// Drops every key idle at `now`, in every map.
+    pub(super) fn sweep_all(&self, now: u64) {
+        for maps in self.by_key_type.read().values() {
+            maps.sweep_all(now);
         }
-        let layout = Layout::<K>::new(Shape::of(policy), max_keys);
-        maps.by_policy
-            .entry(policy.clone())
-            .or_default()
-            .push(Box::new(layout.clone()));
-        layout
     }
 
     /// The keys of type `K` held in every map, live or not yet swept.
     pub(super) fn key_count<K: 'static>(&self) -> usize {
-        let maps = self.maps.read();
-        maps.by_policy
-            .values()
-            .flatten()
-            .filter(|layout| layout.as_any().is::<Layout<K>>())
-            .map(|layout| layout.key_count())
-            .sum()
+        let by_key_type = self.by_key_type.read();
+        by_key_type
+            .get(&TypeId::of::<K>())
+            .map_or(0, |maps| maps.key_count())
     }
-}
-
-fn find<K: 'static>(maps: &Maps, policy: &Policy) -> Option<Layout<K>> {
-    maps.by_policy
-        .get(policy)?
-        .iter()
-        .find_map(|layout| layout.as_any().downcast_ref::<Layout<K>>())
-        .cloned()
 }

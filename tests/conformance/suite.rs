@@ -344,6 +344,41 @@ pub async fn a_plan_built_per_request_limits<St: Store<String>>(store: St, clock
     }
 }
 
+/// Tenants with limits of their own, 2,000 of them, each a policy value no
+/// other tenant has, each sending more than its limit: exactly the sum of
+/// their limits passes.
+pub async fn many_tenants_with_limits_of_their_own<St: Store<String>>(
+    store: St,
+    clock: ManualClock,
+) {
+    const TENANTS: u32 = 2_000;
+    at(&clock, 1.0);
+    let own = |tenant: u32| {
+        let limit = Limit::new(
+            1 + tenant % 5,
+            Duration::from_millis(10_000 + u64::from(tenant)),
+        );
+        Policy::new(ALGORITHMS[tenant as usize % 3], [limit.unwrap()]).unwrap()
+    };
+    let svc = SlidingWindowLayer::new(Limit::per_minute(1), client_key as KeyFn)
+        .store(store)
+        .plan(move |tenant: &String| {
+            let tenant = tenant.strip_prefix("tenant-").and_then(|n| n.parse().ok());
+            own(tenant.unwrap_or(0))
+        })
+        .layer(service_fn(ok as fn(_) -> _));
+    let (mut passed, mut limits) = (0, 0);
+    for tenant in 0..TENANTS {
+        let max = 1 + tenant % 5;
+        limits += max;
+        let key = format!("tenant-{tenant}");
+        for _ in 0..max + 2 {
+            passed += u32::from(hit(&svc, &key).await.status() == 200);
+        }
+    }
+    assert_eq!(passed, limits);
+}
+
 /// Shadow mode refuses nothing, yet records as enforcement would: a request
 /// it would have refused leaves no trace, which an enforcing layer with the
 /// same policy on the same store then finds.
@@ -829,6 +864,7 @@ macro_rules! for_each_case {
             policies_do_not_share_windows,
             equal_policies_share_windows,
             a_plan_built_per_request_limits,
+            many_tenants_with_limits_of_their_own,
             count_only_counts_matching_responses,
             costs_weigh_admission_and_settle,
             the_layer_costs_and_settles,

@@ -40,6 +40,10 @@ struct Entry<K, S> {
 
 struct Shard<K, S> {
     table: HashTable<Entry<K, S>>,
+    /// The policy of the key added last, whose value a new key under an
+    /// equal policy shares: a plan that builds its policy on every request
+    /// then costs one copy of it, not one per key.
+    last_policy: Option<Policy>,
     /// When the shard next looks for idle keys, and the anchor its states
     /// are read against.
     due: Due,
@@ -150,6 +154,7 @@ impl<K: Hash + Eq, S: EntryState> Shards<K, S> {
             .map(|_| {
                 Padded(Mutex::new(Shard {
                     table: HashTable::new(),
+                    last_policy: None,
                     due: Due {
                         next_sweep: SWEEP_EVERY_MICROS,
                         anchor: 0,
@@ -249,11 +254,11 @@ impl<K: Hash + Eq, S: EntryState> Shards<K, S> {
         if !self.cap.take(drop_from) {
             return Err(key);
         }
-        let entry = Entry {
-            key,
-            policy: policy.clone(),
-            state,
+        let policy = match &shard.last_policy {
+            Some(last) if last == policy => last.clone(),
+            _ => shard.last_policy.insert(policy.clone()).clone(),
         };
+        let entry = Entry { key, policy, state };
         let hasher = &self.hasher;
         shard.table.insert_unique(hash, entry, |entry| {
             hasher.hash_one(&entry.key) ^ entry.policy.value_hash()

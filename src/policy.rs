@@ -36,7 +36,7 @@ pub struct Policy {
 
 struct PolicyInner {
     algorithm: Algorithm,
-    limits: Box<[Limit]>,
+    limits: Limits,
     name: Option<Box<str>>,
     /// How long a refusal shuts the key out, µs; 0 for no penalty.
     penalty_micros: u64,
@@ -55,7 +55,7 @@ impl fmt::Debug for Policy {
         let inner = &self.inner;
         f.debug_struct("Policy")
             .field("algorithm", &inner.algorithm)
-            .field("limits", &inner.limits)
+            .field("limits", &inner.limits.as_slice())
             .field("name", &inner.name)
             .field("penalty", &self.penalty())
             .finish()
@@ -68,7 +68,7 @@ impl PartialEq for Policy {
         Arc::ptr_eq(&self.inner, &other.inner)
             || (a.hash == b.hash
                 && a.algorithm == b.algorithm
-                && a.limits == b.limits
+                && a.limits.as_slice() == b.limits.as_slice()
                 && a.name == b.name
                 && a.penalty_micros == b.penalty_micros)
     }
@@ -103,31 +103,36 @@ impl Policy {
         if limits.len() > Self::MAX_LIMITS {
             return Err(ConfigError::TooManyLimits(limits.len()));
         }
-        Ok(Self::build(algorithm, limits, None, 0))
+        Ok(Self::build(algorithm, Limits::new(limits), None, 0))
     }
 
     fn build(
         algorithm: Algorithm,
-        limits: Box<[Limit]>,
+        limits: Limits,
         name: Option<Box<str>>,
         penalty_micros: u64,
     ) -> Self {
         // Seeded once per process, so that policies built from data cannot
         // be chosen to collide.
         static SEED: LazyLock<foldhash::fast::RandomState> = LazyLock::new(Default::default);
-        let hash = SEED.hash_one((algorithm, &limits, &name, penalty_micros));
-        let mut signature = signature(algorithm, &limits);
+        let hash = SEED.hash_one((algorithm, limits.as_slice(), &name, penalty_micros));
+        let mut signature = signature(algorithm, limits.as_slice());
         if penalty_micros > 0 {
             signature.push_str(&format!(";p{}", duration_name(penalty_micros)));
         }
-        let maxes = limits.iter().map(Limit::max);
+        let maxes = limits.as_slice().iter().map(Limit::max);
         Self {
             inner: Arc::new(PolicyInner {
                 signature: signature.into(),
                 smallest_max: maxes.clone().min().unwrap_or(1),
                 largest_max: maxes.max().unwrap_or(1),
-                longest_window_micros: limits.iter().map(Limit::window_micros).max().unwrap_or(1),
-                log_capacity: log::capacity_for(&limits),
+                longest_window_micros: limits
+                    .as_slice()
+                    .iter()
+                    .map(Limit::window_micros)
+                    .max()
+                    .unwrap_or(1),
+                log_capacity: log::capacity_for(limits.as_slice()),
                 algorithm,
                 limits,
                 name,
@@ -185,7 +190,7 @@ impl Policy {
 
     /// The limits, in the order they were given.
     pub fn limits(&self) -> &[Limit] {
-        &self.inner.limits
+        self.inner.limits.as_slice()
     }
 
     /// The largest `max` among the limits: the most timestamps a log keeps
@@ -254,6 +259,38 @@ impl Policy {
     /// metrics and logs call this policy (never a client's key).
     pub fn label(&self) -> &str {
         self.name().unwrap_or(&self.inner.signature)
+    }
+}
+
+/// A policy's limits: up to two, as nearly every policy has, inside the
+/// policy's own allocation, so that a store comparing a policy rebuilt per
+/// request with the one an entry holds reads one allocation, not two.
+#[derive(Clone)]
+enum Limits {
+    Few { len: u8, limits: [Limit; 2] },
+    Many(Box<[Limit]>),
+}
+
+impl Limits {
+    fn new(limits: Box<[Limit]>) -> Self {
+        match *limits {
+            [one] => Self::Few {
+                len: 1,
+                limits: [one, one],
+            },
+            [first, second] => Self::Few {
+                len: 2,
+                limits: [first, second],
+            },
+            _ => Self::Many(limits),
+        }
+    }
+
+    fn as_slice(&self) -> &[Limit] {
+        match self {
+            Self::Few { len, limits } => &limits[..usize::from(*len)],
+            Self::Many(limits) => limits,
+        }
     }
 }
 

@@ -17,6 +17,7 @@ cargo bench --no-run --features axum,redis -q
 # for criterion's absolute times and spread).
 skip_criterion=no-criterion-benchmark-matches-this
 BENCH_TABLES="$tables" cargo bench --bench store -- "$skip_criterion"
+BENCH_TABLES="$tables" cargo bench --bench tenants
 BENCH_TABLES="$tables" cargo bench --features axum --bench layer -- "$skip_criterion"
 BENCH_TABLES="$tables" cargo bench --features redis --bench redis -- "$skip_criterion"
 

@@ -2,7 +2,7 @@
 
 use std::fmt;
 use std::hash::{BuildHasher, Hash, Hasher};
-use std::sync::{Arc, LazyLock};
+use std::sync::{Arc, LazyLock, OnceLock};
 use std::time::Duration;
 
 use crate::algorithm::{log, Algorithm, INLINE_LIMITS};
@@ -42,7 +42,9 @@ struct PolicyInner {
     penalty_micros: u64,
     /// Derived from the fields above, kept so that stores and lookups
     /// need not work them out on every request.
-    signature: Box<str>,
+    /// Written the first time it is asked for: a plan that builds its
+    /// policy per request for the memory store never needs it.
+    signature: OnceLock<Box<str>>,
     hash: u64,
     smallest_max: u32,
     largest_max: u32,
@@ -96,14 +98,13 @@ impl Policy {
         algorithm: Algorithm,
         limits: impl IntoIterator<Item = Limit>,
     ) -> Result<Self, ConfigError> {
-        let limits: Box<[Limit]> = limits.into_iter().collect();
-        if limits.is_empty() {
-            return Err(ConfigError::NoLimits);
+        let limits = Limits::collect(limits);
+        match limits.as_slice().len() {
+            0 => return Err(ConfigError::NoLimits),
+            n if n > Self::MAX_LIMITS => return Err(ConfigError::TooManyLimits(n)),
+            _ => {}
         }
-        if limits.len() > Self::MAX_LIMITS {
-            return Err(ConfigError::TooManyLimits(limits.len()));
-        }
-        Ok(Self::build(algorithm, Limits::new(limits), None, 0))
+        Ok(Self::build(algorithm, limits, None, 0))
     }
 
     fn build(
@@ -116,14 +117,10 @@ impl Policy {
         // be chosen to collide.
         static SEED: LazyLock<foldhash::fast::RandomState> = LazyLock::new(Default::default);
         let hash = SEED.hash_one((algorithm, limits.as_slice(), &name, penalty_micros));
-        let mut signature = signature(algorithm, limits.as_slice());
-        if penalty_micros > 0 {
-            signature.push_str(&format!(";p{}", duration_name(penalty_micros)));
-        }
         let maxes = limits.as_slice().iter().map(Limit::max);
         Self {
             inner: Arc::new(PolicyInner {
-                signature: signature.into(),
+                signature: OnceLock::new(),
                 smallest_max: maxes.clone().min().unwrap_or(1),
                 largest_max: maxes.max().unwrap_or(1),
                 longest_window_micros: limits
@@ -247,7 +244,14 @@ impl Policy {
     /// `c10/1s,100/60s`: equal for equal algorithms and limits in every
     /// process. Remote stores name state with it and the name.
     pub fn signature(&self) -> &str {
-        &self.inner.signature
+        let inner = &self.inner;
+        inner.signature.get_or_init(|| {
+            let mut signature = signature(inner.algorithm, inner.limits.as_slice());
+            if inner.penalty_micros > 0 {
+                signature.push_str(&format!(";p{}", duration_name(inner.penalty_micros)));
+            }
+            signature.into()
+        })
     }
 
     /// The name given with [`named`](Policy::named), if any.
@@ -258,7 +262,7 @@ impl Policy {
     /// The name given with [`named`](Policy::named), else the signature: what
     /// metrics and logs call this policy (never a client's key).
     pub fn label(&self) -> &str {
-        self.name().unwrap_or(&self.inner.signature)
+        self.name().unwrap_or_else(|| self.signature())
     }
 }
 
@@ -272,17 +276,23 @@ enum Limits {
 }
 
 impl Limits {
-    fn new(limits: Box<[Limit]>) -> Self {
-        match *limits {
-            [one] => Self::Few {
+    fn collect(limits: impl IntoIterator<Item = Limit>) -> Self {
+        let mut limits = limits.into_iter();
+        let Some(first) = limits.next() else {
+            return Self::Many(Box::new([]));
+        };
+        let Some(second) = limits.next() else {
+            return Self::Few {
                 len: 1,
-                limits: [one, one],
-            },
-            [first, second] => Self::Few {
+                limits: [first, first],
+            };
+        };
+        match limits.next() {
+            None => Self::Few {
                 len: 2,
                 limits: [first, second],
             },
-            _ => Self::Many(limits),
+            Some(third) => Self::Many([first, second, third].into_iter().chain(limits).collect()),
         }
     }
 

@@ -145,7 +145,8 @@
 //!   peer address those servers record.
 //! * `tracing`: events for refusals and store failures.
 //! * `metrics`: decision counters through the `metrics` facade, labelled by
-//!   [`Policy::label`], never by key.
+//!   policy ([`Policy::label`]; `unnamed` for an unnamed policy a plan
+//!   chose), never by key.
 #![forbid(unsafe_code)]
 #![warn(missing_docs, unreachable_pub)]
 #![cfg_attr(docsrs, feature(doc_cfg))]

@@ -260,7 +260,9 @@ impl Policy {
     }
 
     /// The name given with [`named`](Policy::named), else the signature: what
-    /// metrics and logs call this policy (never a client's key).
+    /// metrics and logs call a layer's own policy (never a client's key). An
+    /// unnamed policy a plan chose is called `unnamed` there instead, so
+    /// that limits built per tenant make no series per tenant.
     pub fn label(&self) -> &str {
         self.name().unwrap_or_else(|| self.signature())
     }

@@ -30,10 +30,11 @@ use crate::policy::Policy;
 ///
 /// A plan may build its policy on every request, from data: a policy is a
 /// value, and equal values share windows in every store, so per-customer
-/// limits read from a map limit as a policy built once would. The layer
-/// keeps, per policy value, the store's binding and the header text, so a
-/// plan's choice costs a lookup, not a new map or script. A key moved to a
-/// plan with other limits starts afresh under them.
+/// limits read from a map limit as a policy built once would. No store
+/// keeps anything per policy value, so a policy per tenant costs what its
+/// keys cost; name the policies a plan chooses to tell them apart in
+/// metrics, which count an unnamed one as `unnamed`. A key moved to a plan
+/// with other limits starts afresh under them.
 ///
 /// ```
 /// use std::collections::HashMap;

@@ -30,10 +30,12 @@ use crate::policy::Policy;
 /// data on every request finds the same windows each time. Every store
 /// follows this rule, and the conformance suite holds each one to it.
 ///
-/// A caller [binds](Store::bind) a policy once and keeps the binding, so
-/// that finding the policy's state is not repeated on every request; the
-/// layer does this for its own policy and caches the bindings of the
-/// policies plans choose. [`decide`](Store::decide) and
+/// A caller [binds](Store::bind) a policy to find what the store needs for
+/// it (the memory store's map, the Redis store's key names) and may keep
+/// the binding; the layer keeps the one of its own policy, and binds the
+/// policy a plan chooses for each request. So binding must be cheap, and a
+/// store must keep nothing per policy value that grows with their number:
+/// limits per tenant are many policies. [`decide`](Store::decide) and
 /// [`peek`](Store::peek) bind and judge in one call.
 ///
 /// Implementations must make the check and the record indivisible per key

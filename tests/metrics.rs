@@ -60,6 +60,24 @@ async fn decisions_and_store_errors_are_counted_by_policy_label() {
         let response = shadow.clone().oneshot(Request::new(())).await.unwrap();
         assert_eq!(response.status(), 200);
     }
+    // Limits built per tenant, unnamed: one series, not one per tenant.
+    let tenants = ServiceBuilder::new()
+        .layer(
+            SlidingWindowLayer::new(Limit::per_minute(1), |request: &Request<u32>| {
+                Some(*request.body())
+            })
+            .plan(|tenant: &u32| {
+                Policy::new(Algorithm::SlidingCounter, [Limit::per_minute(10 + tenant)]).unwrap()
+            })
+            .store(MemoryStore::with_clock(ManualClock::new())),
+        )
+        .service(service_fn(|_: Request<u32>| async {
+            Ok::<_, Infallible>(Response::new(()))
+        }));
+    for tenant in 0..50 {
+        let response = tenants.clone().oneshot(Request::new(tenant)).await.unwrap();
+        assert_eq!(response.status(), 200);
+    }
 
     let mut counts = Vec::new();
     for (composite, _, _, value) in snapshotter.snapshot().into_vec() {
@@ -101,6 +119,11 @@ async fn decisions_and_store_errors_are_counted_by_policy_label() {
                 "tower_sliding_window_decisions_total".to_owned(),
                 "policy=rollout,outcome=shadow_rejected".to_owned(),
                 3
+            ),
+            (
+                "tower_sliding_window_decisions_total".to_owned(),
+                "policy=unnamed,outcome=allowed".to_owned(),
+                50
             ),
             (
                 "tower_sliding_window_store_errors_total".to_owned(),

@@ -289,8 +289,9 @@ fn decide_one(slot: &mut Slot, now: u64, limit: &Limit, cost: impl Units) -> Dec
     }
 }
 
-/// [`decide_one`]'s refusal, out of its way: with the wait worked out in
-/// line, every acceptance paid for the registers it needs.
+/// [`decide_one`]'s refusal, out of its way, so that the accepting path,
+/// which nearly every request takes, carries none of the wait's work; the
+/// store bench's counter rows guard the shape.
 #[cold]
 #[inline(never)]
 fn refuse_one(rolled: &Slot, now: u64, limit: &Limit, elapsed: u64, cost: u32) -> Decision {

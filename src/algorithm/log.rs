@@ -200,10 +200,10 @@ impl<'a> LogMut<'a> {
     /// `forget_after` µs old instead of growing ([`KEEP_EVERY_STAMP`] for
     /// never).
     ///
-    /// Takes the view by value: two pointers, kept in registers, rather
-    /// than a pointer to them. Out of line, so that a store's ring path
-    /// reaches it with a call and keeps its own code small; the store
-    /// bench's full-ring case guards the shape.
+    /// Takes the view by value (two pointers) rather than a pointer to
+    /// it, and is out of line, so that a store's ring path reaches it with
+    /// a call and keeps its own code small; the store bench's full-ring
+    /// case guards the shape.
     #[inline(never)]
     pub(crate) fn decide_micros(
         mut self,

@@ -65,6 +65,7 @@ impl fmt::Debug for Policy {
 }
 
 impl PartialEq for Policy {
+    #[inline]
     fn eq(&self, other: &Self) -> bool {
         let (a, b) = (&*self.inner, &*other.inner);
         Arc::ptr_eq(&self.inner, &other.inner)
@@ -176,27 +177,32 @@ impl Policy {
         (self.inner.penalty_micros > 0).then(|| Duration::from_micros(self.inner.penalty_micros))
     }
 
+    #[inline]
     pub(crate) fn penalty_micros(&self) -> u64 {
         self.inner.penalty_micros
     }
 
     /// The algorithm counting requests.
+    #[inline]
     pub fn algorithm(&self) -> Algorithm {
         self.inner.algorithm
     }
 
     /// The limits, in the order they were given.
+    #[inline]
     pub fn limits(&self) -> &[Limit] {
         self.inner.limits.as_slice()
     }
 
     /// The largest `max` among the limits: the most timestamps a log keeps
     /// per key.
+    #[inline]
     pub fn largest_max(&self) -> u32 {
         self.inner.largest_max
     }
 
     /// The most stamps a sliding log keeps for one key under this policy.
+    #[inline]
     pub(crate) fn log_capacity(&self) -> u32 {
         self.inner.log_capacity
     }
@@ -204,12 +210,20 @@ impl Policy {
     /// Whether a request of `cost` units is one the algorithms judge: from
     /// 1 to every limit's `max` (0 passes and records nothing, more never
     /// passes).
+    #[inline]
     pub(crate) fn judges_cost(&self, cost: u32) -> bool {
         cost.wrapping_sub(1) < self.inner.smallest_max
     }
 
+    /// Whether `other` is this very policy, not only an equal value.
+    #[inline(always)]
+    pub(crate) fn is(&self, other: &Policy) -> bool {
+        Arc::ptr_eq(&self.inner, &other.inner)
+    }
+
     /// The hash of the policy's value, seeded once per process: stores mix
     /// it into a key's hash to find the key's state under this policy.
+    #[inline]
     pub(crate) fn value_hash(&self) -> u64 {
         self.inner.hash
     }
@@ -219,6 +233,7 @@ impl Policy {
         Duration::from_micros(self.longest_window_micros())
     }
 
+    #[inline]
     pub(crate) fn longest_window_micros(&self) -> u64 {
         self.inner.longest_window_micros
     }
@@ -298,6 +313,7 @@ impl Limits {
         }
     }
 
+    #[inline]
     fn as_slice(&self) -> &[Limit] {
         match self {
             Self::Few { len, limits } => &limits[..usize::from(*len)],

@@ -19,7 +19,7 @@ use super::cap::KeyCap;
 use super::compact_log::CompactLog;
 use super::packed::{CounterSlot, FixedSlot, Packed, PackedSlot, WideCounter};
 use super::penalty::Penalized;
-use super::shards::{NoRoom, Shards};
+use super::shards::Shards;
 use crate::algorithm::{Algorithm, Decision, FixedWindow, One, Settlement, SlidingCounter, Units};
 use crate::policy::Policy;
 
@@ -195,7 +195,8 @@ fn has_penalty(policy: &Policy, algorithm: Algorithm) -> bool {
 
 impl<K: Hash + Eq + Send + Sync + 'static> Layout<K> {
     /// Judges and records a request of `cost` units for `key` under
-    /// `policy`, at the time `clock` gives.
+    /// `policy`, at the time `clock` gives; a new key that finds the store
+    /// full goes to `full` (see [`Shards::decide`]).
     #[inline]
     pub(super) fn decide(
         &self,
@@ -203,14 +204,15 @@ impl<K: Hash + Eq + Send + Sync + 'static> Layout<K> {
         policy: &Policy,
         clock: impl FnOnce() -> u64,
         cost: u32,
-    ) -> Result<Decision, NoRoom<K>> {
+        full: impl FnOnce(K, u64) -> Decision,
+    ) -> Decision {
         if cost == 1 {
-            return self.decide_one(key, policy, clock);
+            return self.decide_one(key, policy, clock, full);
         }
         each!(self, |map| if policy.judges_cost(cost) {
-            map.decide(key, policy, clock, cost)
+            map.decide(key, policy, clock, cost, full)
         } else {
-            Ok(map.unjudged_cost(&key, policy, clock(), cost))
+            map.unjudged_cost(&key, policy, clock(), cost)
         })
     }
 
@@ -222,8 +224,9 @@ impl<K: Hash + Eq + Send + Sync + 'static> Layout<K> {
         key: K,
         policy: &Policy,
         clock: impl FnOnce() -> u64,
-    ) -> Result<Decision, NoRoom<K>> {
-        each!(self, |map| map.decide(key, policy, clock, One))
+        full: impl FnOnce(K, u64) -> Decision,
+    ) -> Decision {
+        each!(self, |map| map.decide(key, policy, clock, One, full))
     }
 
     /// The refusal of a new key that found the store full at `now`.

@@ -14,7 +14,6 @@ use std::sync::Arc;
 
 use self::layouts::Layout;
 use self::registry::Registry;
-use self::shards::NoRoom;
 use super::{Store, StoreError};
 use crate::algorithm::{Decision, Settlement};
 use crate::clock::{Clock, SystemClock};
@@ -187,10 +186,8 @@ impl<C: Clock> MemoryStore<C> {
         K: Hash + Eq + Send + Sync + 'static,
     {
         let clock = || self.inner.clock.now_micros();
-        match binding.layout.decide_one(key, &binding.policy, clock) {
-            Ok(decision) => decision,
-            Err(no_room) => self.make_room(no_room, binding, 1),
-        }
+        let full = |key, now| self.make_room(key, now, binding, 1);
+        binding.layout.decide_one(key, &binding.policy, clock, full)
     }
 
     /// Judges a request of `cost` units for `key` under the policy
@@ -206,29 +203,32 @@ impl<C: Clock> MemoryStore<C> {
         K: Hash + Eq + Send + Sync + 'static,
     {
         let clock = || self.inner.clock.now_micros();
-        match binding.layout.decide(key, &binding.policy, clock, cost) {
-            Ok(decision) => decision,
-            Err(no_room) => self.make_room(no_room, binding, cost),
-        }
+        let full = |key, now| self.make_room(key, now, binding, cost);
+        binding
+            .layout
+            .decide(key, &binding.policy, clock, cost, full)
     }
 
     /// A new key found the store full: sweeps the whole store if that is
     /// due and judges the key again, else refuses it.
     #[cold]
-    fn make_room<K>(&self, no_room: NoRoom<K>, binding: &MemoryBinding<K>, cost: u32) -> Decision
+    fn make_room<K>(&self, key: K, now: u64, binding: &MemoryBinding<K>, cost: u32) -> Decision
     where
         K: Hash + Eq + Send + Sync + 'static,
     {
-        let (policy, now) = (&binding.policy, no_room.now);
+        let (layout, policy) = (&binding.layout, &binding.policy);
         let maps = &self.inner.maps;
         if !maps.cap().claim_full_sweep(now) {
-            return binding.layout.no_room(policy, now);
+            return layout.no_room(policy, now);
         }
         maps.sweep_all(now);
-        match binding.layout.decide(no_room.key, policy, || now, cost) {
-            Ok(decision) => decision,
-            Err(_) => binding.layout.no_room(policy, now),
-        }
+        layout.decide(
+            key,
+            policy,
+            || now,
+            cost,
+            |_, now| layout.no_room(policy, now),
+        )
     }
 
     /// Settles a request as [`Store::settle_bound`] describes, right now.

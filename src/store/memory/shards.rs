@@ -38,6 +38,15 @@ struct Entry<K, S> {
     state: S,
 }
 
+impl<K: Eq, S> Entry<K, S> {
+    /// Whether this is `key`'s entry under `policy`: the policy known by
+    /// its address first, as a bound one is, else by its value.
+    #[inline(always)]
+    fn is(&self, key: &K, policy: &Policy) -> bool {
+        self.key == *key && (self.policy.is(policy) || self.policy == *policy)
+    }
+}
+
 struct Shard<K, S> {
     table: HashTable<Entry<K, S>>,
     /// The policy of the key added last, whose value a new key under an
@@ -132,13 +141,6 @@ struct Padded<T>(T);
 
 type LockedShard<K, S> = Padded<Mutex<Shard<K, S>>>;
 
-/// A new key found the store full at `now`; the caller gets it back to
-/// try again once the store is swept.
-pub(super) struct NoRoom<K> {
-    pub(super) key: K,
-    pub(super) now: u64,
-}
-
 /// Every key's state whose algorithm's state is `S`, under any policy.
 pub(super) struct Shards<K, S> {
     shards: Box<[LockedShard<K, S>]>,
@@ -173,7 +175,9 @@ impl<K: Hash + Eq, S: EntryState> Shards<K, S> {
 
     /// Judges and records a request of `cost` units for `key` under
     /// `policy` at the time `clock` gives: from 1 to every limit's `max`
-    /// (see [`unjudged_cost`](Self::unjudged_cost) for the others).
+    /// (see [`unjudged_cost`](Self::unjudged_cost) for the others). A new
+    /// key that finds the store full goes, with the time, to `full`, once
+    /// the shard is unlocked, so that it may make room and judge it again.
     ///
     /// The clock is read under the shard's lock, once the key's entry is
     /// found: decisions on one key are then judged in the order they are
@@ -186,28 +190,28 @@ impl<K: Hash + Eq, S: EntryState> Shards<K, S> {
         policy: &Policy,
         clock: impl FnOnce() -> u64,
         cost: impl Units,
-    ) -> Result<Decision, NoRoom<K>> {
+        full: impl FnOnce(K, u64) -> Decision,
+    ) -> Decision {
         let hash = self.hash(&key, policy);
         let mut guard = self.shard(hash).lock();
         let shard = &mut *guard;
-        let mut found = shard
-            .table
-            .find_mut(hash, |e| e.key == key && e.policy == *policy);
+        let mut found = shard.table.find_mut(hash, |e| e.is(&key, policy));
         let now = clock();
         if shard.due.at::<S>(now) {
             shard.prepare(now, &self.cap);
-            found = shard
-                .table
-                .find_mut(hash, |e| e.key == key && e.policy == *policy);
+            found = shard.table.find_mut(hash, |e| e.is(&key, policy));
         }
         if let Some(entry) = found {
-            return Ok(entry.state.decide(now, cost, policy, shard.due.anchor));
+            return entry.state.decide(now, cost, policy, shard.due.anchor);
         }
         let mut state = S::default();
         let decision = state.decide(now, cost, policy, shard.anchor());
         match self.insert(shard, hash, key, policy, state) {
-            Ok(()) => Ok(decision),
-            Err(key) => Err(NoRoom { key, now }),
+            Ok(()) => decision,
+            Err(key) => {
+                drop(guard);
+                full(key, now)
+            }
         }
     }
 
@@ -272,9 +276,7 @@ impl<K: Hash + Eq, S: EntryState> Shards<K, S> {
     pub(super) fn settle(&self, key: K, policy: &Policy, settled: &Settlement) {
         let (hash, mut guard) = self.shard_for(&key, policy, settled.now);
         let shard = &mut *guard;
-        let found = shard
-            .table
-            .find_mut(hash, |e| e.key == key && e.policy == *policy);
+        let found = shard.table.find_mut(hash, |e| e.is(&key, policy));
         if let Some(entry) = found {
             entry.state.settle(settled, policy, shard.due.anchor);
             return;
@@ -295,9 +297,7 @@ impl<K: Hash + Eq, S: EntryState> Shards<K, S> {
     pub(super) fn peek(&self, key: &K, policy: &Policy, now: u64) -> Decision {
         let (hash, shard) = self.shard_for(key, policy, now);
         let anchor = shard.anchor();
-        let found = shard
-            .table
-            .find(hash, |e| e.key == *key && e.policy == *policy);
+        let found = shard.table.find(hash, |e| e.is(key, policy));
         let mut state = match found {
             Some(entry) => entry.state.clone(),
             None if self.cap.is_full() => return self.no_room(policy, now),

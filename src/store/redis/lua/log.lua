@@ -22,100 +22,100 @@
 -- the penalty's end} for a key serving a penalty.
 --
 --   redis-cli --eval log.lua k , '' 1 '' 0 l 10 1000000 100 60000000
-local now = tonumber(ARGV[1])
-if not now then
+-- Numbers are read from ARGV by arithmetic on the strings, which costs Redis
+-- less than calls to tonumber.
+local now
+if ARGV[1] ~= '' then
+  now = ARGV[1] + 0
+else
   local t = redis.call('TIME')
   now = t[1] * 1000000 + t[2]
 end
-local record, penalty = ARGV[2] ~= '0', tonumber(ARGV[4])
+local record, penalty = ARGV[2] ~= '0', ARGV[4] ~= '0' and ARGV[4] + 0
 local n = (#ARGV - 5) / 2
-if penalty > 0 then
+if penalty then
   local penalty_until = tonumber(redis.call('GET', KEYS[2]) or '0') or 0
   if penalty_until > now then return {2, now, penalty_until} end
 end
 local key = KEYS[1]
-local format = string.format
+local format, pack, unpack = string.format, struct.pack, struct.unpack
 
--- The limits; the ring holds as many stamps as the largest max.
-local max, w = {}, {}
+-- Each limit's fields in one table, 5 a limit from st[5i - 4]: max,
+-- window, and from the trailer its cursor, the cursor's stamp and the next.
+-- One table, sized at once for two limits, costs Redis less than one per
+-- field. The ring holds as many stamps as the largest max.
+local st = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0}
 local cap, longest = 0, 0
 for i = 1, n do
-  local m, win = tonumber(ARGV[4 + 2 * i]), tonumber(ARGV[5 + 2 * i])
-  max[i], w[i] = m, win
+  local m, win = ARGV[4 + 2 * i] + 0, ARGV[5 + 2 * i] + 0
+  st[5 * i - 4], st[5 * i - 3] = m, win
   if m > cap then cap = m end
   if win > longest then longest = win end
 end
-local ttl = format('%d', math.ceil(2 * longest / 1000) + 1)
 local trailer = 16 + 20 * n
-local trailer_format = '<I4I4i8' .. string.rep('I4i8i8', n)
 -- A small ring costs Redis less copied into Lua at once than read a few
 -- bytes at a time, a large one more.
 local whole_ring = cap <= 32
 
-local whole, fields
+local whole, read, at
 if whole_ring then
   whole = redis.call('GET', key) or ''
-  if #whole >= trailer then fields = {struct.unpack(trailer_format, whole, #whole - trailer + 1)} end
+  read, at = whole, #whole - trailer + 1
 else
-  local read = redis.call('GETRANGE', key, -trailer, -1)
-  if #read >= trailer then fields = {struct.unpack(trailer_format, read)} end
+  read, at = redis.call('GETRANGE', key, -trailer, -1), 1
 end
 -- A trailer that does not hold together reads as a fresh key: a ring
 -- larger than its slots, a cursor past the stamps, a next stamp where
 -- there is none or none where there is one, or a ring read whole whose
 -- string is not as long as its trailer says.
 local head, len, newest
-local u, s, t = {}, {}, {}
-local holds = false
-if fields then
-  head, len, newest = fields[1], fields[2], fields[3]
+local holds = #read >= trailer and at >= 1
+if holds then
+  head, len, newest = unpack('<I4I4i8', read, at)
   holds = len <= cap and head < cap and (len == cap or head == 0)
     and (not whole_ring or #whole == 8 * len + trailer)
   for i = 1, n do
-    local cursor, next = fields[1 + 3 * i], fields[3 + 3 * i]
-    u[i], s[i], t[i] = cursor, fields[2 + 3 * i], next
+    local cursor, stamp, next = unpack('<I4i8i8', read, at - 4 + 20 * i)
+    st[5 * i - 2], st[5 * i - 1], st[5 * i] = cursor, stamp, next
     holds = holds and cursor <= len
       and (cursor + 1 < len and next >= -2 and next ~= -1 or cursor + 1 >= len and next == -1)
   end
 end
 if not holds then
   head, len, newest = 0, 0, -1
-  for i = 1, n do u[i], s[i], t[i] = 0, -1, -1 end
+  for i = 1, n do st[5 * i - 2], st[5 * i - 1], st[5 * i] = 0, -1, -1 end
 end
 -- The time asked for, kept for a key that turns out to be no state of
 -- ours, whose newest stamp must not hold its clock.
 local asked = now
 if len > 0 and newest > now then now = newest end
 
--- The stamp in the ring's slot `at`, and with it the next slot's (-2 for
--- none), from the string read whole or a range of it.
-local function stamp(at)
-  if whole_ring then return struct.unpack('<i8', whole, 1 + at * 8) end
-  return struct.unpack('<i8', redis.call('GETRANGE', key, format('%d', at * 8), format('%d', 7 + at * 8)))
-end
-local function two_stamps(at)
-  if whole_ring then return struct.unpack('<i8i8', whole, 1 + at * 8) end
-  return struct.unpack('<i8i8', redis.call('GETRANGE', key, format('%d', at * 8), format('%d', 15 + at * 8)))
-end
-
 -- A cursor whose stamp left the window moves to the oldest stamp inside
 -- it: one step if its next stamp, known, is inside; else galloping, then
--- halving.
+-- halving. A stamp is read from the ring's slot `slot`, in the string read
+-- whole or a range of it.
 for i = 1, n do
-  if u[i] < len and s[i] < now - w[i] then
-    if t[i] >= 0 and t[i] >= now - w[i] then
-      u[i], s[i], t[i] = u[i] + 1, t[i], -2
+  local u, s, t, oldest_counted = st[5 * i - 2], st[5 * i - 1], st[5 * i], now - st[5 * i - 3]
+  if u < len and s < oldest_counted then
+    if t >= 0 and t >= oldest_counted then
+      u, s, t = u + 1, t, -2
     else
-      local oldest_counted, low = now - w[i], u[i] + 1
-      if t[i] >= 0 then low = low + 1 end
+      local low = u + 1
+      if t >= 0 then low = low + 1 end
       local high, step, seen, after = low, 1, -1, -2
       if high < len then
-        local at = head + high
-        if at >= cap then at = at - cap end
-        if high + 1 < len and at + 1 < cap then
-          seen, after = two_stamps(at)
+        local slot = head + high
+        if slot >= cap then slot = slot - cap end
+        if high + 1 < len and slot + 1 < cap then
+          if whole_ring then
+            seen, after = unpack('<i8i8', whole, 1 + slot * 8)
+          else
+            seen, after = unpack('<i8i8', redis.call('GETRANGE', key, format('%d', slot * 8), format('%d', 15 + slot * 8)))
+          end
+        elseif whole_ring then
+          seen = unpack('<i8', whole, 1 + slot * 8)
         else
-          seen = stamp(at)
+          seen = unpack('<i8', redis.call('GETRANGE', key, format('%d', slot * 8), format('%d', 7 + slot * 8)))
         end
         if seen >= oldest_counted then
           step = 0
@@ -125,9 +125,13 @@ for i = 1, n do
       end
       if step > 0 then
         while high < len do
-          local at = head + high
-          if at >= cap then at = at - cap end
-          seen = stamp(at)
+          local slot = head + high
+          if slot >= cap then slot = slot - cap end
+          if whole_ring then
+            seen = unpack('<i8', whole, 1 + slot * 8)
+          else
+            seen = unpack('<i8', redis.call('GETRANGE', key, format('%d', slot * 8), format('%d', 7 + slot * 8)))
+          end
           if seen >= oldest_counted then break end
           seen = -1
           low = high + 1
@@ -137,15 +141,20 @@ for i = 1, n do
         if high > len then high = len end
         while low < high do
           local mid, found = (low + high - (low + high) % 2) / 2
-          local at = head + mid
-          if at >= cap then at = at - cap end
-          found = stamp(at)
+          local slot = head + mid
+          if slot >= cap then slot = slot - cap end
+          if whole_ring then
+            found = unpack('<i8', whole, 1 + slot * 8)
+          else
+            found = unpack('<i8', redis.call('GETRANGE', key, format('%d', slot * 8), format('%d', 7 + slot * 8)))
+          end
           if found < oldest_counted then low = mid + 1 else high, seen = mid, found end
         end
       end
-      u[i], s[i], t[i] = low, seen, after
+      u, s, t = low, seen, after
     end
-    if u[i] + 1 >= len then t[i] = -1 end
+    if u + 1 >= len then t = -1 end
+    st[5 * i - 2], st[5 * i - 1], st[5 * i] = u, s, t
   end
 end
 
@@ -153,30 +162,39 @@ end
 -- the stamp that blocks each full limit.
 local refused = false
 for i = 1, n do
-  if len - u[i] >= max[i] then refused = true end
+  if len - st[5 * i - 2] >= st[5 * i - 4] then refused = true end
 end
 if refused then
-  local reply = {0, now}
+  local reply = {0, now, -1, -1}
   for i = 1, n do
+    local max = st[5 * i - 4]
     reply[2 + i] = -1
-    if len - u[i] >= max[i] then
-      local at = head + len - max[i]
-      if at >= cap then at = at - cap end
-      reply[2 + i] = stamp(at)
+    if len - st[5 * i - 2] >= max then
+      local slot = head + len - max
+      if slot >= cap then slot = slot - cap end
+      if whole_ring then
+        reply[2 + i] = unpack('<i8', whole, 1 + slot * 8)
+      else
+        reply[2 + i] = unpack('<i8', redis.call('GETRANGE', key, format('%d', slot * 8), format('%d', 7 + slot * 8)))
+      end
     end
   end
-  if record and penalty > 0 then
+  -- Redis reads an array up to its first nil.
+  reply[3 + n] = nil
+  if record and penalty then
     redis.call('SET', KEYS[2], format('%d', now + penalty),
       'PX', format('%d', math.ceil(penalty / 1000) + 1))
   end
   return reply
 end
 
-local reply = {1, now}
+local reply = {1, now, 0, 0, 0, 0}
+reply[3 + 2 * n] = nil
 if not record then
   for i = 1, n do
-    reply[1 + 2 * i], reply[2 + 2 * i] = len - u[i] + 1, now
-    if u[i] < len then reply[2 + 2 * i] = s[i] end
+    local u = st[5 * i - 2]
+    reply[1 + 2 * i], reply[2 + 2 * i] = len - u + 1, now
+    if u < len then reply[2 + 2 * i] = st[5 * i - 1] end
   end
   return reply
 end
@@ -184,11 +202,14 @@ end
 -- The new stamp is inside every window: a cursor that had no stamp inside
 -- its window now has this one, and a cursor on the newest has it as next.
 for i = 1, n do
-  if u[i] == len then s[i] = now elseif t[i] == -1 then t[i] = now end
+  if st[5 * i - 2] == len then st[5 * i - 1] = now elseif st[5 * i] == -1 then st[5 * i] = now end
 end
 -- The TTL is renewed when the newest stamp enters a new span of the
 -- longest window.
 local renew = len == 0 or newest - newest % longest ~= now - now % longest
+local ttl = 2 * longest
+ttl = (ttl - ttl % 1000) / 1000 + 1
+if 2 * longest % 1000 > 0 then ttl = ttl + 1 end
 local slot, grows
 if len < cap then
   slot = len
@@ -199,18 +220,19 @@ else
   head = head + 1
   if head == cap then head = 0 end
   -- The oldest stamp goes, so every cursor counts one fewer before it.
-  for i = 1, n do u[i] = u[i] - 1 end
+  for i = 1, n do st[5 * i - 2] = st[5 * i - 2] - 1 end
 end
-local state = {head, len, now}
+local written = pack('<I4I4i8', head, len, now)
 for i = 1, n do
-  state[1 + 3 * i], state[2 + 3 * i], state[3 + 3 * i] = u[i], s[i], t[i]
-  reply[1 + 2 * i], reply[2 + 2 * i] = len - u[i], s[i]
+  local u, s = st[5 * i - 2], st[5 * i - 1]
+  written = written .. pack('<I4i8i8', u, s, st[5 * i])
+  reply[1 + 2 * i], reply[2 + 2 * i] = len - u, s
 end
 -- A stamp in the ring's last slot lies right before the trailer: the two
--- are packed and written at once.
-local written, written_at, written_to
+-- are written at once.
+local written_at, written_to
 if grows or slot == cap - 1 then
-  written = struct.pack('<i8', now) .. struct.pack(trailer_format, unpack(state))
+  written = pack('<i8', now) .. written
   -- A ring read whole is rewritten whole while it grows. A ring read in
   -- ranges is rewritten whole by a fresh key's first stamp and, up to
   -- 4,096 stamps, by the stamp that fills it, so that it keeps no spare
@@ -225,7 +247,7 @@ if grows or slot == cap - 1 then
   end
   if rewrite then
     if renew then
-      redis.call('SET', key, rewrite, 'PX', ttl)
+      redis.call('SET', key, rewrite, 'PX', format('%d', ttl))
     else
       redis.call('SET', key, rewrite, 'KEEPTTL')
     end
@@ -234,22 +256,21 @@ if grows or slot == cap - 1 then
   written_at, written_to = format('%d', slot * 8), 8 * len + trailer
 else
   -- A full ring's other slots: the stamp and the trailer apart.
-  written = struct.pack(trailer_format, unpack(state))
-  redis.call('SETRANGE', key, format('%d', slot * 8), struct.pack('<i8', now))
+  redis.call('SETRANGE', key, format('%d', slot * 8), pack('<i8', now))
   written_at, written_to = format('%d', cap * 8), 8 * cap + trailer
 end
 -- SETRANGE answers with the string's length, which shows a string longer
 -- than its trailer says: no state of ours, it starts afresh with this
 -- request's stamp alone, at the time asked for.
 if redis.call('SETRANGE', key, written_at, written) ~= written_to then
-  state = {0, 1, asked}
+  written = pack('<i8I4I4i8', asked, 0, 1, asked)
   reply = {1, asked}
   for i = 1, n do
-    state[1 + 3 * i], state[2 + 3 * i], state[3 + 3 * i] = 0, asked, -1
+    written = written .. pack('<I4i8i8', 0, asked, -1)
     reply[1 + 2 * i], reply[2 + 2 * i] = 1, asked
   end
-  redis.call('SET', key, struct.pack('<i8', asked) .. struct.pack(trailer_format, unpack(state)), 'PX', ttl)
+  redis.call('SET', key, written, 'PX', format('%d', ttl))
   return reply
 end
-if renew then redis.call('PEXPIRE', key, ttl) end
+if renew then redis.call('PEXPIRE', key, format('%d', ttl)) end
 return reply

@@ -90,6 +90,69 @@ async fn small_counts_are_stored_as_one_integer() {
     assert_eq!(stored.len(), 24);
 }
 
+/// The script chooses the counter's layout from the limits it is passed:
+/// the packed integer wherever the counts leave the index enough bits to
+/// stay exact, the binary state elsewhere, at the boundaries the design
+/// sets (docs/design.md, "The integer state").
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_layout_follows_from_the_limits() {
+    let clock = ManualClock::new();
+    clock.set(Duration::from_secs(1_800_000_000));
+    let redis = store_at(&clock).await;
+    let mut connection = connection().await;
+    let decade = 3_650 * 86_400_000;
+    for (algorithm, limits, packed) in [
+        // 4 + 4 + 7 + 7 bits of counts, 31 of seconds.
+        (
+            Algorithm::SlidingCounter,
+            &[(10, 1_000), (100, 60_000)][..],
+            true,
+        ),
+        (
+            Algorithm::FixedWindow,
+            &[(10, 1_000), (100, 60_000)][..],
+            true,
+        ),
+        // Counts too wide: 2 * (17 + 20) bits.
+        (
+            Algorithm::SlidingCounter,
+            &[(100_000, 1_000), (1_000_000, 60_000)][..],
+            false,
+        ),
+        // 19 bits of seconds span 6 days, less than a clock stepping back
+        // 24.8 days.
+        (
+            Algorithm::SlidingCounter,
+            &[(100, 1_000), (1_000, 60_000)][..],
+            false,
+        ),
+        // Twenty years beside a 1 ms window (2^39.2 ms): 45 bits of
+        // milliseconds span it, 35 do not.
+        (Algorithm::SlidingCounter, &[(1, 1), (5, decade)][..], true),
+        (
+            Algorithm::SlidingCounter,
+            &[(1, 1), (255, decade)][..],
+            false,
+        ),
+        // Windows with no whole second in common count in half seconds.
+        (
+            Algorithm::SlidingCounter,
+            &[(3, 1_500), (20, 4_000)][..],
+            true,
+        ),
+    ] {
+        let policy = policy(algorithm, limits);
+        assert!(redis.decide("layout", &policy).await.unwrap().is_allowed());
+        let name = redis.key_name(&"layout", &policy);
+        let stored: Vec<u8> = connection.get(&name).await.unwrap();
+        if packed {
+            assert_eq!(encoding(&mut connection, &name).await, "int", "{limits:?}");
+        } else {
+            assert_eq!(stored.len(), 12 * limits.len(), "{limits:?}");
+        }
+    }
+}
+
 /// The packed index is seconds modulo 2^31 for this policy, which wraps in
 /// January 2038: traffic across that instant, with the clock stepping back
 /// over it, is judged as the memory store judges it.

@@ -122,7 +122,9 @@ async fn throughput(contender: &Contender, in_flight: usize, calls: usize) -> f6
             let contender = contender.clone();
             tokio::spawn(async move {
                 for i in 0..calls / in_flight {
-                    contender.call(((worker * 7919 + i) as u64) % contender.keys()).await;
+                    contender
+                        .call(((worker * 7919 + i) as u64) % contender.keys())
+                        .await;
                 }
             })
         })

@@ -68,7 +68,7 @@ fn main() {
             };
             println!("1\n\n0\n{letter}");
             for limit in policy.limits() {
-                println!("{}\n{}", limit.max(), limit.window_micros());
+                println!("{}\n{}", limit.max(), limit.window().as_micros());
             }
         }
         Ok(policy) => {

@@ -182,7 +182,11 @@ impl RedisStore {
         let penalty = policy.penalty_micros();
         // The script started the key's penalty with this refusal.
         Ok(
-            if ask.records() && penalty > 0 && decision.origin == crate::Origin::Limits && !decision.is_allowed() {
+            if ask.records()
+                && penalty > 0
+                && decision.origin == crate::Origin::Limits
+                && !decision.is_allowed()
+            {
                 decision.starting_penalty(penalty)
             } else {
                 decision

@@ -1,6 +1,5 @@
 //! The Redis store: one server-side script call per decision, shared by
 //! every instance of a service, on a single node or a Redis Cluster.
-
 //!
 //! This file holds the store and its configuration; `call` makes one
 //! decision (the script call, its timeout, the failure policy), `scripts`
@@ -25,8 +24,8 @@ use redis::cluster_async::ClusterConnection;
 
 pub use self::call::RedisBinding;
 use self::deny_cache::DenyCache;
-use self::failure::{local_micros, LocalClock};
 pub use self::failure::FailurePolicy;
+use self::failure::{local_micros, LocalClock};
 use super::{MemoryStore, StoreError};
 use crate::clock::Clock;
 use crate::policy::Policy;
@@ -86,7 +85,10 @@ use crate::policy::Policy;
 ///   persistence, a `FLUSHALL`) is then learnt once each remembered wait
 ///   is up.
 /// * **Failures** are bounded by a timeout (50 ms by default) and answered
-///   by a [`FailurePolicy`] (fail open by default).
+///   by a [`FailurePolicy`] (fail open by default). Under
+///   [`Fallback`](FailurePolicy::Fallback) a local memory store judges each
+///   request at its cost; what it admits is not counted in Redis, and not
+///   settled.
 ///
 /// Supports 64-bit Redis 6 and later (tested on 7.0), standalone or cluster:
 /// the packed integer state is printed through a C `long`.

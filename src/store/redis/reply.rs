@@ -135,7 +135,7 @@ mod tests {
         let now = 60_500_000;
         // Half of the previous second's 8 weigh 4, beside 5 now: one more fits.
         let accepted = decision(&counter, &[1, now, 8, 5, 0, 20], 1).unwrap();
-        assert_eq!(summary(&accepted).0, true);
+        assert!(accepted.is_allowed());
         assert_eq!(accepted.remaining(), 0);
         assert!(decision(&counter, &[0, now, 8, 6, 0, 20], 1).is_ok());
         // The verdict the algorithm would not reach.
@@ -160,7 +160,7 @@ mod tests {
         let log = policy(Algorithm::SlidingLog);
         let now = 2_000_000;
         let accepted = decision(&log, &[1, now, 4, 1_500_000, 4, 1_500_000], 1).unwrap();
-        assert_eq!(summary(&accepted).0, true);
+        assert!(accepted.is_allowed());
         assert_eq!(accepted.remaining(), 6);
         let refused = decision(&log, &[0, now, 1_200_000, -1], 1).unwrap();
         assert_eq!(

@@ -23,14 +23,20 @@
 -- gone (or no state of ours), which has nothing to give back.
 --
 --   redis-cli --eval log_rewrite.lua k , '' 3 '' 0 l 10 1000000 100 60000000
-local now = tonumber(ARGV[1])
-if not now then
+-- Numbers are read from ARGV by arithmetic on the strings, which costs Redis
+-- less than calls to tonumber.
+local now
+if ARGV[1] ~= '' then
+  now = ARGV[1] + 0
+else
   local t = redis.call('TIME')
   now = t[1] * 1000000 + t[2]
 end
-local units, settle_at, penalty = tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
+local units = ARGV[2] + 0
+local settle_at = ARGV[3] ~= '' and ARGV[3] + 0
+local penalty = ARGV[4] ~= '0' and ARGV[4] + 0
 local n = (#ARGV - 5) / 2
-if penalty > 0 and not settle_at then
+if penalty and not settle_at then
   local penalty_until = tonumber(redis.call('GET', KEYS[2]) or '0') or 0
   if penalty_until > now then return {2, now, penalty_until} end
 end
@@ -39,7 +45,7 @@ local key = KEYS[1]
 local max, w = {}, {}
 local cap, longest = 0, 0
 for i = 1, n do
-  local m, win = tonumber(ARGV[4 + 2 * i]), tonumber(ARGV[5 + 2 * i])
+  local m, win = ARGV[4 + 2 * i] + 0, ARGV[5 + 2 * i] + 0
   max[i], w[i] = m, win
   if m > cap then cap = m end
   if win > longest then longest = win end
@@ -96,7 +102,7 @@ else
     end
   end
   if refused then
-    if penalty > 0 then
+    if penalty then
       redis.call('SET', KEYS[2], string.format('%d', now + penalty),
         'PX', string.format('%d', math.ceil(penalty / 1000) + 1))
     end

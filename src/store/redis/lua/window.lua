@@ -50,14 +50,15 @@ local st = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0}
 local longest, unit, count_bits = 0, 0, 0
 for i = 1, n do
   local m, win = ARGV[4 + 2 * i] + 0, ARGV[5 + 2 * i] + 0
-  -- The bits of m (below 2^32), halving by powers of two: exact in doubles.
-  local x, bits = m, 1
-  if x >= 65536 then x, bits = x / 65536, bits + 16 end
-  if x >= 256 then x, bits = x / 256, bits + 8 end
-  if x >= 16 then x, bits = x / 16, bits + 4 end
-  if x >= 4 then x, bits = x / 4, bits + 2 end
-  if x >= 2 then bits = bits + 1 end
-  st[6 * i - 5], st[6 * i - 4], st[6 * i - 3] = m, win, 2 ^ bits
+  -- The bits of m (below 2^32) and 2 to their power, m halved by powers
+  -- of two (exact in doubles).
+  local x, bits, size = m, 1, 2
+  if x >= 65536 then x, bits, size = x / 65536, bits + 16, size * 65536 end
+  if x >= 256 then x, bits, size = x / 256, bits + 8, size * 256 end
+  if x >= 16 then x, bits, size = x / 16, bits + 4, size * 16 end
+  if x >= 4 then x, bits, size = x / 4, bits + 2, size * 4 end
+  if x >= 2 then bits, size = bits + 1, size * 2 end
+  st[6 * i - 5], st[6 * i - 4], st[6 * i - 3] = m, win, size
   st[6 * i - 2], st[6 * i - 1], st[6 * i] = 0, 0, 0
   if win > longest then longest = win end
   local a, b = win, unit

@@ -40,6 +40,16 @@ def script(which):
     ).stdout
 
 
+def arguments(which):
+    """The arguments the store passes after now, for the policy."""
+    if which == "baseline":
+        return []
+    return subprocess.run(
+        ["cargo", "run", "-q", "--release", "--features", "redis", "--example", "redis_script", "--", "--args", which],
+        cwd=ROOT, check=True, capture_output=True,
+    ).stdout.decode().split("\n")[:-1]
+
+
 def command(*args):
     out = b"*%d\r\n" % len(args)
     for arg in args:
@@ -66,6 +76,7 @@ def main():
     keys, step = (10, 5000) if which in ("log-steady", "log-100") else (1000, 5)
     connection.sendall(command("SCRIPT", "LOAD", script(which)))
     sha = read()
+    rest = arguments(which)
     start = int(time.time() * 1e6)
     sent = 0
     while sent < n:
@@ -77,9 +88,9 @@ def main():
             if which == "baseline":
                 out += command("EVALSHA", sha, 2, "b:{%d}:prev" % key, "b:{%d}:cur" % key, 60_000)
             elif which == "counter-time":
-                out += command("EVALSHA", sha, 1, "tsw:{%d}:bench" % key)
+                out += command("EVALSHA", sha, 1, "tsw:{%d}:bench" % key, "", *rest)
             else:
-                out += command("EVALSHA", sha, 1, "tsw:{%d}:bench" % key, now)
+                out += command("EVALSHA", sha, 1, "tsw:{%d}:bench" % key, now, *rest)
         connection.sendall(out)
         for _ in range(batch):
             read()

@@ -2,7 +2,9 @@
 //! private redis-server started for the run: decisions per second with one
 //! call in flight and with 64, and Redis CPU per decision from
 //! `INFO commandstats`, in interleaved rounds. Two rows send half their
-//! calls for one key that is refused, with and without the deny cache.
+//! calls for one key that is refused, with and without the deny cache; two
+//! more spread calls over 5,000 tenants, under one shared policy or a policy
+//! of each tenant's own, and count the scripts each leaves in Redis's cache.
 //!
 //! `cargo bench --bench redis --features redis`.
 
@@ -22,6 +24,8 @@ use tower_sliding_window::{Algorithm, Limit, Origin, Policy, RedisStore, Store};
 
 const ROUNDS: usize = 9;
 const KEYS: u64 = 1_000;
+/// Tenants of the per-tenant rows, one key each.
+const TENANTS: u64 = 5_000;
 
 /// The cheapest honest fixed-window counter: what a hand-written Lua
 /// limiter costs, as the yardstick for ours.
@@ -42,6 +46,9 @@ enum Contender {
         flooded: Policy,
     },
     Baseline(ConnectionManager, Arc<Script>),
+    /// One key per tenant, each judged under its tenant's policy (the
+    /// policies may all be one).
+    Tenants(RedisStore, Arc<Vec<Policy>>),
 }
 
 impl Contender {
@@ -54,6 +61,10 @@ impl Contender {
                 flooded,
             } if key.is_multiple_of(2) => judged_by_redis(store, "flood", flooded).await,
             Self::Flooded { store, policy, .. } => judged_by_redis(store, key, policy).await,
+            Self::Tenants(store, policies) => {
+                let tenant = key % TENANTS;
+                judged_by_redis(store, tenant, &policies[tenant as usize]).await;
+            }
             Self::Baseline(connection, script) => {
                 let mut connection = connection.clone();
                 let _: i64 = script
@@ -66,6 +77,27 @@ impl Contender {
             }
         }
     }
+}
+
+impl Contender {
+    /// How many keys its calls spread over.
+    fn keys(&self) -> u64 {
+        match self {
+            Self::Tenants(..) => TENANTS,
+            _ => KEYS,
+        }
+    }
+}
+
+/// How many scripts Redis's script cache holds.
+fn scripts_cached(server: &Server) -> u64 {
+    server
+        .cli(&["INFO", "memory"])
+        .unwrap_or_default()
+        .lines()
+        .find_map(|line| line.strip_prefix("number_of_cached_scripts:"))
+        .and_then(|n| n.trim().parse().ok())
+        .unwrap_or(0)
 }
 
 /// One decision, which must come from the limits (Redis or the refusals it
@@ -90,7 +122,9 @@ async fn throughput(contender: &Contender, in_flight: usize, calls: usize) -> f6
             let contender = contender.clone();
             tokio::spawn(async move {
                 for i in 0..calls / in_flight {
-                    contender.call(((worker * 7919 + i) as u64) % KEYS).await;
+                    contender
+                        .call(((worker * 7919 + i) as u64) % contender.keys())
+                        .await;
                 }
             })
         })
@@ -157,6 +191,18 @@ async fn main() {
     let small_log_policy = Policy::new(Algorithm::SlidingLog, [Limit::per_second(100)]).unwrap();
     // The flooding key's limit: spent by the warm-up, refused for a minute.
     let flooded = Policy::new(Algorithm::SlidingCounter, [Limit::per_minute(10)]).unwrap();
+    // A plan with a limit per tenant (each its own value, so its own
+    // windows), against the same keys under one policy: every call is
+    // accepted either way.
+    let per_tenant = |shared: bool| {
+        let policies = (0..TENANTS)
+            .map(|i| {
+                let max = if shared { 1_000 } else { 1_000 + i as u32 };
+                Policy::new(Algorithm::SlidingCounter, [Limit::per_minute(max)]).unwrap()
+            })
+            .collect::<Vec<_>>();
+        Arc::new(policies)
+    };
     let store = RedisStore::connect(&url)
         .await
         .expect("connect")
@@ -197,10 +243,18 @@ async fn main() {
         (
             "the same without the deny cache",
             Contender::Flooded {
-                store: store.with_deny_cache(0),
+                store: store.clone().with_deny_cache(0),
                 policy: two_limits(Algorithm::SlidingCounter),
                 flooded,
             },
+        ),
+        (
+            "ours counter, 5,000 tenants, one shared policy",
+            Contender::Tenants(store.clone(), per_tenant(true)),
+        ),
+        (
+            "ours counter, 5,000 tenants, a policy each",
+            Contender::Tenants(store.clone(), per_tenant(false)),
         ),
     ];
 
@@ -217,6 +271,16 @@ async fn main() {
     // a rotating order, so that a burst of other work on this shared machine
     // shifts a whole round rather than one contender; ratios are taken
     // within each round.
+    // Scripts cached by each tenant row from an empty cache, every tenant
+    // called once; the rows' first calls warm their keys as well.
+    let mut cached = Vec::new();
+    for (_, contender) in &contenders[contenders.len() - 2..] {
+        server.cli(&["SCRIPT", "FLUSH"]);
+        for key in 0..TENANTS {
+            contender.call(key).await;
+        }
+        cached.push(scripts_cached(&server));
+    }
     for (_, contender) in &contenders {
         for key in 0..20 {
             contender.call(key).await;
@@ -259,6 +323,28 @@ async fn main() {
             format!("**{:.2}**", per_round(&parallel, i)),
             format!("{cpu_med:.2}"),
             format!("{:.2}", per_round(&cpu, i)),
+        ]);
+    }
+    table.finish();
+    let tenants = contenders.len() - 2;
+    let micros = |i: usize| 1e6 / spread(sequential[i].clone()).1;
+    let mut table = report::Table::new(
+        "Redis: a policy per tenant",
+        &format!("The last two rows above: {TENANTS} tenants, one key each, under one shared policy (1,000 a minute) or each under its own limit (1,000 + i a minute), every call through `Store::decide` as a plan's policy goes. Time per request with 1 in flight (median over rounds), its ratio to the shared policy (median of the ratios within a round), and the scripts Redis's script cache holds after every tenant's first call from an empty cache."),
+        &["", "µs per request, 1 in flight", "ratio", "scripts cached"],
+    );
+    for (row, i) in [tenants, tenants + 1].into_iter().enumerate() {
+        let ratio = spread(
+            (0..ROUNDS)
+                .map(|r| sequential[tenants][r] / sequential[i][r])
+                .collect(),
+        )
+        .1;
+        table.row(&[
+            contenders[i].0.to_string(),
+            format!("{:.1}", micros(i)),
+            format!("**{ratio:.2}**"),
+            cached[row].to_string(),
         ]);
     }
     table.finish();

@@ -59,12 +59,12 @@ async fn random_traffic_gets_identical_decisions_from_redis_and_memory() {
     // reads whole, so they exercise the other read and write paths too; full
     // rings are the next test's.
     let small: &[(u32, u64)] = &[(4, 1_000), (20, 10_000)];
-    // Every script is written for each policy: one, two and three limits
-    // here, eight below.
+    // The scripts loop over the limits they are passed: one, two and three
+    // limits here, eight below.
     let one: &[(u32, u64)] = &[(6, 2_000)];
     let three: &[(u32, u64)] = &[(3, 500), (8, 2_000), (25, 10_000)];
-    // The window script is written for each policy, up to the most limits
-    // a policy may hold.
+    // Up to the most limits a policy may hold, beyond the two the scripts'
+    // tables are first sized for.
     let eight: &[(u32, u64)] = &EIGHT;
     assert_eq!(eight.len(), Policy::MAX_LIMITS);
     type Run<'a> = (u64, Algorithm, &'a [(u32, u64)]);
@@ -106,7 +106,7 @@ async fn random_traffic_gets_identical_decisions_from_redis_and_memory() {
             };
             clock.set(Duration::from_micros(now));
             let key = format!("client-{}", (r >> 32) % 5);
-            // Judging without recording takes the scripts' other mode.
+            // Judging without recording: the scripts' peek, a cost of 0.
             let peek = (r >> 16).is_multiple_of(4);
             let context = format!("{algorithm:?} at {now} µs");
             alike(&redis, &memory, &key, &policy, peek, &context).await;

@@ -1,6 +1,7 @@
 //! The Redis store when things go wrong or change under it: a script cache
-//! flushed, server time, keys expiring on Redis's clock, and the failure
-//! policies against a server that dies and comes back.
+//! flushed (and never grown by policies), server time, keys expiring on
+//! Redis's clock, and the failure policies against a server that dies and
+//! comes back.
 #![cfg(feature = "redis")]
 
 #[path = "support/redis_server.rs"]
@@ -15,7 +16,8 @@ use redis_server::{shared_url, unique_prefix, Server};
 use stores::{policy, redis_store, ALGORITHMS};
 use tower::{service_fn, ServiceBuilder, ServiceExt};
 use tower_sliding_window::{
-    Algorithm, FailurePolicy, ManualClock, Origin, Policy, RedisStore, SlidingWindowLayer, Store,
+    Algorithm, FailurePolicy, ManualClock, MemoryStore, Origin, Policy, RedisStore,
+    SlidingWindowLayer, Store,
 };
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -33,6 +35,108 @@ async fn script_flush_is_recovered_transparently() {
         !store.decide("k", &policy).await.unwrap().is_allowed(),
         "state survived the flush"
     );
+}
+
+/// How many scripts Redis's script cache holds.
+fn scripts_cached(server: &Server) -> u64 {
+    server
+        .cli(&["INFO", "memory"])
+        .unwrap()
+        .lines()
+        .find_map(|line| line.strip_prefix("number_of_cached_scripts:"))
+        .and_then(|n| n.trim().parse().ok())
+        .expect("INFO memory counts the cached scripts")
+}
+
+/// Tenants with limits of their own cost Redis's script cache nothing:
+/// every algorithm, with and without a penalty, judged, peeked at, charged
+/// a cost and settled under 2,000 distinct policies, leaves no more scripts
+/// than the store's fixed set.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn policies_per_tenant_leave_only_the_fixed_scripts_cached() {
+    let server = tokio::task::spawn_blocking(Server::start).await.unwrap();
+    let clock = ManualClock::new();
+    let store = redis_store(&server.url(), "scripts", &clock).await;
+    server.cli(&["SCRIPT", "FLUSH"]).unwrap();
+    assert_eq!(scripts_cached(&server), 0);
+    for tenant in 0..2_000_u32 {
+        let algorithm = ALGORITHMS[tenant as usize % ALGORITHMS.len()];
+        let mut policy = policy(algorithm, &[(5 + tenant, 60_000), (10_000, 3_600_000)]);
+        if tenant % 7 == 0 {
+            policy = policy.with_penalty(Duration::from_secs(30));
+        }
+        let key = format!("tenant-{tenant}");
+        let admitted = store.decide_cost(key.as_str(), &policy, 3).await.unwrap();
+        assert!(admitted.is_allowed());
+        let binding = Store::<&str>::bind(&store, &policy);
+        store
+            .settle_bound(key.as_str(), &binding, &admitted, 3, 1)
+            .await
+            .unwrap();
+        assert!(store
+            .decide(key.as_str(), &policy)
+            .await
+            .unwrap()
+            .is_allowed());
+        assert!(store
+            .peek(key.as_str(), &policy)
+            .await
+            .unwrap()
+            .is_allowed());
+    }
+    let cached = scripts_cached(&server);
+    let fixed = RedisStore::script_sources().len() as u64;
+    println!("{cached} scripts cached after 2,000 policies");
+    assert!(
+        cached <= fixed,
+        "{cached} scripts cached, {fixed} in the set"
+    );
+}
+
+/// While Redis is down, the fallback store judges a request at its cost:
+/// requests of cost 4 against a limit of 10 pass twice, not four times.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_fallback_judges_a_request_at_its_cost() {
+    let mut server = tokio::task::spawn_blocking(Server::start).await.unwrap();
+    let clock = ManualClock::new();
+    let store = redis_store(&server.url(), "fallback-cost", &clock)
+        .await
+        .with_failure_policy(FailurePolicy::Fallback)
+        .with_timeout(Duration::from_millis(100));
+    for algorithm in ALGORITHMS {
+        let policy = policy(algorithm, &[(10, 60_000)]);
+        // Judged by Redis first, once the connection is back.
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while store.decide("up", &policy).await.unwrap().origin() != Origin::Limits {
+            assert!(Instant::now() < deadline, "no recovery");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        server.kill();
+        // The fallback answers as a memory store would.
+        let memory = MemoryStore::with_clock(clock.clone());
+        let mut passed = 0;
+        for _ in 0..4 {
+            let decision = store.decide_cost("down", &policy, 4).await.unwrap();
+            assert_eq!(decision.origin(), Origin::Fallback, "{algorithm:?}");
+            let expected = memory.decide_cost("down", &policy, 4).await.unwrap();
+            assert_eq!(
+                decision.is_allowed(),
+                expected.is_allowed(),
+                "{algorithm:?}"
+            );
+            passed += usize::from(decision.is_allowed());
+        }
+        assert_eq!(passed, 2, "{algorithm:?}");
+        // A cost of nothing is a peek, which records nothing.
+        for _ in 0..2 {
+            let peek = store.decide_cost("down", &policy, 0).await.unwrap();
+            let expected = memory.decide_cost("down", &policy, 0).await.unwrap();
+            assert!(peek.is_allowed(), "{algorithm:?}");
+            assert_eq!(peek.remaining(), expected.remaining(), "{algorithm:?}");
+        }
+        server.restart();
+        clock.advance(Duration::from_secs(120));
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -90,6 +90,69 @@ async fn small_counts_are_stored_as_one_integer() {
     assert_eq!(stored.len(), 24);
 }
 
+/// The script chooses the counter's layout from the limits it is passed:
+/// the packed integer wherever the counts leave the index enough bits to
+/// stay exact, the binary state elsewhere, at the boundaries the design
+/// sets (docs/design.md, "The integer state").
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_layout_follows_from_the_limits() {
+    let clock = ManualClock::new();
+    clock.set(Duration::from_secs(1_800_000_000));
+    let redis = store_at(&clock).await;
+    let mut connection = connection().await;
+    let decade = 3_650 * 86_400_000;
+    for (algorithm, limits, packed) in [
+        // 4 + 4 + 7 + 7 bits of counts, 31 of seconds.
+        (
+            Algorithm::SlidingCounter,
+            &[(10, 1_000), (100, 60_000)][..],
+            true,
+        ),
+        (
+            Algorithm::FixedWindow,
+            &[(10, 1_000), (100, 60_000)][..],
+            true,
+        ),
+        // Counts too wide: 2 * (17 + 20) bits.
+        (
+            Algorithm::SlidingCounter,
+            &[(100_000, 1_000), (1_000_000, 60_000)][..],
+            false,
+        ),
+        // 19 bits of seconds span 6 days, less than a clock stepping back
+        // 24.8 days.
+        (
+            Algorithm::SlidingCounter,
+            &[(100, 1_000), (1_000, 60_000)][..],
+            false,
+        ),
+        // Twenty years beside a 1 ms window (2^39.2 ms): 45 bits of
+        // milliseconds span it, 35 do not.
+        (Algorithm::SlidingCounter, &[(1, 1), (5, decade)][..], true),
+        (
+            Algorithm::SlidingCounter,
+            &[(1, 1), (255, decade)][..],
+            false,
+        ),
+        // Windows with no whole second in common count in half seconds.
+        (
+            Algorithm::SlidingCounter,
+            &[(3, 1_500), (20, 4_000)][..],
+            true,
+        ),
+    ] {
+        let policy = policy(algorithm, limits);
+        assert!(redis.decide("layout", &policy).await.unwrap().is_allowed());
+        let name = redis.key_name(&"layout", &policy);
+        let stored: Vec<u8> = connection.get(&name).await.unwrap();
+        if packed {
+            assert_eq!(encoding(&mut connection, &name).await, "int", "{limits:?}");
+        } else {
+            assert_eq!(stored.len(), 12 * limits.len(), "{limits:?}");
+        }
+    }
+}
+
 /// The packed index is seconds modulo 2^31 for this policy, which wraps in
 /// January 2038: traffic across that instant, with the clock stepping back
 /// over it, is judged as the memory store judges it.
@@ -564,6 +627,29 @@ async fn bytes_for(
     (bytes, encoding)
 }
 
+/// `MEMORY USAGE` of the keys `state_is_compact` measures, as the `v2`
+/// format (a script filled per policy, 8854324) stored them under names of
+/// the same length: the `v3` format, its scripts fixed, keeps no more.
+const V2_BYTES: [(&str, u64); 8] = [
+    ("log, limit 5", 152),
+    ("log, limit 100", 984),
+    ("log, limit 3000", 24_664),
+    ("log, limit 10000", 98_392),
+    ("counter, 1 limit(s)", 72),
+    ("counter, 2 limit(s)", 88),
+    ("counter, 1 wide limit(s)", 104),
+    ("counter, 2 wide limit(s)", 120),
+];
+
+/// Fails unless `bytes` is no more than the `v2` format took for `label`.
+fn no_more_than_v2(label: &str, bytes: u64) {
+    let (_, v2) = V2_BYTES
+        .iter()
+        .find(|(measured, _)| *measured == label)
+        .unwrap_or_else(|| panic!("no v2 figure for {label}"));
+    assert!(bytes <= *v2, "{label}: {bytes} bytes, {v2} in v2");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn state_is_compact() {
     let server = tokio::task::spawn_blocking(Server::start).await.unwrap();
@@ -584,6 +670,7 @@ async fn state_is_compact() {
         .await;
         let per_stamp = bytes as f64 / f64::from(max);
         println!("log, limit {max}: MEMORY USAGE {bytes} bytes ({per_stamp:.1} per timestamp)");
+        no_more_than_v2(&format!("log, limit {max}"), bytes);
         // 8 bytes a stamp, plus a fixed trailer and Redis's own key overhead.
         assert!(
             bytes <= 16 * u64::from(max) + 100,
@@ -613,6 +700,7 @@ async fn state_is_compact() {
             "counter, {} limit(s): MEMORY USAGE {bytes} bytes, {encoding}",
             limits.len()
         );
+        no_more_than_v2(&format!("counter, {} limit(s)", limits.len()), bytes);
         assert_eq!(encoding, "int", "counter {limits:?}");
         assert!(bytes <= 100, "counter {limits:?}: {bytes} bytes");
     }
@@ -630,8 +718,9 @@ async fn state_is_compact() {
             "counter, {} wide limit(s): MEMORY USAGE {bytes} bytes, {encoding}",
             limits.len()
         );
+        no_more_than_v2(&format!("counter, {} wide limit(s)", limits.len()), bytes);
         assert_eq!(encoding, "embstr", "counter {limits:?}");
-        // The key's name counts too: its format version (`v2:`) takes the
+        // The key's name counts too: its format version (`v3:`) takes the
         // longest of these names over one allocator size.
         let bound = 104 + 32 * (limits.len() as u64 - 1);
         assert!(bytes <= bound, "counter {limits:?}: {bytes} bytes");

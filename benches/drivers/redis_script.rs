@@ -1,5 +1,8 @@
-//! Prints the Lua script the Redis store runs for one of the policies that
-//! `bench/redis-callgrind.sh` measures, for `bench/redis_load.py` to load.
+//! Prints the Lua script the Redis store runs for a request of one unit
+//! under one of the policies that `bench/redis-callgrind.sh` measures, for
+//! `bench/redis_load.py` to load; with `--args`, the arguments the store
+//! passes it after now (the units, the settling's time, the penalty, the
+//! algorithm, then each limit's max and window), one a line.
 //!
 //! `cargo run --example redis_script --features redis -- counter`
 
@@ -8,7 +11,12 @@ use std::time::Duration;
 use tower_sliding_window::{Algorithm, Limit, Policy, RedisStore};
 
 fn main() {
-    let which = std::env::args().nth(1).unwrap_or_default();
+    let mut args: Vec<String> = std::env::args().skip(1).collect();
+    let print_args = args.first().is_some_and(|arg| arg == "--args");
+    if print_args {
+        args.remove(0);
+    }
+    let which = args.first().cloned().unwrap_or_default();
     let limit = |max, window_micros| Limit::new(max, Duration::from_micros(window_micros));
     let (algorithm, limits) = match which.as_str() {
         "counter" => (
@@ -45,14 +53,33 @@ fn main() {
         "log-100" => (Algorithm::SlidingLog, vec![limit(100, 4_000_000)]),
         _ => {
             eprintln!(
-                "usage: redis_script counter|counter1|counter-packed|counter-time|log|log-steady|log-100"
+                "usage: redis_script [--args] counter|counter1|counter-packed|counter-time|log|log-steady|log-100"
             );
             std::process::exit(2);
         }
     };
     let limits: Result<Vec<Limit>, _> = limits.into_iter().collect();
     match limits.and_then(|limits| Policy::new(algorithm, limits)) {
-        Ok(policy) => print!("{}", RedisStore::script_source(&policy)),
+        Ok(policy) if print_args => {
+            let letter = match algorithm {
+                Algorithm::SlidingLog => "l",
+                Algorithm::FixedWindow => "f",
+                Algorithm::SlidingCounter => "c",
+            };
+            println!("1\n\n0\n{letter}");
+            for limit in policy.limits() {
+                println!("{}\n{}", limit.max(), limit.window().as_micros());
+            }
+        }
+        Ok(policy) => {
+            let file = match policy.algorithm() {
+                Algorithm::SlidingLog => "log.lua",
+                _ => "window.lua",
+            };
+            let scripts = RedisStore::script_sources();
+            let (_, source) = scripts.iter().find(|(name, _)| *name == file).unwrap();
+            print!("{source}");
+        }
         Err(err) => {
             eprintln!("bad policy: {err}");
             std::process::exit(1);

@@ -10,6 +10,9 @@ use foldhash::quality::RandomState;
 use hashbrown::HashMap;
 use parking_lot::Mutex;
 
+use super::call::RedisBinding;
+use super::scripts::Ask;
+use super::RedisStore;
 use crate::algorithm::{Decision, Origin};
 
 /// Refusals by Redis key name, at most `capacity` of them.
@@ -83,5 +86,50 @@ impl DenyCache {
 
     pub(super) fn len(&self) -> usize {
         self.held.lock().len()
+    }
+}
+
+impl RedisStore {
+    /// Remembers Redis's refusal of `name` under `binding`'s policy, asked
+    /// for at local time `sent` for `ask`, in the form Redis would give it
+    /// until it runs out.
+    pub(super) fn remember(
+        &self,
+        name: String,
+        decision: Decision,
+        sent: u64,
+        binding: &RedisBinding,
+        ask: Ask,
+    ) {
+        let Some(denied) = &self.denied else { return };
+        let policy = binding.policy();
+        let standing = match decision.origin {
+            // Redis answers the rest of a penalty as a penalty's.
+            Origin::Limits if policy.penalty_micros() > 0 => {
+                if !ask.records() {
+                    // A peek starts no penalty, so its wait is shorter than
+                    // the one the next recorded refusal will start.
+                    return;
+                }
+                Decision::in_penalty(
+                    policy.limits()[0],
+                    decision.retry_after_micros,
+                    decision.at_micros,
+                )
+            }
+            // A refusal of several units leaves room for fewer, sooner.
+            Origin::Limits if ask.cost() > 1 => return,
+            _ => decision,
+        };
+        // A client clock is the one the script judged by, so the refusal
+        // stands from the time Redis judged it at; the server's clock can
+        // only be placed by when the call left.
+        let from = if self.clock.is_some() {
+            decision.at_micros
+        } else {
+            sent
+        };
+        crate::observe::denied(binding.events(), &standing);
+        denied.remember(name, standing, from);
     }
 }

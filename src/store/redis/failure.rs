@@ -1,4 +1,13 @@
-//! What a remote store does when its server cannot answer in time.
+//! What the store does when Redis cannot answer in time.
+
+use std::time::Duration;
+
+use super::scripts::Ask;
+use super::{ClientClock, RedisStore};
+use crate::algorithm::{Decision, Origin};
+use crate::clock::Clock;
+use crate::policy::Policy;
+use crate::store::StoreError;
 
 /// The rule a [`RedisStore`](super::RedisStore) applies when a call fails or
 /// exceeds its timeout. Whatever the rule, the service never returns an
@@ -17,4 +26,61 @@ pub enum FailurePolicy {
     /// each instance still enforces the limit on its own share of traffic
     /// until the server is back.
     Fallback,
+}
+
+/// The store's local time, for its fallback store and its deny cache: the
+/// client clock if one was given, else the process's monotonic clock.
+#[derive(Clone)]
+pub(super) struct LocalClock(pub(super) Option<ClientClock>);
+
+impl Clock for LocalClock {
+    fn now(&self) -> Duration {
+        Duration::from_micros(self.now_micros())
+    }
+
+    fn now_micros(&self) -> u64 {
+        local_micros(self.0.as_ref())
+    }
+}
+
+pub(super) fn local_micros(client_clock: Option<&ClientClock>) -> u64 {
+    match client_clock {
+        Some(clock) => clock(),
+        None => crate::clock::SystemClock.now_micros(),
+    }
+}
+
+impl RedisStore {
+    /// Answers for a failed or late call that asked `ask` of the key
+    /// `name` under `policy`, by the failure policy. The fallback store
+    /// judges the request at its cost, as Redis would have; what it admits
+    /// is not counted in Redis, and never settled.
+    pub(super) fn on_failure(
+        &self,
+        name: String,
+        policy: &Policy,
+        err: StoreError,
+        ask: Ask,
+    ) -> Result<Decision, StoreError> {
+        crate::observe::store_failed(&err, self.failure);
+        match self.failure {
+            FailurePolicy::FailOpen => Ok(Decision::substitute(
+                true,
+                policy.limits()[0],
+                0,
+                0,
+                Origin::FailOpen,
+            )),
+            FailurePolicy::FailClosed => Err(err),
+            FailurePolicy::Fallback => {
+                let binding = self.fallback.bind::<String>(policy);
+                let mut decision = match ask {
+                    Ask::Record(cost) => self.fallback.decide_cost_bound_now(name, &binding, cost),
+                    Ask::Peek | Ask::Settle { .. } => self.fallback.peek_bound_now(&name, &binding),
+                };
+                decision.origin = Origin::Fallback;
+                Ok(decision)
+            }
+        }
+    }
 }

@@ -1,4 +1,4 @@
-//! Redis key names: `prefix:{user key}:v2:name/signature`.
+//! Redis key names: `prefix:{user key}:v3:name/signature`.
 //!
 //! The user's key sits inside a hash tag, so every policy's state for one
 //! client lives in one cluster slot. It is escaped so that no user key can
@@ -35,7 +35,7 @@ pub(super) fn escape(text: &str) -> String {
 /// The version of the stored format, part of every key's name: a release
 /// that changes how any state is stored raises it, so that its keys never
 /// meet ones an older release wrote, even while both run side by side.
-const FORMAT_VERSION: &str = "v2";
+const FORMAT_VERSION: &str = "v3";
 
 /// The part of a key's name after the user's key, for a policy with the
 /// escaped `name` (if it has one) and `signature`.
@@ -78,11 +78,11 @@ mod tests {
         let plain = suffix(None, "l1/1s");
         assert_eq!(
             key_name("p", &"a}b{c:d", &plain),
-            "p:{a%7Db%7Bc:d}:v2:l1/1s"
+            "p:{a%7Db%7Bc:d}:v3:l1/1s"
         );
         let named = suffix(Some("lo{g}in"), "l1/1s");
-        assert_eq!(key_name("p", &"k", &named), "p:{k}:v2:lo%7Bg%7Din/l1/1s");
-        assert_eq!(key_name("p", &"nul\0", &plain), "p:{nul%00}:v2:l1/1s");
+        assert_eq!(key_name("p", &"k", &named), "p:{k}:v3:lo%7Bg%7Din/l1/1s");
+        assert_eq!(key_name("p", &"nul\0", &plain), "p:{nul%00}:v3:l1/1s");
         // The escape character is itself escaped, so these stay apart.
         assert_ne!(key_name("p", &"%7B", &plain), key_name("p", &"{", &plain));
     }

@@ -1,0 +1,218 @@
+//! One decision: the key's name, the deny cache, the script call bounded
+//! by the store's timeout, its reply read into a decision, and the failure
+//! policy when Redis does not answer.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::{Arc, OnceLock};
+
+use redis::{RedisResult, ScriptInvocation};
+
+use super::scripts::{self, Ask};
+use super::{keys, reply, Connection, RedisStore};
+use crate::algorithm::Decision;
+use crate::observe::DenyCacheEvents;
+use crate::policy::Policy;
+use crate::store::{Store, StoreError};
+
+/// A policy bound to a [`RedisStore`]: the policy and the end of its keys'
+/// names (see [`Store::bind`]). Binding is cheap, and the store keeps
+/// nothing per policy: the scripts are the same for every policy, and a
+/// call passes them the limits.
+#[derive(Clone)]
+pub struct RedisBinding {
+    inner: Arc<Bound>,
+}
+
+struct Bound {
+    policy: Policy,
+    /// The key name's part after the user's key.
+    suffix: String,
+    /// Made the first time the deny cache remembers or answers a refusal.
+    events: OnceLock<DenyCacheEvents>,
+}
+
+impl std::fmt::Debug for RedisBinding {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RedisBinding")
+            .field("policy", &self.inner.policy)
+            .finish_non_exhaustive()
+    }
+}
+
+impl RedisBinding {
+    fn new(policy: &Policy) -> Self {
+        Self {
+            inner: Arc::new(Bound {
+                policy: policy.clone(),
+                suffix: keys::suffix(policy.name(), policy.signature()),
+                events: OnceLock::new(),
+            }),
+        }
+    }
+
+    pub(super) fn policy(&self) -> &Policy {
+        &self.inner.policy
+    }
+
+    pub(super) fn events(&self) -> &DenyCacheEvents {
+        self.inner
+            .events
+            .get_or_init(|| DenyCacheEvents::new(&self.inner.policy))
+    }
+}
+
+type Pending = Pin<Box<dyn Future<Output = Result<Decision, StoreError>> + Send>>;
+
+impl<K: std::fmt::Display> Store<K> for RedisStore {
+    type Binding = RedisBinding;
+    type Future = Pending;
+
+    fn bind(&self, policy: &Policy) -> RedisBinding {
+        RedisBinding::new(policy)
+    }
+
+    fn decide_bound(&self, key: K, binding: &RedisBinding) -> Self::Future {
+        self.call(&key, binding, Ask::Record(1))
+    }
+
+    fn decide_cost_bound(&self, key: K, binding: &RedisBinding, cost: u32) -> Self::Future {
+        let limits = binding.policy().limits();
+        match cost {
+            0 => {
+                let peek = self.call(&key, binding, Ask::Peek);
+                Box::pin(async move { Ok(peek.await?.costing_nothing()) })
+            }
+            _ if limits.iter().any(|limit| cost > limit.max()) => {
+                let refusal = Decision::too_costly(limits, cost, self.local_now());
+                Box::pin(std::future::ready(Ok(refusal)))
+            }
+            _ => self.call(&key, binding, Ask::Record(cost)),
+        }
+    }
+
+    fn settle_bound(
+        &self,
+        key: K,
+        binding: &RedisBinding,
+        admitted: &Decision,
+        cost: u32,
+        used: u32,
+    ) -> Self::Future {
+        let admitted = *admitted;
+        if !admitted.counts() || cost == used {
+            return Box::pin(std::future::ready(Ok(admitted)));
+        }
+        let name = keys::key_name(&self.prefix, &key, &binding.inner.suffix);
+        // A refusal remembered for the key no longer says when it could
+        // pass: sooner if quota came back, later if more was charged. It
+        // is forgotten again once the script has run, in case a refusal
+        // judged meanwhile was remembered.
+        if let Some(denied) = &self.denied {
+            denied.forget(&name);
+        }
+        let ask = Ask::Settle {
+            at: admitted.at_micros,
+            units: i64::from(used) - i64::from(cost),
+        };
+        let invocation = scripts::invocation(binding.policy(), ask, &name, self.client_now());
+        let store = self.clone();
+        Box::pin(async move {
+            let settled = store
+                .within_timeout(async {
+                    let reply: RedisResult<Vec<i64>> = store.invoke(&invocation).await;
+                    reply.map_err(|e| super::error("Redis settle script failed".into(), e))
+                })
+                .await;
+            if let Some(denied) = &store.denied {
+                denied.forget(&name);
+            }
+            settled.map(|_| admitted.settled(cost, used))
+        })
+    }
+
+    fn peek_bound(&self, key: K, binding: &RedisBinding) -> Self::Future {
+        self.call(&key, binding, Ask::Peek)
+    }
+}
+
+impl RedisStore {
+    /// Now on the client's clock, if the store has one: the time passed to
+    /// the scripts, which otherwise read Redis `TIME`.
+    fn client_now(&self) -> Option<u64> {
+        self.clock.as_ref().map(|clock| clock())
+    }
+
+    fn call<K: std::fmt::Display>(&self, key: &K, binding: &RedisBinding, ask: Ask) -> Pending {
+        let name = keys::key_name(&self.prefix, key, &binding.inner.suffix);
+        let sent = self.local_now();
+        if let Some(denied) = &self.denied {
+            if let Some(decision) = denied.refusal(&name, sent, ask.cost()) {
+                crate::observe::denied_locally(binding.events());
+                return Box::pin(std::future::ready(Ok(decision)));
+            }
+        }
+        let store = self.clone();
+        let binding = binding.clone();
+        Box::pin(async move {
+            let outcome = store
+                .within_timeout(store.judge(&name, binding.policy(), ask))
+                .await;
+            match outcome {
+                Ok(decision) => {
+                    if !decision.is_allowed() {
+                        store.remember(name, decision, sent, &binding, ask);
+                    }
+                    Ok(decision)
+                }
+                Err(err) => store.on_failure(name, binding.policy(), err, ask),
+            }
+        })
+    }
+
+    /// Asks Redis to judge a request for the key `name` under `policy`,
+    /// with no timeout or failure policy.
+    async fn judge(&self, name: &str, policy: &Policy, ask: Ask) -> Result<Decision, StoreError> {
+        let invocation = scripts::invocation(policy, ask, name, self.client_now());
+        let reply: Vec<i64> = self
+            .invoke(&invocation)
+            .await
+            .map_err(|e| super::error("Redis script failed".into(), e))?;
+        let decision = reply::decision(policy, &reply, ask.cost())?;
+        let penalty = policy.penalty_micros();
+        // The script started the key's penalty with this refusal.
+        Ok(
+            if ask.records()
+                && penalty > 0
+                && decision.origin == crate::Origin::Limits
+                && !decision.is_allowed()
+            {
+                decision.starting_penalty(penalty)
+            } else {
+                decision
+            },
+        )
+    }
+
+    async fn invoke(&self, invocation: &ScriptInvocation<'_>) -> RedisResult<Vec<i64>> {
+        match &self.connection {
+            Connection::Single(manager) => invocation.invoke_async(&mut manager.clone()).await,
+            Connection::Cluster(cluster) => invocation.invoke_async(&mut cluster.clone()).await,
+        }
+    }
+
+    /// `call`'s outcome, or an error once the store's timeout has passed.
+    async fn within_timeout<T>(
+        &self,
+        call: impl Future<Output = Result<T, StoreError>>,
+    ) -> Result<T, StoreError> {
+        tokio::time::timeout(self.timeout, call)
+            .await
+            .unwrap_or_else(|_| {
+                Err(StoreError::new(
+                    format!("Redis did not answer within {:?}", self.timeout),
+                    None,
+                ))
+            })
+    }
+}

@@ -1,0 +1,196 @@
+//! The scripts' replies, arrays of integers, turned into decisions through
+//! the same algorithm code the memory store runs. A reply that cannot be
+//! true (the wrong length, a count over its limit, a stamp after now, a
+//! verdict the algorithm would not reach from the state sent) is a
+//! [`StoreError`], answered under the failure policy.
+
+use crate::algorithm::log::{blocked_for, quota};
+use crate::algorithm::refusal::{tightest_known, Verdict};
+use crate::algorithm::{Algorithm, Decision, FixedWindow, SlidingCounter};
+use crate::policy::Policy;
+use crate::store::StoreError;
+
+/// A reply's first integer.
+const REFUSED: i64 = 0;
+const ACCEPTED: i64 = 1;
+const IN_PENALTY: i64 = 2;
+
+/// The decision `reply` gives a request of `cost` units under `policy`
+/// (a peek is judged as a request of one).
+pub(super) fn decision(policy: &Policy, reply: &[i64], cost: u32) -> Result<Decision, StoreError> {
+    let malformed = || StoreError::new(format!("unexpected script reply {reply:?}"), None);
+    let now = reply
+        .get(1)
+        .and_then(|&now| u64::try_from(now).ok())
+        .ok_or_else(malformed)?;
+    let decision = match reply[0] {
+        // {2, now, the penalty's end}
+        IN_PENALTY if reply.len() == 3 && policy.penalty_micros() > 0 => {
+            let wait = u64::try_from(reply[2])
+                .ok()
+                .and_then(|until| until.checked_sub(now))
+                .filter(|&wait| wait > 0);
+            wait.map(|wait| Decision::in_penalty(policy.limits()[0], wait, now))
+        }
+        REFUSED | ACCEPTED => match policy.algorithm() {
+            Algorithm::SlidingLog => log_decision(policy, reply, now),
+            Algorithm::SlidingCounter | Algorithm::FixedWindow => {
+                window_decision(policy, reply, now, cost)
+            }
+        },
+        _ => None,
+    };
+    decision.ok_or_else(malformed)
+}
+
+/// The window script's verdict: `{verdict, now, then per limit the previous
+/// and current counts the request was judged against}`, windows rolled to
+/// now's. The algorithm decides afresh from those counts, and must agree.
+fn window_decision(policy: &Policy, reply: &[i64], now: u64, cost: u32) -> Option<Decision> {
+    let limits = policy.limits();
+    if reply.len() != 2 + 2 * limits.len() {
+        return None;
+    }
+    // A window holds at most its limit's max, a settled excess included.
+    let count = |at: usize, max: u32| u32::try_from(reply[at]).ok().filter(|&n| n <= max);
+    let mut slots = Vec::with_capacity(limits.len());
+    for (i, limit) in limits.iter().enumerate() {
+        let previous = count(2 + 2 * i, limit.max())?;
+        let current = count(3 + 2 * i, limit.max())?;
+        slots.push((now / limit.window_micros(), previous, current));
+    }
+    let decision = match policy.algorithm() {
+        Algorithm::FixedWindow => {
+            FixedWindow::from_parts(slots.into_iter().map(|(window, _, count)| (window, count)))
+                .decide_micros(now, limits, cost)
+        }
+        _ => SlidingCounter::from_parts(slots).decide_micros(now, limits, cost),
+    };
+    (decision.is_allowed() == (reply[0] == ACCEPTED)).then_some(decision)
+}
+
+/// The log scripts' verdict. Refused: `{0, now, then per limit the stamp
+/// that blocks it, or -1}`. Accepted: `{1, now, then per limit the stamps
+/// inside its window with this request's, and the oldest of them}`.
+fn log_decision(policy: &Policy, reply: &[i64], now: u64) -> Option<Decision> {
+    let limits = policy.limits();
+    if reply[0] == REFUSED {
+        if reply.len() != 2 + limits.len() {
+            return None;
+        }
+        let mut verdict = Verdict::default();
+        for (index, limit) in limits.iter().enumerate() {
+            let blocking = match reply[2 + index] {
+                -1 => None,
+                stamp => Some(u64::try_from(stamp).ok()?),
+            };
+            if let Some(wait) = blocking.and_then(|stamp| blocked_for(stamp, now, limit)) {
+                verdict.refuse(index, wait);
+            }
+        }
+        return verdict.refusal(limits, now);
+    }
+    if reply.len() != 2 + 2 * limits.len() {
+        return None;
+    }
+    let mut quotas = Vec::with_capacity(limits.len());
+    for (index, limit) in limits.iter().enumerate() {
+        // This request is among the stamps, and no more are inside the
+        // window than its limit allows; the oldest of them is inside it.
+        let in_window = u32::try_from(reply[2 + 2 * index])
+            .ok()
+            .filter(|&n| n > 0 && n <= limit.max())?;
+        let oldest = u64::try_from(reply[3 + 2 * index])
+            .ok()
+            .filter(|&oldest| oldest <= now && now - oldest <= limit.window_micros())?;
+        quotas.push(quota(in_window, Some(oldest), now, limit));
+    }
+    Some(tightest_known(limits, now, &quotas))
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+    use crate::limit::Limit;
+
+    fn policy(algorithm: Algorithm) -> Policy {
+        let limit = |max, secs| Limit::new(max, Duration::from_secs(secs)).unwrap();
+        Policy::new(algorithm, [limit(10, 1), limit(100, 60)]).unwrap()
+    }
+
+    fn summary(decision: &Decision) -> (bool, usize, u32, Duration) {
+        (
+            decision.is_allowed(),
+            decision.limit_index(),
+            decision.remaining(),
+            decision.retry_after(),
+        )
+    }
+
+    #[test]
+    fn a_window_reply_is_judged_again_by_the_algorithm() {
+        let counter = policy(Algorithm::SlidingCounter);
+        let now = 60_500_000;
+        // Half of the previous second's 8 weigh 4, beside 5 now: one more fits.
+        let accepted = decision(&counter, &[1, now, 8, 5, 0, 20], 1).unwrap();
+        assert!(accepted.is_allowed());
+        assert_eq!(accepted.remaining(), 0);
+        assert!(decision(&counter, &[0, now, 8, 6, 0, 20], 1).is_ok());
+        // The verdict the algorithm would not reach.
+        assert!(decision(&counter, &[1, now, 8, 6, 0, 20], 1).is_err());
+        assert!(decision(&counter, &[0, now, 8, 5, 0, 20], 1).is_err());
+        // A count over its max, a negative one, a negative time, lengths
+        // no reply has, verdicts no script sends.
+        assert!(decision(&counter, &[0, now, 8, 11, 0, 20], 1).is_err());
+        assert!(decision(&counter, &[1, now, -1, 5, 0, 20], 1).is_err());
+        assert!(decision(&counter, &[1, -1, 8, 5, 0, 20], 1).is_err());
+        assert!(decision(&counter, &[1, now, 8, 5, 0], 1).is_err());
+        assert!(decision(&counter, &[1, now, 8, 5, 0, 20, 0], 1).is_err());
+        assert!(decision(&counter, &[3, now, 8, 5, 0, 20], 1).is_err());
+        assert!(decision(&counter, &[], 1).is_err());
+        // A cost judged as the script did.
+        assert!(decision(&counter, &[0, now, 0, 8, 0, 20], 3).is_ok());
+        assert!(decision(&policy(Algorithm::FixedWindow), &[1, now, 0, 9, 0, 20], 1).is_ok());
+    }
+
+    #[test]
+    fn a_log_reply_that_cannot_be_true_is_an_error() {
+        let log = policy(Algorithm::SlidingLog);
+        let now = 2_000_000;
+        let accepted = decision(&log, &[1, now, 4, 1_500_000, 4, 1_500_000], 1).unwrap();
+        assert!(accepted.is_allowed());
+        assert_eq!(accepted.remaining(), 6);
+        let refused = decision(&log, &[0, now, 1_200_000, -1], 1).unwrap();
+        assert_eq!(
+            summary(&refused),
+            (false, 0, 0, Duration::from_micros(200_001))
+        );
+        // No stamp blocks, or one outside its window: no refusal.
+        assert!(decision(&log, &[0, now, -1, -1], 1).is_err());
+        assert!(decision(&log, &[0, now, 999_999, -1], 1).is_err());
+        // No stamps, more than the limit, an oldest outside its window or
+        // after now, a negative stamp.
+        assert!(decision(&log, &[1, now, 0, now, 4, now], 1).is_err());
+        assert!(decision(&log, &[1, now, 11, now, 11, now], 1).is_err());
+        assert!(decision(&log, &[1, now, 4, 999_999, 4, now], 1).is_err());
+        assert!(decision(&log, &[1, now, 4, now + 1, 4, now], 1).is_err());
+        assert!(decision(&log, &[0, now, -2, -1], 1).is_err());
+        // A refusal's length for an acceptance, and the other way round.
+        assert!(decision(&log, &[1, now, 4, now], 1).is_err());
+        assert!(decision(&log, &[0, now, 1_200_000, -1, -1, -1], 1).is_err());
+    }
+
+    #[test]
+    fn a_penalty_reply_needs_a_penalty_and_a_wait() {
+        let plain = policy(Algorithm::SlidingLog);
+        let penalised = plain.clone().with_penalty(Duration::from_secs(30));
+        let now = 2_000_000;
+        let refusal = decision(&penalised, &[2, now, now + 30_000_000], 1).unwrap();
+        assert_eq!(refusal.retry_after(), Duration::from_secs(30));
+        assert!(decision(&plain, &[2, now, now + 30_000_000], 1).is_err());
+        assert!(decision(&penalised, &[2, now, now], 1).is_err());
+        assert!(decision(&penalised, &[2, now, now + 1, 0], 1).is_err());
+    }
+}

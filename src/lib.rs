@@ -159,8 +159,6 @@ pub mod extract;
 pub mod layer;
 mod limit;
 mod observe;
-#[cfg(feature = "redis")]
-mod per_policy;
 mod policy;
 pub mod store;
 

@@ -62,11 +62,9 @@ struct Shard<K, S> {
 #[derive(Clone, Copy)]
 struct Due {
     next_sweep: u64,
-    /// The time packed states are read against, and the times it reaches:
-    /// a decision outside them moves it first.
+    /// The time packed states are read against: a decision further from it
+    /// than their reach moves it first. A new shard's holds no state yet.
     anchor: u64,
-    reach_from: u64,
-    reach_to: u64,
 }
 
 impl Due {
@@ -77,7 +75,7 @@ impl Due {
     }
 
     fn reaches(&self, now: u64) -> bool {
-        self.reach_from <= now && now <= self.reach_to
+        now.abs_diff(self.anchor) <= ANCHOR_REACH_MICROS
     }
 }
 
@@ -106,8 +104,6 @@ impl<K, S: EntryState> Shard<K, S> {
             .retain(|entry| entry.state.rebase(from, now, &entry.policy));
         cap.release(before - self.table.len());
         self.due.anchor = now;
-        self.due.reach_from = now.saturating_sub(ANCHOR_REACH_MICROS);
-        self.due.reach_to = now.saturating_add(ANCHOR_REACH_MICROS);
     }
 
     /// Drops entries idle for the grace period, lets the others give back
@@ -159,9 +155,7 @@ impl<K: Hash + Eq, S: EntryState> Shards<K, S> {
                     last_policy: None,
                     due: Due {
                         next_sweep: SWEEP_EVERY_MICROS,
-                        anchor: 0,
-                        reach_from: u64::MAX,
-                        reach_to: 0,
+                        anchor: u64::MAX,
                     },
                 }))
             })

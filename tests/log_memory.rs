@@ -25,17 +25,17 @@ const MAX: u32 = 100;
 /// sizes asked of the allocator): its entry in the map with the map's
 /// spare room, as a key with no ring takes. The ring holds stamps only: a
 /// header of four words beside them would not fit.
-const PER_KEY: isize = 128;
+const PER_KEY: isize = 80;
 
-/// Bytes a key may take with no ring: its entry (the key, its policy and
-/// two stamps, on a cache line of its own: 64 bytes) and the map's spare
-/// room. A ring would add at least 32 (its first four slots, one
-/// allocation).
-const INLINE_PER_KEY: isize = 128;
+/// Bytes a key may take with no ring: its entry (32 bytes for a `u64` key)
+/// and the map's spare room. A ring would add at least 32 (its first four
+/// slots, one allocation).
+const INLINE_PER_KEY: isize = 80;
 
-/// Bytes an IP-address key may take with no ring: as a `u64` key, its
-/// entry being a cache line too.
-const INLINE_PER_IP_KEY: isize = 128;
+/// Bytes an IP-address key may take with no ring: its entry (the address,
+/// its policy and two stamps) and the map's spare room. A ring would add
+/// at least 32.
+const INLINE_PER_IP_KEY: isize = 112;
 
 #[test]
 fn a_log_key_holds_the_stamps_its_window_needs() {

@@ -31,13 +31,6 @@ pub(super) trait EntryState: Clone + Default + Send + Sync + 'static {
     /// [`packed`](super::packed)).
     const ANCHORED: bool = false;
 
-    /// A type of no size whose alignment the shard's entry takes
-    /// ([`HalfLine`], [`WholeLine`] or none), so that the entry of a key of
-    /// up to eight bytes never straddles two cache lines: over many keys a
-    /// straddling entry is a second miss, which the store bench's rows
-    /// over 100k keys measure.
-    type Line: Default + Send + Sync + 'static;
-
     /// Moves the state from anchor `from` to anchor `to`; false if it
     /// cannot be kept there.
     fn rebase(&mut self, _from: u64, _to: u64, _policy: &Policy) -> bool {
@@ -58,23 +51,11 @@ pub(super) trait EntryState: Clone + Default + Send + Sync + 'static {
     fn shed(&mut self, _policy: &Policy) {}
 }
 
-/// Half a cache line's alignment, for an entry of at most 32 bytes.
-#[repr(align(32))]
-#[derive(Clone, Copy, Debug, Default)]
-pub(super) struct HalfLine;
-
-/// A whole cache line's alignment, for an entry of at most 64 bytes.
-#[repr(align(64))]
-#[derive(Clone, Copy, Debug, Default)]
-pub(super) struct WholeLine;
-
 /// The algorithms' own states, their windows whole: for the policies no
-/// packed layout serves. Their slots are on the heap anyway.
+/// packed layout serves.
 macro_rules! whole_state {
     ($($state:ty),*) => {$(
         impl EntryState for $state {
-            type Line = ();
-
             fn decide(&mut self, now: u64, cost: impl Units, policy: &Policy, _: u64) -> Decision {
                 self.decide_micros(now, policy.limits(), cost)
             }
@@ -92,10 +73,7 @@ macro_rules! whole_state {
 
 whole_state!(SlidingCounter, FixedWindow);
 
-/// A key, its policy and a log's two stamps and tag take 40 bytes.
 impl EntryState for CompactLog {
-    type Line = WholeLine;
-
     fn decide(&mut self, now: u64, cost: impl Units, policy: &Policy, _: u64) -> Decision {
         // A stamp outside the policy's longest window is never read again.
         self.decide_micros(

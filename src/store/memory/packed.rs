@@ -8,7 +8,7 @@
 //! within 2³¹ windows of every time its shard judges at, which the shard's
 //! anchor keeps true (see [`ANCHOR_REACH_MICROS`]).
 
-use super::layouts::{EntryState, HalfLine, WholeLine};
+use super::layouts::EntryState;
 use crate::algorithm::Units;
 use crate::algorithm::{counter, fixed, Decision, Settlement};
 use crate::limit::Limit;
@@ -231,8 +231,6 @@ impl<P: PackedSlot, const N: usize> Packed<P, N> {
 /// For policies of exactly `N` limits whose counts fit `P`.
 impl<P: PackedSlot, const N: usize> EntryState for Packed<P, N> {
     const ANCHORED: bool = true;
-    /// A key, its policy and two limits' slots take 32 bytes.
-    type Line = HalfLine;
 
     /// Slots whose window and the next ended before the new reach count
     /// for nothing at any time judged there, and start afresh; a window
@@ -297,26 +295,7 @@ impl<const N: usize> Default for WideCounter<N> {
     }
 }
 
-/// The alignment an entry of a wide counter of `N` limits takes: a key,
-/// its policy and one limit's slots take 32 bytes, two limits' 48.
-pub(super) trait WideLine {
-    type Line: Default + Send + Sync + 'static;
-}
-
-impl WideLine for WideCounter<1> {
-    type Line = HalfLine;
-}
-
-impl WideLine for WideCounter<2> {
-    type Line = WholeLine;
-}
-
-impl<const N: usize> EntryState for WideCounter<N>
-where
-    Self: WideLine,
-{
-    type Line = <Self as WideLine>::Line;
-
+impl<const N: usize> EntryState for WideCounter<N> {
     fn decide(&mut self, now: u64, cost: impl Units, policy: &Policy, _: u64) -> Decision {
         let limits = policy.limits();
         debug_assert_eq!(limits.len(), N);

@@ -15,7 +15,6 @@ pub(super) struct Penalized<S> {
 
 impl<S: EntryState> EntryState for Penalized<S> {
     const ANCHORED: bool = S::ANCHORED;
-    type Line = ();
 
     fn rebase(&mut self, from: u64, to: u64, policy: &Policy) -> bool {
         self.state.rebase(from, to, policy)

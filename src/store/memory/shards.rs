@@ -32,15 +32,13 @@ fn droppable_from(idle_from: u64) -> u64 {
 /// One key's state under one policy. The policy is the entry's own, so
 /// that tenants with limits of their own share a map; it is also how a
 /// sweep knows when the state goes idle.
-struct Entry<K, S: EntryState> {
+struct Entry<K, S> {
     key: K,
     policy: Policy,
     state: S,
-    /// No bytes; the alignment the state asks for.
-    _line: S::Line,
 }
 
-impl<K: Eq, S: EntryState> Entry<K, S> {
+impl<K: Eq, S> Entry<K, S> {
     /// Whether this is `key`'s entry under `policy`: the policy known by
     /// its address first, as a bound one is, else by its value.
     #[inline(always)]
@@ -49,7 +47,7 @@ impl<K: Eq, S: EntryState> Entry<K, S> {
     }
 }
 
-struct Shard<K, S: EntryState> {
+struct Shard<K, S> {
     table: HashTable<Entry<K, S>>,
     /// The policy of the key added last, whose value a new key under an
     /// equal policy shares: a plan that builds its policy on every request
@@ -140,7 +138,7 @@ struct Padded<T>(T);
 type LockedShard<K, S> = Padded<Mutex<Shard<K, S>>>;
 
 /// Every key's state whose algorithm's state is `S`, under any policy.
-pub(super) struct Shards<K, S: EntryState> {
+pub(super) struct Shards<K, S> {
     shards: Box<[LockedShard<K, S>]>,
     hasher: RandomState,
     cap: Arc<KeyCap>,
@@ -258,12 +256,7 @@ impl<K: Hash + Eq, S: EntryState> Shards<K, S> {
             Some(last) if last == policy => last.clone(),
             _ => shard.last_policy.insert(policy.clone()).clone(),
         };
-        let entry = Entry {
-            key,
-            policy,
-            state,
-            _line: S::Line::default(),
-        };
+        let entry = Entry { key, policy, state };
         let hasher = &self.hasher;
         shard.table.insert_unique(hash, entry, |entry| {
             hasher.hash_one(&entry.key) ^ entry.policy.value_hash()
@@ -340,39 +333,5 @@ impl<K: Hash + Eq, S: EntryState> Shards<K, S> {
             .iter()
             .map(|shard| shard.0.lock().table.len())
             .sum()
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use std::net::IpAddr;
-
-    use super::super::compact_log::CompactLog;
-    use super::super::packed::{CounterSlot, FixedSlot, Packed, WideCounter};
-    use super::Entry;
-
-    /// An entry of a key of up to eight bytes, and of an IP address, never
-    /// straddles two cache lines: half a line or a whole one.
-    #[test]
-    fn an_entry_fills_half_a_line_or_a_whole_one() {
-        fn size_and_align<T>() -> (usize, usize) {
-            (size_of::<T>(), align_of::<T>())
-        }
-        assert_eq!(
-            size_and_align::<Entry<u64, Packed<CounterSlot, 1>>>(),
-            (32, 32)
-        );
-        assert_eq!(
-            size_and_align::<Entry<u64, Packed<CounterSlot, 2>>>(),
-            (32, 32)
-        );
-        assert_eq!(
-            size_and_align::<Entry<u64, Packed<FixedSlot, 2>>>(),
-            (32, 32)
-        );
-        assert_eq!(size_and_align::<Entry<u64, WideCounter<1>>>(), (32, 32));
-        assert_eq!(size_and_align::<Entry<u64, WideCounter<2>>>(), (64, 64));
-        assert_eq!(size_and_align::<Entry<u64, CompactLog>>(), (64, 64));
-        assert_eq!(size_and_align::<Entry<IpAddr, CompactLog>>(), (64, 64));
     }
 }

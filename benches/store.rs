@@ -53,8 +53,8 @@ impl<C: Clock> Limiter for Ours<C> {
 }
 
 /// [`Ours`] keyed by an IPv4 address made from the `u64` key, as a layer
-/// keyed by peer IP keys its store: a key of 17 bytes, whose log entry
-/// holds four stamps where a `u64` key's holds two.
+/// keyed by peer IP keys its store: a key of 17 bytes, which makes its
+/// entry larger than a `u64` key's.
 struct OursByIp<C: Clock>(Ours<C>);
 
 impl<C: Clock> Limiter for OursByIp<C> {

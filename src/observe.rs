@@ -5,7 +5,8 @@
 //! for an unnamed one, its signature where it is a layer's own policy, and
 //! `unnamed` where a plan chose it (or where the Redis deny cache counts
 //! it), since limits built per tenant would otherwise make a series per
-//! tenant. Name the policies plans choose to tell them apart.
+//! tenant. Name the policies plans choose to tell them apart, from a
+//! bounded set: a name is a label value.
 //!
 //! Counters:
 //! * `tower_sliding_window_decisions_total{policy, outcome}` with `outcome`
@@ -42,8 +43,9 @@ const OUTCOMES: [&str; 8] = [
 ];
 
 /// What events name a policy by: its label and, with `metrics`, its metric
-/// keys, built by whoever judges under it (once for a layer's own policy).
-/// With the label in them, a decision counts without allocating one (the
+/// keys, built once for a layer's own policy and for every unnamed policy
+/// a plan chooses, and per request for a named one a plan chooses. With
+/// the label in them, a decision counts without allocating one (the
 /// `counter!` macro would allocate the label and the list of labels on
 /// every call).
 #[derive(Debug)]

@@ -40,8 +40,8 @@ struct PolicyInner {
     name: Option<Box<str>>,
     /// How long a refusal shuts the key out, µs; 0 for no penalty.
     penalty_micros: u64,
-    /// Derived from the fields above, kept so that stores and lookups
-    /// need not work them out on every request.
+    // Derived from the fields above, kept so that stores and lookups
+    // need not work them out on every request.
     /// Written the first time it is asked for: a plan that builds its
     /// policy per request for the memory store never needs it.
     signature: OnceLock<Box<str>>,
@@ -142,6 +142,8 @@ impl Policy {
 
     /// The same algorithm and limits under a name, used as its label in
     /// metrics and logs instead of its [`signature`](Policy::signature).
+    /// A name is a label value: name policies from a bounded set (a tier,
+    /// not a tenant id), or metrics get a series per name.
     /// The name is part of the policy's value: a named policy keeps windows
     /// apart from the unnamed one and from other names.
     pub fn named(self, name: impl Into<String>) -> Self {

@@ -1,5 +1,5 @@
 //! The memory store packs the counts of small limits into 16 bits and each
-//! window into a 32-bit offset: the largest packed limit still counts to its
+//! window index into its low 32 bits: the largest packed limit still counts to its
 //! last request, the first one too large for packing is held whole, and a
 //! clock thrown far back (further than the packing reaches) starts the keys
 //! ahead of it afresh rather than misreading them.

@@ -410,8 +410,8 @@ proptest! {
     }
 
     /// The same far from the clock's zero, with leaps ahead and steps back
-    /// large enough that the store must move its shards' window bases
-    /// (about 2³¹ windows from the last one): a moved base changes nothing.
+    /// large enough that the store must move its shards' anchors (more
+    /// than 2²⁹ µs from the last one): a moved anchor changes nothing.
     ///
     /// Two differences are allowed, and checked: the store drops keys that
     /// have gone idle, so a clock stepping back behind a dropped key's last
@@ -420,7 +420,7 @@ proptest! {
     /// documented). So a key may be forgotten only if it was idle at the
     /// latest time already seen, or after such a throw.
     #[test]
-    fn memory_store_agrees_with_the_core_across_window_bases(
+    fn memory_store_agrees_with_the_core_across_anchor_moves(
         limits in wide_limits(),
         start in prop_oneof![Just(0u64), Just((1 << 31) - 50), 0u64..1 << 45, Just(1u64 << 62)],
         traffic in prop::collection::vec(

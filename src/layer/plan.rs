@@ -32,8 +32,9 @@ use crate::policy::Policy;
 /// value, and equal values share windows in every store, so per-customer
 /// limits read from a map limit as a policy built once would. No store
 /// keeps anything per policy value, so a policy per tenant costs what its
-/// keys cost; name the policies a plan chooses to tell them apart in
-/// metrics, which count an unnamed one as `unnamed`. A key moved to a plan
+/// keys cost. Metrics count an unnamed policy a plan chooses as `unnamed`;
+/// to tell plans apart there, name their policies from a bounded set (a
+/// tier, not a tenant id: a name is a label value). A key moved to a plan
 /// with other limits starts afresh under them.
 ///
 /// ```

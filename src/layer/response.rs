@@ -41,7 +41,8 @@ pub enum QuotaUnit {
     ContentBytes,
 }
 
-/// Header text that depends only on the policy, computed once per policy.
+/// Header text that depends only on the policy: computed once for the
+/// layer's own policy, and for a plan's choice only when a response needs it.
 #[derive(Clone, Debug)]
 pub(crate) struct PolicyHeaders {
     policy: HeaderValue,

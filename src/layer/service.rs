@@ -162,8 +162,9 @@ where
         let own = &config.own.policy;
         let (binding, chosen) = match shared.plan.policy(&request, &key, own) {
             // The layer's own policy, as every request under no plan and
-            // most under one get: known by its address before its value.
-            Cow::Borrowed(policy) if std::ptr::eq(policy, own) || policy == own => {
+            // most under one get: known by its address before its value,
+            // whether the plan lent it or built it anew.
+            policy if std::ptr::eq(&*policy, own) || *policy == *own => {
                 (shared.own_binding::<E::Key>(), Chosen::Layer)
             }
             policy => {

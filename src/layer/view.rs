@@ -4,7 +4,7 @@
 //! per-tenant limits cost no cache that grows or thrashes. The header
 //! text is worked out only when a response needs it.
 
-use std::sync::OnceLock;
+use std::sync::{LazyLock, OnceLock};
 
 use super::response::{PolicyHeaders, QuotaUnit};
 use crate::observe::{PolicyEvents, UNNAMED};
@@ -13,7 +13,7 @@ use crate::policy::Policy;
 #[derive(Debug)]
 pub(crate) struct PolicyView {
     pub(crate) policy: Policy,
-    pub(crate) events: PolicyEvents,
+    pub(crate) events: Events,
     unit: QuotaUnit,
     headers: OnceLock<PolicyHeaders>,
 }
@@ -22,7 +22,7 @@ impl PolicyView {
     /// The view of the layer's own policy, its header text made at once.
     pub(crate) fn own(policy: Policy, unit: QuotaUnit) -> Self {
         Self {
-            events: PolicyEvents::new(policy.label()),
+            events: Events::Owned(Box::new(PolicyEvents::new(policy.label()))),
             unit,
             headers: OnceLock::from(PolicyHeaders::new(&policy, unit)),
             policy,
@@ -30,11 +30,18 @@ impl PolicyView {
     }
 
     /// The view of a policy a plan chose for one request. An unnamed one
-    /// is labelled `unnamed` in events: its signature would make a series
-    /// per tenant where limits are per tenant.
+    /// is labelled `unnamed` in events, all sharing one set of them: its
+    /// signature would make a series per tenant where limits are per
+    /// tenant.
     pub(crate) fn planned(policy: Policy, unit: QuotaUnit) -> Self {
+        static UNNAMED_EVENTS: LazyLock<PolicyEvents> =
+            LazyLock::new(|| PolicyEvents::new(UNNAMED));
+        let events = match policy.name() {
+            Some(name) => Events::Owned(Box::new(PolicyEvents::new(name))),
+            None => Events::Shared(&UNNAMED_EVENTS),
+        };
         Self {
-            events: PolicyEvents::new(policy.name().unwrap_or(UNNAMED)),
+            events,
             unit,
             headers: OnceLock::new(),
             policy,
@@ -45,5 +52,24 @@ impl PolicyView {
     pub(crate) fn headers(&self) -> &PolicyHeaders {
         self.headers
             .get_or_init(|| PolicyHeaders::new(&self.policy, self.unit))
+    }
+}
+
+/// A view's events: its own, or the ones every unnamed policy a plan
+/// chooses shares.
+#[derive(Debug)]
+pub(crate) enum Events {
+    Owned(Box<PolicyEvents>),
+    Shared(&'static PolicyEvents),
+}
+
+impl std::ops::Deref for Events {
+    type Target = PolicyEvents;
+
+    fn deref(&self) -> &PolicyEvents {
+        match self {
+            Self::Owned(events) => events,
+            Self::Shared(events) => events,
+        }
     }
 }

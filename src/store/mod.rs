@@ -23,8 +23,8 @@ use crate::policy::Policy;
 /// in one atomic step.
 ///
 /// **A window belongs to (store, policy value, key).** Two policies are the
-/// same value when their algorithm, limits and [name](Policy::named) are
-/// equal, wherever and whenever they were built: layers built apart with
+/// same value when their algorithm, limits, [name](Policy::named) and
+/// [penalty](Policy::with_penalty) are equal, wherever and whenever they were built: layers built apart with
 /// equal policies on one store (or one Redis prefix) count together, a
 /// different name keeps them apart, and a plan that builds its policy from
 /// data on every request finds the same windows each time. Every store
@@ -53,7 +53,8 @@ pub trait Store<K>: Clone + Send + Sync + 'static {
     /// costs no more than a function call; box it if it is not `Unpin`.
     type Future: Future<Output = Result<Decision, StoreError>> + Send + Unpin + 'static;
 
-    /// Finds or makes this store's state for `policy`.
+    /// Finds what the store needs to judge under `policy`: cheap, and
+    /// keeping nothing per policy value.
     fn bind(&self, policy: &Policy) -> Self::Binding;
 
     /// Judges a request for `key` under the bound policy, recording it if

@@ -90,10 +90,16 @@ impl KeyCap {
         claimed
     }
 
-    /// How long (µs) a new key refused at `now` should wait for room.
+    /// How long (µs) a new key refused at `now` should wait for room: no
+    /// less than until the next sweep of the whole store may run, and no
+    /// more than until the next after it while one is under way (it
+    /// raises the lower bound to the end of time until it is done).
     pub(super) fn wait(&self, now: u64) -> u64 {
-        let room_at = self.room_at.load(Relaxed);
         let next = self.next_full_sweep.load(Relaxed);
-        room_at.max(next).saturating_sub(now).max(1)
+        let room_at = match self.room_at.load(Relaxed) {
+            u64::MAX => next,
+            room_at => room_at.max(next),
+        };
+        room_at.saturating_sub(now).max(1)
     }
 }

@@ -22,7 +22,7 @@ use crate::policy::Policy;
 
 /// State for every key in this process's memory.
 ///
-/// * **Atomic per key.** Keys are spread over up to 64 shards, each behind its
+/// * **Atomic per key.** Each map's keys are spread over up to 64 shards, each behind its
 ///   own short lock held only for one decision, so concurrent requests for a
 ///   key are judged one after another and never over-admit, while requests
 ///   for different keys rarely meet.
@@ -33,9 +33,10 @@ use crate::policy::Policy;
 /// * **Policies are data.** The store keeps a fixed handful of maps,
 ///   one per state layout and key type, whatever the number of policies;
 ///   an entry holds its key, a reference to its policy and its state. A
-///   tenant with limits of its own costs what its key costs, plus its
-///   policy value once, so a plan building a policy per customer scales
-///   as one shared policy does.
+///   key under a policy of its own costs that policy's value beside it
+///   (about 140 bytes); keys share one value when a plan hands out the
+///   same [`Policy`] (cloned from a map of tenants), while a plan building
+///   a new one per request may pay it per key.
 /// * **Self-cleaning.** A key whose windows have all gone by for five seconds
 ///   is dropped at its shard's next sweep, run every five seconds of use
 ///   (and over the whole store when it is full); no clean-up call is

@@ -87,12 +87,11 @@ impl Registry {
     where
         K: Hash + Eq + Send + Sync + 'static,
     {
-        let make = || Layout::new(index, &self.cap);
-        match maps.as_any().downcast_ref::<KeyMaps<K>>() {
-            Some(maps) => maps.layouts[index].get_or_init(make).clone(),
-            // Never: the maps were found by `K`'s type id.
-            None => make(),
-        }
+        let maps = maps.as_any().downcast_ref::<KeyMaps<K>>();
+        let maps = maps.expect("the maps found by a key type's id hold that key type");
+        maps.layouts[index]
+            .get_or_init(|| Layout::new(index, &self.cap))
+            .clone()
     }
 
     /// Drops every key idle at `now`, in every map.

@@ -23,6 +23,12 @@ const SWEEP_EVERY_MICROS: u64 = 5_000_000;
 /// window; dropping the key at once would give that request a fresh window.
 const IDLE_GRACE_MICROS: u64 = 5_000_000;
 
+/// The hash an entry is found by: its key's, mixed with its policy value's.
+#[inline(always)]
+fn entry_hash<K: Hash>(hasher: &RandomState, key: &K, policy: &Policy) -> u64 {
+    hasher.hash_one(key) ^ policy.value_hash()
+}
+
 /// When a state idle from `idle_from` may be dropped: never for one idle only
 /// at the end of the clock's range (a time past it saturates to the end).
 fn droppable_from(idle_from: u64) -> u64 {
@@ -80,10 +86,6 @@ impl Due {
 }
 
 impl<K, S: EntryState> Shard<K, S> {
-    fn anchor(&self) -> u64 {
-        self.due.anchor
-    }
-
     /// Readies the shard to judge at `now`: an anchor that reaches it, and
     /// idle entries gone if a sweep is due.
     fn prepare(&mut self, now: u64, cap: &KeyCap) {
@@ -147,7 +149,7 @@ pub(super) struct Shards<K, S> {
 impl<K: Hash + Eq, S: EntryState> Shards<K, S> {
     /// Enough shards for the cap's keys (at most 64).
     pub(super) fn new(cap: Arc<KeyCap>) -> Self {
-        let count = (cap.max() / 16).clamp(1, 64).next_power_of_two().min(64);
+        let count = (cap.max() / 16).clamp(1, 64).next_power_of_two();
         let shards = (0..count)
             .map(|_| {
                 Padded(Mutex::new(Shard {
@@ -199,7 +201,7 @@ impl<K: Hash + Eq, S: EntryState> Shards<K, S> {
             return entry.state.decide(now, cost, policy, shard.due.anchor);
         }
         let mut state = S::default();
-        let decision = state.decide(now, cost, policy, shard.anchor());
+        let decision = state.decide(now, cost, policy, shard.due.anchor);
         match self.insert(shard, hash, key, policy, state) {
             Ok(()) => decision,
             Err(key) => {
@@ -209,10 +211,10 @@ impl<K: Hash + Eq, S: EntryState> Shards<K, S> {
         }
     }
 
-    /// `key`'s hash under `policy`: the key's, mixed with the policy value's.
+    /// `key`'s hash under `policy`.
     #[inline(always)]
     fn hash(&self, key: &K, policy: &Policy) -> u64 {
-        self.hasher.hash_one(key) ^ policy.value_hash()
+        entry_hash(&self.hasher, key, policy)
     }
 
     /// `key`'s hash and its shard, locked and readied for `now`.
@@ -248,7 +250,7 @@ impl<K: Hash + Eq, S: EntryState> Shards<K, S> {
         policy: &Policy,
         state: S,
     ) -> Result<(), K> {
-        let drop_from = droppable_from(state.idle_from(policy, shard.anchor()));
+        let drop_from = droppable_from(state.idle_from(policy, shard.due.anchor));
         if !self.cap.take(drop_from) {
             return Err(key);
         }
@@ -259,7 +261,7 @@ impl<K: Hash + Eq, S: EntryState> Shards<K, S> {
         let entry = Entry { key, policy, state };
         let hasher = &self.hasher;
         shard.table.insert_unique(hash, entry, |entry| {
-            hasher.hash_one(&entry.key) ^ entry.policy.value_hash()
+            entry_hash(hasher, &entry.key, &entry.policy)
         });
         Ok(())
     }
@@ -277,7 +279,7 @@ impl<K: Hash + Eq, S: EntryState> Shards<K, S> {
         }
         if settled.used > settled.cost {
             let mut state = S::default();
-            state.settle(settled, policy, shard.anchor());
+            state.settle(settled, policy, shard.due.anchor);
             // A store with no room keeps no excess either.
             let _ = self.insert(shard, hash, key, policy, state);
         }
@@ -290,7 +292,7 @@ impl<K: Hash + Eq, S: EntryState> Shards<K, S> {
     /// key the store could not record must not pass unlimited.
     pub(super) fn peek(&self, key: &K, policy: &Policy, now: u64) -> Decision {
         let (hash, shard) = self.shard_for(key, policy, now);
-        let anchor = shard.anchor();
+        let anchor = shard.due.anchor;
         let found = shard.table.find(hash, |e| e.is(key, policy));
         let mut state = match found {
             Some(entry) => entry.state.clone(),

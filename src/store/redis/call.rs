@@ -10,7 +10,7 @@ use redis::{RedisResult, ScriptInvocation};
 
 use super::scripts::{self, Ask};
 use super::{keys, reply, Connection, RedisStore};
-use crate::algorithm::Decision;
+use crate::algorithm::{Decision, Origin};
 use crate::observe::DenyCacheEvents;
 use crate::policy::Policy;
 use crate::store::{Store, StoreError};
@@ -184,7 +184,7 @@ impl RedisStore {
         Ok(
             if ask.records()
                 && penalty > 0
-                && decision.origin == crate::Origin::Limits
+                && decision.origin == Origin::Limits
                 && !decision.is_allowed()
             {
                 decision.starting_penalty(penalty)

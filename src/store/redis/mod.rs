@@ -46,8 +46,9 @@ use crate::policy::Policy;
 ///   application servers with skewed clocks agree, and fixed windows are
 ///   aligned to the Unix epoch. Each key remembers when it last counted a
 ///   request (the counters the start of that window, the log its newest
-///   stamp) and is never judged earlier, so a server clock that steps back (a failover to a node
-///   whose clock is behind) cannot admit extra requests; Redis's own
+///   stamp) and is never judged earlier, so a server clock that steps
+///   back (a failover to a node whose clock is behind) cannot admit extra
+///   requests; Redis's own
 ///   expiry steps back with it. [`with_clock`](RedisStore::with_clock)
 ///   supplies the time from the client instead (a
 ///   [`ManualClock`](crate::ManualClock) in tests); such a clock must not

@@ -232,24 +232,27 @@ impl<P: PackedSlot, const N: usize> Packed<P, N> {
 impl<P: PackedSlot, const N: usize> EntryState for Packed<P, N> {
     const ANCHORED: bool = true;
 
-    /// Slots whose window and the next ended before the new reach count
-    /// for nothing at any time judged there, and start afresh; a window
-    /// 2³¹ windows or more ahead of the new anchor (a clock thrown back
-    /// that far) cannot be read against it, and the state is lost.
+    /// A slot's window must lie within 2³¹ windows of the anchor's to be
+    /// read against it. One about that far behind the new anchor counts
+    /// only for a clock thrown back as far, and starts afresh; one 2³¹
+    /// windows or more ahead of it (a clock thrown back that far) cannot
+    /// be read, and the state is lost. Every other slot is kept whole, so
+    /// that a clock stepping back later finds its windows as they were.
     fn rebase(&mut self, from: u64, to: u64, policy: &Policy) -> bool {
+        const HALF_SPAN: u64 = 1 << 31;
         let limits = policy.limits();
         let mut slots = self.unpack(from, limits);
         for (slot, (packed, limit)) in slots.iter_mut().zip(self.slots.iter().zip(limits)) {
             if packed.is_fresh() {
                 continue;
             }
-            let w = limit.window_micros();
-            let lowest = to.saturating_sub(ANCHOR_REACH_MICROS) / w;
+            let reference = to / limit.window_micros();
             let window = P::window(slot);
-            if window.saturating_add(2) <= lowest {
-                *slot = P::Whole::default();
-            } else if window.saturating_sub(to / w) >= 1 << 31 {
+            if window.saturating_sub(reference) >= HALF_SPAN {
                 return false;
+            }
+            if reference.saturating_sub(window) >= HALF_SPAN - 2 {
+                *slot = P::Whole::default();
             }
         }
         self.pack(&slots);

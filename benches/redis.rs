@@ -89,17 +89,6 @@ impl Contender {
     }
 }
 
-/// How many scripts Redis's script cache holds.
-fn scripts_cached(server: &Server) -> u64 {
-    server
-        .cli(&["INFO", "memory"])
-        .unwrap_or_default()
-        .lines()
-        .find_map(|line| line.strip_prefix("number_of_cached_scripts:"))
-        .and_then(|n| n.trim().parse().ok())
-        .unwrap_or(0)
-}
-
 /// One decision, which must come from the limits (Redis or the refusals it
 /// gave), never from a failure policy.
 async fn judged_by_redis(store: &RedisStore, key: impl std::fmt::Display, policy: &Policy) {
@@ -279,7 +268,7 @@ async fn main() {
         for key in 0..TENANTS {
             contender.call(key).await;
         }
-        cached.push(scripts_cached(&server));
+        cached.push(server.scripts_cached().unwrap_or(0));
     }
     for (_, contender) in &contenders {
         for key in 0..20 {

@@ -37,17 +37,6 @@ async fn script_flush_is_recovered_transparently() {
     );
 }
 
-/// How many scripts Redis's script cache holds.
-fn scripts_cached(server: &Server) -> u64 {
-    server
-        .cli(&["INFO", "memory"])
-        .unwrap()
-        .lines()
-        .find_map(|line| line.strip_prefix("number_of_cached_scripts:"))
-        .and_then(|n| n.trim().parse().ok())
-        .expect("INFO memory counts the cached scripts")
-}
-
 /// Tenants with limits of their own cost Redis's script cache nothing:
 /// every algorithm, with and without a penalty, judged, peeked at, charged
 /// a cost and settled under 2,000 distinct policies, leaves no more scripts
@@ -58,7 +47,12 @@ async fn policies_per_tenant_leave_only_the_fixed_scripts_cached() {
     let clock = ManualClock::new();
     let store = redis_store(&server.url(), "scripts", &clock).await;
     server.cli(&["SCRIPT", "FLUSH"]).unwrap();
-    assert_eq!(scripts_cached(&server), 0);
+    assert_eq!(
+        server
+            .scripts_cached()
+            .expect("INFO memory counts the cached scripts"),
+        0
+    );
     for tenant in 0..2_000_u32 {
         let algorithm = ALGORITHMS[tenant as usize % ALGORITHMS.len()];
         let mut policy = policy(algorithm, &[(5 + tenant, 60_000), (10_000, 3_600_000)]);
@@ -84,7 +78,9 @@ async fn policies_per_tenant_leave_only_the_fixed_scripts_cached() {
             .unwrap()
             .is_allowed());
     }
-    let cached = scripts_cached(&server);
+    let cached = server
+        .scripts_cached()
+        .expect("INFO memory counts the cached scripts");
     let fixed = RedisStore::script_sources().len() as u64;
     println!("{cached} scripts cached after 2,000 policies");
     assert!(

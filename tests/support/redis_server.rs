@@ -124,6 +124,15 @@ impl Server {
         }
     }
 
+    /// How many scripts the server's script cache holds, if `INFO` says.
+    #[allow(dead_code)] // not every binary that starts a server counts scripts
+    pub fn scripts_cached(&self) -> Option<u64> {
+        self.cli(&["INFO", "memory"])?
+            .lines()
+            .find_map(|line| line.strip_prefix("number_of_cached_scripts:"))
+            .and_then(|n| n.trim().parse().ok())
+    }
+
     /// Runs redis-cli against this server; `None` if it could not answer.
     pub fn cli(&self, args: &[&str]) -> Option<String> {
         let output = Command::new("redis-cli")

@@ -160,6 +160,7 @@ pub mod layer;
 mod limit;
 mod observe;
 mod policy;
+mod state;
 pub mod store;
 
 pub use crate::algorithm::{Algorithm, Decision, Origin};
@@ -171,10 +172,11 @@ pub use crate::layer::{
 };
 pub use crate::limit::Limit;
 pub use crate::policy::Policy;
+pub use crate::state::KeyState;
 #[cfg(feature = "redis")]
 #[cfg_attr(docsrs, doc(cfg(feature = "redis")))]
 pub use crate::store::{FailurePolicy, RedisStore};
-pub use crate::store::{MemoryStore, Store, StoreError};
+pub use crate::store::{MemoryStore, Store, StoreError, StoreErrorKind};
 
 /// The README's code blocks, compiled and run as doctests.
 #[cfg(doctest)]

@@ -107,6 +107,7 @@ impl Model {
                         fits = false;
                     }
                 }
+                other => unimplemented!("no model of {other:?}"),
             }
         }
         (fits, wait)
@@ -171,6 +172,7 @@ impl Model {
                         + u128::from(self.count(i, k)) * u128::from(w)
                         <= u128::from(max) * u128::from(w)
                 }
+                other => unimplemented!("no model of {other:?}"),
             }
         })
     }

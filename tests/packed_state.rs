@@ -6,7 +6,7 @@
 
 use std::time::Duration;
 
-use tower_sliding_window::algorithm::KeyState;
+use tower_sliding_window::KeyState;
 use tower_sliding_window::{Algorithm, Limit, ManualClock, MemoryStore, Policy};
 
 fn accepted_in_one_instant(policy: &Policy, tries: u32) -> u32 {
@@ -103,7 +103,7 @@ fn moving_a_base_keeps_a_long_limit_whose_short_one_has_expired() {
         for at in [0, 0, 0, 50 * 86_400, 50 * 86_400, 59 * 86_400] {
             let at = Duration::from_secs(at);
             clock.set(at);
-            let expected = core.decide(at, policy.limits());
+            let expected = core.decide(&policy, at, 1);
             assert_eq!(
                 store.decide_now(1u64, &policy),
                 expected,
@@ -187,7 +187,7 @@ fn an_expired_slot_does_not_hold_a_clock_stepping_back() {
             (start + REACH / 8, false),
         ] {
             clock.set(Duration::from_micros(at));
-            let expected = core.decide(Duration::from_micros(at), policy.limits());
+            let expected = core.decide(&policy, Duration::from_micros(at), 1);
             assert_eq!(expected.is_allowed(), allowed, "{algorithm:?} at {at}");
             assert_eq!(
                 store.decide_now(1u64, &policy),
@@ -214,7 +214,7 @@ fn a_refusal_leaves_an_unpacked_key_as_it_was() {
     let mut core = KeyState::new(policy.algorithm());
     let mut both = |at: u64| {
         clock.set(Duration::from_micros(at));
-        let expected = core.decide(Duration::from_micros(at), policy.limits());
+        let expected = core.decide(&policy, Duration::from_micros(at), 1);
         assert_eq!(store.decide_now(1u64, &policy), expected, "at {at} µs");
         expected
     };

@@ -5,7 +5,8 @@ use std::collections::HashMap;
 use std::time::Duration;
 
 use proptest::prelude::*;
-use tower_sliding_window::algorithm::{FixedWindow, KeyState, SlidingCounter, SlidingLog};
+use tower_sliding_window::algorithm::{FixedWindow, SlidingCounter, SlidingLog};
+use tower_sliding_window::KeyState;
 use tower_sliding_window::{Algorithm, Decision, Limit, ManualClock, MemoryStore, Policy};
 
 /// One to three limits with small maxima and windows of 1 to 40 ms (in µs).
@@ -82,7 +83,7 @@ fn each_decision(
     let mut now = 0u64;
     for gap in gaps {
         now += gap;
-        let decision = state.decide(micros(now), policy.limits());
+        let decision = state.decide(policy, micros(now), 1);
         check(&state, now, decision)?;
     }
     Ok(())
@@ -260,14 +261,14 @@ proptest! {
             if !decision.is_allowed() {
                 let wait = decision.retry_after().as_micros() as u64;
                 prop_assert!(wait >= 1);
-                prop_assert!(!probe(|t| state.clone().decide(t, policy.limits()), now + wait - 1), "{:?}", decision);
-                prop_assert!(probe(|t| state.clone().decide(t, policy.limits()), now + wait), "{:?}", decision);
+                prop_assert!(!probe(|t| state.clone().decide(&policy, t, 1), now + wait - 1), "{:?}", decision);
+                prop_assert!(probe(|t| state.clone().decide(&policy, t, 1), now + wait), "{:?}", decision);
             } else if decision.remaining() < decision.limit().max() {
                 // `replenish_after` is when one more request than `remaining` fits.
                 let later = now + decision.replenish_after().as_micros() as u64;
                 let mut ahead = state.clone();
                 for _ in 0..=decision.remaining() {
-                    prop_assert!(ahead.decide(micros(later), policy.limits()).is_allowed(), "{:?}", decision);
+                    prop_assert!(ahead.decide(&policy, micros(later), 1).is_allowed(), "{:?}", decision);
                 }
             }
             Ok(())
@@ -288,9 +289,9 @@ proptest! {
             if decision.is_allowed() {
                 let mut ahead = state.clone();
                 for _ in 0..decision.remaining() {
-                    prop_assert!(ahead.decide(micros(now), policy.limits()).is_allowed(), "{:?}", decision);
+                    prop_assert!(ahead.decide(&policy, micros(now), 1).is_allowed(), "{:?}", decision);
                 }
-                prop_assert!(!ahead.decide(micros(now), policy.limits()).is_allowed(), "{:?}", decision);
+                prop_assert!(!ahead.decide(&policy, micros(now), 1).is_allowed(), "{:?}", decision);
             }
             Ok(())
         })?;
@@ -311,7 +312,7 @@ proptest! {
         for (key, gap) in traffic {
             now += gap;
             clock.set(micros(now));
-            let expected = states.entry(key).or_insert_with(|| KeyState::new(policy.algorithm())).decide(micros(now), policy.limits());
+            let expected = states.entry(key).or_insert_with(|| KeyState::new(policy.algorithm())).decide(&policy, micros(now), 1);
             prop_assert_eq!(store.decide_now(key, &policy), expected);
         }
     }
@@ -362,7 +363,7 @@ proptest! {
         for (key, step) in traffic {
             now = now.saturating_add_signed(step);
             clock.set(micros(now));
-            let expected = core.entry(key).or_insert_with(|| KeyState::new(policy.algorithm())).decide(micros(now), policy.limits());
+            let expected = core.entry(key).or_insert_with(|| KeyState::new(policy.algorithm())).decide(&policy, micros(now), 1);
             prop_assert_eq!(by_byte.decide_now(key, &policy), expected, "at {} µs", now);
             prop_assert_eq!(by_text.decide_now(format!("key {key}"), &policy), expected, "a String key at {} µs", now);
         }
@@ -399,7 +400,7 @@ proptest! {
             let decision = all.decide_now(key, &policy);
             let state = core.entry(key).or_insert_with(|| KeyState::new(policy.algorithm()));
             let before = format!("{state:?}");
-            prop_assert_eq!(state.decide(micros(now), policy.limits()), decision, "the core at {}", now);
+            prop_assert_eq!(state.decide(&policy, micros(now), 1), decision, "the core at {}", now);
             if decision.is_allowed() {
                 prop_assert_eq!(accepted_only.decide_now(key, &policy), decision, "at {}", now);
             } else {
@@ -451,15 +452,15 @@ proptest! {
             thrown_back |= latest - now.min(latest) > ((1u64 << 31) - 1).saturating_mul(shortest);
             let state = states.entry(key).or_insert_with(|| KeyState::new(policy.algorithm()));
             let remembered = state.clone();
-            let expected = state.decide(micros(now), policy.limits());
+            let expected = state.decide(&policy, micros(now), 1);
             let decided = store.decide_now(key, &policy);
             if decided != expected && !diverged[usize::from(key)] {
                 let mut fresh = KeyState::new(policy.algorithm());
-                let idle_at_latest = remembered.clone().decide(micros(latest), policy.limits())
-                    == fresh.clone().decide(micros(latest), policy.limits());
+                let idle_at_latest = remembered.clone().decide(&policy, micros(latest), 1)
+                    == fresh.clone().decide(&policy, micros(latest), 1);
                 prop_assert!(idle_at_latest || thrown_back, "at {}: a live key was forgotten", now);
-                if decided == fresh.clone().decide(micros(now), policy.limits()) || !thrown_back {
-                    prop_assert_eq!(decided, fresh.decide(micros(now), policy.limits()), "at {}", now);
+                if decided == fresh.clone().decide(&policy, micros(now), 1) || !thrown_back {
+                    prop_assert_eq!(decided, fresh.decide(&policy, micros(now), 1), "at {}", now);
                     *state = fresh;
                 } else {
                     diverged[usize::from(key)] = true;

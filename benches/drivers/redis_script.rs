@@ -61,11 +61,8 @@ fn main() {
     let limits: Result<Vec<Limit>, _> = limits.into_iter().collect();
     match limits.and_then(|limits| Policy::new(algorithm, limits)) {
         Ok(policy) if print_args => {
-            let letter = match algorithm {
-                Algorithm::SlidingLog => "l",
-                Algorithm::FixedWindow => "f",
-                Algorithm::SlidingCounter => "c",
-            };
+            // The signature starts with the algorithm's letter, as the scripts take it.
+            let letter = &policy.signature()[..1];
             println!("1\n\n0\n{letter}");
             for limit in policy.limits() {
                 println!("{}\n{}", limit.max(), limit.window().as_micros());

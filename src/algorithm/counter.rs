@@ -77,7 +77,6 @@ impl SlidingCounter {
         Self::default()
     }
 
-    #[cfg(feature = "redis")]
     /// A counter holding one `(window, previous, current)` per limit, as a
     /// remote store reports them.
     pub(crate) fn from_parts(slots: impl IntoIterator<Item = (u64, u32, u32)>) -> Self {
@@ -91,6 +90,13 @@ impl SlidingCounter {
                 })
                 .collect(),
         }
+    }
+
+    /// One `(window, previous, current)` per limit, as [`from_parts`](Self::from_parts) takes them.
+    pub(crate) fn parts(&self) -> impl Iterator<Item = (u64, u32, u32)> + '_ {
+        self.slots
+            .iter()
+            .map(|slot| (slot.window, slot.previous, slot.current))
     }
 
     /// Judges a request at `now` (since the clock's zero) against every limit,
@@ -124,10 +130,13 @@ impl SlidingCounter {
     }
 
     /// Settles a request as [`settle`] does.
+    /// A different number of limits than last time starts the counts
+    /// afresh, as a decision would.
     pub(crate) fn settle_micros(&mut self, settled: &Settlement, limits: &[Limit]) {
-        if self.slots.len() == limits.len() {
-            settle(&mut self.slots, settled, limits);
+        if self.slots.len() != limits.len() {
+            self.slots = Slots::new(limits.len());
         }
+        settle(&mut self.slots, settled, limits);
     }
 }
 

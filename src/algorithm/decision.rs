@@ -2,6 +2,7 @@
 
 use std::time::Duration;
 
+use crate::clock::micros;
 use crate::limit::Limit;
 
 /// The verdict on one request, with what a client needs to know about it.
@@ -201,6 +202,32 @@ impl Decision {
 
     pub(crate) fn replenish_micros(&self) -> u64 {
         self.quota.resolve(&self.limit, self.at_micros).1
+    }
+
+    /// An acceptance reporting `limit` with all its quota left, at the
+    /// store's time `at`: what a store answers when something other than
+    /// its limits lets a request through, such as a failure policy that
+    /// fails open (say so with [`with_origin`](Decision::with_origin)).
+    pub fn allow(limit: Limit, at: Duration) -> Self {
+        Self::substitute(true, limit, 0, micros(at), Origin::Limits)
+    }
+
+    /// A refusal by `limit`, at the store's time `at`, to be retried
+    /// after `retry_after`: what a store answers when it refuses for a
+    /// reason of its own, such as no room for a new key (say so with
+    /// [`with_origin`](Decision::with_origin)).
+    pub fn refuse(limit: Limit, retry_after: Duration, at: Duration) -> Self {
+        let retry_after = micros(retry_after);
+        Self::substitute(false, limit, retry_after, micros(at), Origin::Limits)
+    }
+
+    /// The same verdict, from `origin`: a fallback store's decision is
+    /// reported as [`Origin::Fallback`], a fail-open admission as
+    /// [`Origin::FailOpen`]. Only a decision of [`Origin::Limits`] is
+    /// ever settled.
+    pub fn with_origin(mut self, origin: Origin) -> Self {
+        self.origin = origin;
+        self
     }
 
     /// Whether the request may go on to the inner service.

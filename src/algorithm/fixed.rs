@@ -36,7 +36,6 @@ impl FixedWindow {
         Self::default()
     }
 
-    #[cfg(feature = "redis")]
     /// A fixed window holding one `(window, count)` per limit, as a remote
     /// store reports them.
     pub(crate) fn from_parts(slots: impl IntoIterator<Item = (u64, u32)>) -> Self {
@@ -46,6 +45,11 @@ impl FixedWindow {
                 .map(|(window, count)| Slot { window, count })
                 .collect(),
         }
+    }
+
+    /// One `(window, count)` per limit, as [`from_parts`](Self::from_parts) takes them.
+    pub(crate) fn parts(&self) -> impl Iterator<Item = (u64, u32)> + '_ {
+        self.slots.iter().map(|slot| (slot.window, slot.count))
     }
 
     /// Judges a request at `now` (since the clock's zero) against every limit,
@@ -79,10 +83,13 @@ impl FixedWindow {
     }
 
     /// Settles a request as [`settle`] does.
+    /// A different number of limits than last time starts the counts
+    /// afresh, as a decision would.
     pub(crate) fn settle_micros(&mut self, settled: &Settlement, limits: &[Limit]) {
-        if self.slots.len() == limits.len() {
-            settle(&mut self.slots, settled, limits);
+        if self.slots.len() != limits.len() {
+            self.slots = Slots::new(limits.len());
         }
+        settle(&mut self.slots, settled, limits);
     }
 }
 

@@ -140,6 +140,22 @@ impl SlidingLog {
         log
     }
 
+    /// Settles a request as [`LogMut::settle`] does.
+    pub(crate) fn settle_micros(&mut self, settled: &Settlement, capacity: u32, forget_after: u64) {
+        self.view().settle(settled, capacity, forget_after);
+    }
+
+    /// From when (µs) the log judges as a fresh one would, under limits
+    /// whose longest window is `longest_window` µs.
+    pub(crate) fn idle_from_micros(&self, longest_window: u64) -> u64 {
+        idle_from(&self.slots, self.at, longest_window)
+    }
+
+    /// Every stamp held, oldest first.
+    pub(crate) fn stamps(&self) -> impl Iterator<Item = u64> + '_ {
+        (0..self.len()).map(|i| stamp_in(&self.slots, self.at, i))
+    }
+
     /// The slots and where the ring stands, for a store's entry to keep
     /// beside its key.
     pub(crate) fn into_parts(self) -> (Box<[u64]>, u32) {
@@ -294,7 +310,10 @@ impl<'a> LogMut<'a> {
             let start = stamps[..end].partition_point(|&stamp| stamp < settled.at);
             let back = (end - start).min((settled.cost - settled.used) as usize);
             if back > 0 {
+                let newest = stamps[stamps.len() - 1];
                 stamps.drain(end - back..end);
+                let forgotten = forgotten_before(&stamps, newest, forget_after);
+                stamps.drain(..forgotten);
                 self.hold(stamps, capacity);
             }
         } else if settled.used > settled.cost {
@@ -517,6 +536,14 @@ fn count_before(stamps: &[u64], cutoff: u64) -> usize {
             None => return low + stamps[low..].partition_point(|&s| s < cutoff),
         }
     }
+}
+
+/// How many of `stamps` (oldest first) are more than `forget_after` µs
+/// older than `newest`: a log may let those go, as they never count
+/// again. A request given back drops them all, so that no log counts one
+/// again once its newer stamps are gone, whether it had let it go or not.
+pub(crate) fn forgotten_before(stamps: &[u64], newest: u64, forget_after: u64) -> usize {
+    stamps.partition_point(|&stamp| stamp.saturating_add(forget_after) < newest)
 }
 
 /// The oldest slot of the ring at `at` in `slots`, and its number of

@@ -29,14 +29,11 @@ pub(crate) mod log;
 pub(crate) mod refusal;
 mod slots;
 
-use std::time::Duration;
-
 pub use self::counter::SlidingCounter;
 pub use self::decision::{Decision, Origin};
 pub(crate) use self::decision::{Quota, Settlement};
 pub use self::fixed::FixedWindow;
 pub use self::log::SlidingLog;
-use crate::limit::Limit;
 
 /// A request's cost in units: [`One`], known when the code is compiled,
 /// which is what nearly every request costs, or any `u32`. Generic, so
@@ -73,6 +70,7 @@ pub(crate) const INLINE_LIMITS: usize = 8;
 ///
 /// See the crate docs' "Choosing an algorithm" for when each fits.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+#[non_exhaustive]
 pub enum Algorithm {
     /// Two counts per key and limit, the previous window's weighted by how
     /// much of it still overlaps the sliding window. Approximate: it assumes
@@ -87,40 +85,4 @@ pub enum Algorithm {
     /// One count per fixed block of the clock. Cheapest, but a burst that
     /// straddles two blocks gets up to twice the limit through.
     FixedWindow,
-}
-
-/// The state one key holds under one algorithm, whichever it is.
-#[derive(Clone, Debug)]
-pub enum KeyState {
-    /// State of [`Algorithm::SlidingLog`].
-    Log(SlidingLog),
-    /// State of [`Algorithm::SlidingCounter`].
-    Counter(SlidingCounter),
-    /// State of [`Algorithm::FixedWindow`].
-    Fixed(FixedWindow),
-}
-
-impl KeyState {
-    /// A fresh state for `algorithm`: no request seen yet.
-    pub fn new(algorithm: Algorithm) -> Self {
-        match algorithm {
-            Algorithm::SlidingLog => Self::Log(SlidingLog::new()),
-            Algorithm::SlidingCounter => Self::Counter(SlidingCounter::new()),
-            Algorithm::FixedWindow => Self::Fixed(FixedWindow::new()),
-        }
-    }
-
-    /// Judges one request arriving at `now` against every limit, and
-    /// records it if all accept.
-    ///
-    /// # Panics
-    ///
-    /// If `limits` is empty: a decision needs a limit to report.
-    pub fn decide(&mut self, now: Duration, limits: &[Limit]) -> Decision {
-        match self {
-            Self::Log(log) => log.decide(now, limits),
-            Self::Counter(counter) => counter.decide(now, limits),
-            Self::Fixed(fixed) => fixed.decide(now, limits),
-        }
-    }
 }

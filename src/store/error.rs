@@ -5,20 +5,52 @@ use std::fmt;
 
 /// A store could not judge a request (unreachable server, timeout, protocol
 /// error). The layer answers it with `503 Service Unavailable`; remote stores
-/// can be told to fail open or fall back instead.
+/// can be told to fail open or fall back instead. Its
+/// [`kind`](StoreError::kind) says what went wrong, for code that acts on it.
 #[derive(Debug)]
 pub struct StoreError {
+    kind: StoreErrorKind,
     message: String,
     source: Option<Box<dyn Error + Send + Sync>>,
 }
 
+/// What kind of failure a [`StoreError`] reports.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum StoreErrorKind {
+    /// The store did not answer in time.
+    Timeout,
+    /// The store could not be reached, or the connection to it broke.
+    Connection,
+    /// The store answered with something that is not what was asked for:
+    /// an unexpected reply, or a key's state that does not read back.
+    Malformed,
+    /// Any other failure.
+    #[default]
+    Other,
+}
+
 impl StoreError {
-    /// An error described by `message`, caused by `source` if given.
+    /// An error of kind [`Other`](StoreErrorKind::Other) described by
+    /// `message`, caused by `source` if given; see
+    /// [`with_kind`](StoreError::with_kind).
     pub fn new(message: impl Into<String>, source: Option<Box<dyn Error + Send + Sync>>) -> Self {
         Self {
+            kind: StoreErrorKind::Other,
             message: message.into(),
             source,
         }
+    }
+
+    /// The same error, of `kind`.
+    pub fn with_kind(mut self, kind: StoreErrorKind) -> Self {
+        self.kind = kind;
+        self
+    }
+
+    /// What kind of failure this is.
+    pub fn kind(&self) -> StoreErrorKind {
+        self.kind
     }
 }
 

@@ -14,71 +14,21 @@ mod memory {
     crate::conformance_suite!(make);
 }
 
-/// The suite on a store written outside the crate, as a user would write
-/// one: it wraps a memory store and counts the calls that reach it.
+#[path = "../support/bytes_store.rs"]
+mod bytes_store;
+
+/// The suite on a store written outside the crate from the public API
+/// alone, as a user would write one: bytes in a map, judged by `KeyState`.
 mod external_store {
-    use std::hash::Hash;
-    use std::sync::atomic::{AtomicUsize, Ordering};
-    use std::sync::Arc;
+    use tower_sliding_window::ManualClock;
 
-    use tower_sliding_window::store::MemoryBinding;
-    use tower_sliding_window::{ManualClock, MemoryStore, Policy, Store};
+    use crate::bytes_store::BytesStore;
 
-    use crate::suite;
-
-    #[derive(Clone)]
-    struct Counting {
-        inner: MemoryStore<ManualClock>,
-        calls: Arc<AtomicUsize>,
+    async fn make(clock: ManualClock) -> BytesStore<ManualClock> {
+        BytesStore::new(clock)
     }
 
-    impl<K: Hash + Eq + Send + Sync + 'static> Store<K> for Counting {
-        type Binding = MemoryBinding<K>;
-        type Future = <MemoryStore<ManualClock> as Store<K>>::Future;
-
-        fn bind(&self, policy: &Policy) -> MemoryBinding<K> {
-            self.inner.bind(policy)
-        }
-
-        fn decide_cost_bound(&self, key: K, binding: &MemoryBinding<K>, cost: u32) -> Self::Future {
-            self.calls.fetch_add(1, Ordering::Relaxed);
-            self.inner.decide_cost_bound(key, binding, cost)
-        }
-
-        fn settle_bound(
-            &self,
-            key: K,
-            binding: &MemoryBinding<K>,
-            admitted: &tower_sliding_window::Decision,
-            cost: u32,
-            used: u32,
-        ) -> Self::Future {
-            self.calls.fetch_add(1, Ordering::Relaxed);
-            self.inner.settle_bound(key, binding, admitted, cost, used)
-        }
-
-        fn peek_bound(&self, key: K, binding: &MemoryBinding<K>) -> Self::Future {
-            self.calls.fetch_add(1, Ordering::Relaxed);
-            self.inner.peek_bound(key, binding)
-        }
-    }
-
-    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn whole_suite_on_a_store_written_outside_the_crate() {
-        macro_rules! run_all {
-            (; $($case:ident),*) => {$({
-                let clock = ManualClock::new();
-                let calls = Arc::new(AtomicUsize::new(0));
-                let store = Counting {
-                    inner: MemoryStore::with_clock(clock.clone()),
-                    calls: Arc::clone(&calls),
-                };
-                suite::$case(store, clock).await;
-                assert!(calls.load(Ordering::Relaxed) > 0, "{} reached the store", stringify!($case));
-            })*};
-        }
-        crate::for_each_case!([run_all]());
-    }
+    crate::conformance_suite!(make);
 }
 
 #[cfg(feature = "redis")]

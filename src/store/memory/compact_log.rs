@@ -2,7 +2,7 @@
 //! stamps keeps them beside its key, and only a busier key a ring on the
 //! heap.
 
-use crate::algorithm::log::{blocked_for, idle_from, quota, LogMut, SlidingLog};
+use crate::algorithm::log::{blocked_for, forgotten_before, idle_from, quota, LogMut, SlidingLog};
 use crate::algorithm::refusal::{accepted, tightest_known, Verdict};
 use crate::algorithm::Units;
 use crate::algorithm::{Decision, Quota, Settlement, INLINE_LIMITS};
@@ -150,18 +150,26 @@ impl CompactLog {
     pub(super) fn settle(&mut self, settled: &Settlement, capacity: u32, forget_after: u64) {
         match self {
             Self::Few { len, stamps } if settled.used <= settled.cost => {
-                let held = &mut stamps[..*len as usize];
+                let Some(&newest) = stamps[..*len as usize].last() else {
+                    return;
+                };
                 let mut back = settled.cost - settled.used;
                 // The newest of the request's stamps first, as the ring takes them.
-                for i in (0..held.len()).rev() {
-                    if back == 0 || held[i] < settled.at {
+                for i in (0..*len as usize).rev() {
+                    if back == 0 || stamps[i] < settled.at {
                         break;
                     }
-                    if held[i] == settled.at {
-                        held.copy_within(i + 1.., i);
+                    if stamps[i] == settled.at {
+                        stamps.copy_within(i + 1..*len as usize, i);
                         *len -= 1;
                         back -= 1;
                     }
+                }
+                if back < settled.cost - settled.used {
+                    let held = *len as usize;
+                    let forgotten = forgotten_before(&stamps[..held], newest, forget_after);
+                    stamps.copy_within(forgotten..held, 0);
+                    *len -= forgotten as u32;
                 }
             }
             Self::Few { len, stamps } => {

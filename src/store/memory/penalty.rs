@@ -2,9 +2,9 @@
 //! ends beside the algorithm's state.
 
 use super::layouts::EntryState;
-use crate::algorithm::Units;
-use crate::algorithm::{Decision, Origin, Settlement};
+use crate::algorithm::{Decision, Settlement, Units};
 use crate::policy::Policy;
+use crate::state::with_penalty;
 
 /// `S`, and until when (µs) the key is shut out: 0 for never.
 #[derive(Clone, Debug, Default)]
@@ -21,16 +21,10 @@ impl<S: EntryState> EntryState for Penalized<S> {
     }
 
     fn decide(&mut self, now: u64, cost: impl Units, policy: &Policy, anchor: u64) -> Decision {
-        if now < self.until {
-            return Decision::in_penalty(policy.limits()[0], self.until - now, now);
-        }
-        let decision = self.state.decide(now, cost, policy, anchor);
-        if decision.is_allowed() || decision.origin() != Origin::Limits {
-            return decision;
-        }
-        let penalty = policy.penalty_micros();
-        self.until = now.saturating_add(penalty);
-        decision.starting_penalty(penalty)
+        let state = &mut self.state;
+        with_penalty(&mut self.until, now, policy, || {
+            state.decide(now, cost, policy, anchor)
+        })
     }
 
     fn settle(&mut self, settled: &Settlement, policy: &Policy, anchor: u64) {

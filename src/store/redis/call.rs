@@ -13,7 +13,7 @@ use super::{keys, reply, Connection, RedisStore};
 use crate::algorithm::{Decision, Origin};
 use crate::observe::DenyCacheEvents;
 use crate::policy::Policy;
-use crate::store::{Store, StoreError};
+use crate::store::{Store, StoreError, StoreErrorKind};
 
 /// A policy bound to a [`RedisStore`]: the policy and the end of its keys'
 /// names (see [`Store::bind`]). Binding is cheap, and the store keeps
@@ -212,7 +212,8 @@ impl RedisStore {
                 Err(StoreError::new(
                     format!("Redis did not answer within {:?}", self.timeout),
                     None,
-                ))
+                )
+                .with_kind(StoreErrorKind::Timeout))
             })
     }
 }

@@ -64,22 +64,18 @@ impl RedisStore {
     ) -> Result<Decision, StoreError> {
         crate::observe::store_failed(&err, self.failure);
         match self.failure {
-            FailurePolicy::FailOpen => Ok(Decision::substitute(
-                true,
-                policy.limits()[0],
-                0,
-                0,
-                Origin::FailOpen,
-            )),
+            FailurePolicy::FailOpen => {
+                Ok(Decision::allow(policy.limits()[0], Duration::ZERO)
+                    .with_origin(Origin::FailOpen))
+            }
             FailurePolicy::FailClosed => Err(err),
             FailurePolicy::Fallback => {
                 let binding = self.fallback.bind::<String>(policy);
-                let mut decision = match ask {
+                let decision = match ask {
                     Ask::Record(cost) => self.fallback.decide_cost_bound_now(name, &binding, cost),
                     Ask::Peek | Ask::Settle { .. } => self.fallback.peek_bound_now(&name, &binding),
                 };
-                decision.origin = Origin::Fallback;
-                Ok(decision)
+                Ok(decision.with_origin(Origin::Fallback))
             }
         }
     }

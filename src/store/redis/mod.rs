@@ -26,7 +26,7 @@ pub use self::call::RedisBinding;
 use self::deny_cache::DenyCache;
 pub use self::failure::FailurePolicy;
 use self::failure::{local_micros, LocalClock};
-use super::{MemoryStore, StoreError};
+use super::{MemoryStore, StoreError, StoreErrorKind};
 use crate::clock::Clock;
 use crate::policy::Policy;
 
@@ -273,5 +273,20 @@ impl RedisStore {
 }
 
 fn error(context: String, source: redis::RedisError) -> StoreError {
-    StoreError::new(context, Some(Box::new(source)))
+    let kind = if source.is_timeout() {
+        StoreErrorKind::Timeout
+    } else if source.is_io_error()
+        || source.is_connection_refusal()
+        || source.is_connection_dropped()
+    {
+        StoreErrorKind::Connection
+    } else if matches!(
+        source.kind(),
+        redis::ErrorKind::Parse | redis::ErrorKind::UnexpectedReturnType
+    ) {
+        StoreErrorKind::Malformed
+    } else {
+        StoreErrorKind::Other
+    };
+    StoreError::new(context, Some(Box::new(source))).with_kind(kind)
 }

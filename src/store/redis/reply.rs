@@ -8,7 +8,7 @@ use crate::algorithm::log::{blocked_for, quota};
 use crate::algorithm::refusal::{tightest_known, Verdict};
 use crate::algorithm::{Algorithm, Decision, FixedWindow, SlidingCounter};
 use crate::policy::Policy;
-use crate::store::StoreError;
+use crate::store::{StoreError, StoreErrorKind};
 
 /// A reply's first integer.
 const REFUSED: i64 = 0;
@@ -18,7 +18,10 @@ const IN_PENALTY: i64 = 2;
 /// The decision `reply` gives a request of `cost` units under `policy`
 /// (a peek is judged as a request of one).
 pub(super) fn decision(policy: &Policy, reply: &[i64], cost: u32) -> Result<Decision, StoreError> {
-    let malformed = || StoreError::new(format!("unexpected script reply {reply:?}"), None);
+    let malformed = || {
+        StoreError::new(format!("unexpected script reply {reply:?}"), None)
+            .with_kind(StoreErrorKind::Malformed)
+    };
     let now = reply
         .get(1)
         .and_then(|&now| u64::try_from(now).ok())

@@ -77,13 +77,21 @@ if settle_at then
   if fresh and units < 0 then return {0} end
   if units < 0 then
     -- The request's stamps are among the newest equal to its time.
-    local back, i = -units, len
+    local back, i, newest_before = -units, len, stamps[len]
     while back > 0 and i >= 1 and stamps[i] >= settle_at do
       if stamps[i] == settle_at then
         table.remove(stamps, i)
         back = back - 1
       end
       i = i - 1
+    end
+    -- Stamps more than the longest window older than the newest never
+    -- count again, unless the newest is given back: then they go too, as
+    -- in every store (docs/design.md, "Key state as bytes").
+    if back < -units then
+      local old = 0
+      while old < #stamps and stamps[old + 1] + longest < newest_before do old = old + 1 end
+      for _ = 1, old do table.remove(stamps, 1) end
     end
   else
     for _ = 1, math.min(units, cap) do stamps[#stamps + 1] = now end

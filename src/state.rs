@@ -1,0 +1,343 @@
+//! One key's state under a policy: the sans-IO core a store is built on.
+
+use std::time::Duration;
+
+use crate::algorithm::{
+    Algorithm, Decision, FixedWindow, Origin, Settlement, SlidingCounter, SlidingLog,
+};
+use crate::clock::micros;
+use crate::policy::Policy;
+use crate::store::{StoreError, StoreErrorKind};
+
+/// Everything one key's state holds under one [`Policy`]: its
+/// algorithm's counts or stamps and the end of any penalty, judged on
+/// times a store hands in and kept as bytes between calls.
+///
+/// It decides exactly as [`MemoryStore`](crate::MemoryStore) decides for
+/// the same key — costs, settling, penalties and peeks included — so a
+/// store that keeps bytes somewhere (a database, a cache, a key-value
+/// service) only has to load them, call [`decide`](KeyState::decide),
+/// and write them back atomically. See [`Store`](crate::Store), "Writing
+/// a store".
+///
+/// Times are the store's clock, with one zero for every call on the
+/// state: for state shared between processes, one every process agrees
+/// on, such as Unix time or the database server's. The clock may step
+/// back; a state is never judged earlier than the newest time it
+/// recorded.
+///
+/// A store keeps one state per (policy value, key). A state given a
+/// policy of another algorithm than its own judges as a fresh key would.
+///
+/// ```
+/// use std::time::Duration;
+/// use tower_sliding_window::{Algorithm, KeyState, Limit, Policy};
+///
+/// let policy = Policy::new(Algorithm::SlidingLog, [Limit::new(2, Duration::from_secs(10))?])?;
+/// let mut state = KeyState::new(policy.algorithm());
+/// assert!(state.decide(&policy, Duration::from_secs(1), 1).is_allowed());
+/// assert!(state.decide(&policy, Duration::from_secs(2), 1).is_allowed());
+///
+/// // Between calls the state is bytes: two stamps and a header.
+/// let bytes = state.to_bytes();
+/// let mut state = KeyState::from_bytes(&bytes)?;
+/// let refused = state.decide(&policy, Duration::from_secs(3), 1);
+/// assert_eq!(refused.retry_after(), Duration::from_micros(8_000_001));
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+#[derive(Clone, Debug)]
+pub struct KeyState {
+    counts: Counts,
+    /// Until when (µs) a penalty shuts the key out; 0 for none.
+    penalty_until: u64,
+}
+
+/// An algorithm's own state.
+#[derive(Clone, Debug)]
+enum Counts {
+    Counter(SlidingCounter),
+    Log(SlidingLog),
+    Fixed(FixedWindow),
+}
+
+impl KeyState {
+    /// A fresh state: no request seen.
+    pub fn new(algorithm: Algorithm) -> KeyState {
+        let counts = match algorithm {
+            Algorithm::SlidingCounter => Counts::Counter(SlidingCounter::new()),
+            Algorithm::SlidingLog => Counts::Log(SlidingLog::new()),
+            Algorithm::FixedWindow => Counts::Fixed(FixedWindow::new()),
+        };
+        KeyState {
+            counts,
+            penalty_until: 0,
+        }
+    }
+
+    /// The algorithm this state counts for.
+    pub fn algorithm(&self) -> Algorithm {
+        match self.counts {
+            Counts::Counter(_) => Algorithm::SlidingCounter,
+            Counts::Log(_) => Algorithm::SlidingLog,
+            Counts::Fixed(_) => Algorithm::FixedWindow,
+        }
+    }
+
+    /// Judges a request of `cost` units at `now` under every limit of
+    /// `policy`, penalty included, and records it if accepted, as the
+    /// crate's stores do: a cost of 0 passes and records nothing, and a
+    /// cost above some limit's `max` is refused with
+    /// [`Origin::TooCostly`].
+    pub fn decide(&mut self, policy: &Policy, now: Duration, cost: u32) -> Decision {
+        let now = micros(now);
+        if !policy.judges_cost(cost) {
+            return if cost == 0 {
+                self.peek_at(policy, now).costing_nothing()
+            } else {
+                Decision::too_costly(policy.limits(), cost, now)
+            };
+        }
+        self.fit(policy);
+        let counts = &mut self.counts;
+        with_penalty(&mut self.penalty_until, now, policy, || match counts {
+            Counts::Counter(counter) => counter.decide_micros(now, policy.limits(), cost),
+            Counts::Fixed(fixed) => fixed.decide_micros(now, policy.limits(), cost),
+            Counts::Log(log) => log.decide_micros(
+                now,
+                policy.limits(),
+                policy.log_capacity(),
+                policy.longest_window_micros(),
+                cost,
+            ),
+        })
+    }
+
+    /// What [`decide`](KeyState::decide) would answer for a request of
+    /// one unit at `now`, recording nothing.
+    pub fn peek(&self, policy: &Policy, now: Duration) -> Decision {
+        self.peek_at(policy, micros(now))
+    }
+
+    fn peek_at(&self, policy: &Policy, now: u64) -> Decision {
+        self.clone().decide(policy, Duration::from_micros(now), 1)
+    }
+
+    /// Settles a request that `admitted` (this state's decision) counted
+    /// for `cost` units and whose response says it used `used`, at `now`:
+    /// gives back what it did not use while its window lasts, or charges
+    /// the excess, as [`Store::settle_bound`](crate::Store::settle_bound)
+    /// describes. Answers `admitted` with its quota moved by the
+    /// difference; a decision that counted nothing comes back as it was.
+    pub fn settle(
+        &mut self,
+        policy: &Policy,
+        now: Duration,
+        admitted: &Decision,
+        cost: u32,
+        used: u32,
+    ) -> Decision {
+        if !admitted.counts() || cost == used {
+            return *admitted;
+        }
+        self.fit(policy);
+        // A key with nothing recorded has nothing to give back, and stays
+        // as it is, as a key the stores no longer hold does.
+        if used < cost && self.is_fresh() {
+            return admitted.settled(cost, used);
+        }
+        let settled = Settlement {
+            at: admitted.at_micros,
+            now: micros(now),
+            cost,
+            used,
+        };
+        let limits = policy.limits();
+        match &mut self.counts {
+            Counts::Counter(counter) => counter.settle_micros(&settled, limits),
+            Counts::Fixed(fixed) => fixed.settle_micros(&settled, limits),
+            Counts::Log(log) => log.settle_micros(
+                &settled,
+                policy.log_capacity(),
+                policy.longest_window_micros(),
+            ),
+        }
+        admitted.settled(cost, used)
+    }
+
+    /// How long after `now` the state still matters under `policy`: from
+    /// then on it judges as a fresh one would, so a remote store may let
+    /// it expire (its TTL). Zero for a state that already judges as fresh.
+    /// A store whose clocks may read a little behind one another should
+    /// keep it a few seconds longer, as the memory store does.
+    pub fn idle_after(&self, policy: &Policy, now: Duration) -> Duration {
+        let limits = policy.limits();
+        let idle_from = match &self.counts {
+            _ if self.algorithm() != policy.algorithm() => 0,
+            Counts::Counter(counter) => counter.idle_from_micros(limits),
+            Counts::Fixed(fixed) => fixed.idle_from_micros(limits),
+            Counts::Log(log) => log.idle_from_micros(policy.longest_window_micros()),
+        };
+        let idle_from = idle_from.max(self.penalty_until);
+        Duration::from_micros(idle_from.saturating_sub(micros(now)))
+    }
+
+    /// Whether nothing is recorded: no count, stamp or penalty.
+    fn is_fresh(&self) -> bool {
+        let empty = match &self.counts {
+            Counts::Counter(counter) => counter.parts().next().is_none(),
+            Counts::Fixed(fixed) => fixed.parts().next().is_none(),
+            Counts::Log(log) => log.stamps().next().is_none(),
+        };
+        empty && self.penalty_until == 0
+    }
+
+    /// Starts afresh under a policy of another algorithm.
+    fn fit(&mut self, policy: &Policy) {
+        if self.algorithm() != policy.algorithm() {
+            *self = KeyState::new(policy.algorithm());
+        }
+    }
+
+    /// The state as compact bytes, with absolute times, to keep until the
+    /// next call: [`from_bytes`](KeyState::from_bytes) reads them back.
+    /// The layout (docs/design.md, "Key state as bytes") is versioned by
+    /// its first byte and stays readable across patch releases.
+    pub fn to_bytes(&self) -> Vec<u8> {
+        let penalty = self.penalty_until > 0;
+        let mut bytes = vec![FORMAT, self.kind() | if penalty { PENALTY } else { 0 }];
+        if penalty {
+            bytes.extend(self.penalty_until.to_le_bytes());
+        }
+        match &self.counts {
+            Counts::Counter(counter) => {
+                for (window, previous, current) in counter.parts() {
+                    bytes.extend(window.to_le_bytes());
+                    bytes.extend(previous.to_le_bytes());
+                    bytes.extend(current.to_le_bytes());
+                }
+            }
+            Counts::Fixed(fixed) => {
+                for (window, count) in fixed.parts() {
+                    bytes.extend(window.to_le_bytes());
+                    bytes.extend(count.to_le_bytes());
+                }
+            }
+            Counts::Log(log) => {
+                for stamp in log.stamps() {
+                    bytes.extend(stamp.to_le_bytes());
+                }
+            }
+        }
+        bytes
+    }
+
+    /// Reads a state [`to_bytes`](KeyState::to_bytes) wrote.
+    ///
+    /// # Errors
+    ///
+    /// A [`StoreError`] of kind [`StoreErrorKind::Malformed`] for bytes it
+    /// does not recognise: another format's, cut short, or a log whose
+    /// stamps are out of order. It never panics, and any state it returns
+    /// can be judged.
+    pub fn from_bytes(bytes: &[u8]) -> Result<KeyState, StoreError> {
+        let malformed = |what: &str| {
+            StoreError::new(format!("malformed key state: {what}"), None)
+                .with_kind(StoreErrorKind::Malformed)
+        };
+        let [format, kind, rest @ ..] = bytes else {
+            return Err(malformed("shorter than its header"));
+        };
+        if *format != FORMAT {
+            return Err(malformed("an unknown format version"));
+        }
+        let (penalty_until, body) = if kind & PENALTY != 0 {
+            let (until, body) = rest
+                .split_first_chunk::<8>()
+                .ok_or_else(|| malformed("a penalty cut short"))?;
+            (u64::from_le_bytes(*until), body)
+        } else {
+            (0, rest)
+        };
+        let counts = match kind & !PENALTY {
+            COUNTER => Counts::Counter(SlidingCounter::from_parts(
+                records::<16>(body, Policy::MAX_LIMITS)
+                    .ok_or_else(|| malformed("counter slots"))?
+                    .map(|r| (le(&r[..8]), le(&r[8..12]) as u32, le(&r[12..]) as u32)),
+            )),
+            FIXED => Counts::Fixed(FixedWindow::from_parts(
+                records::<12>(body, Policy::MAX_LIMITS)
+                    .ok_or_else(|| malformed("fixed window slots"))?
+                    .map(|r| (le(&r[..8]), le(&r[8..]) as u32)),
+            )),
+            LOG => {
+                let stamps: Vec<u64> = records::<8>(body, crate::algorithm::log::MAX_SLOTS)
+                    .ok_or_else(|| malformed("log stamps"))?
+                    .map(|r| le(&r))
+                    .collect();
+                if stamps.windows(2).any(|pair| pair[0] > pair[1]) {
+                    return Err(malformed("log stamps out of order"));
+                }
+                Counts::Log(SlidingLog::holding(&stamps, stamps.len() as u32))
+            }
+            _ => return Err(malformed("an unknown algorithm")),
+        };
+        Ok(KeyState {
+            counts,
+            penalty_until,
+        })
+    }
+
+    fn kind(&self) -> u8 {
+        match self.counts {
+            Counts::Counter(_) => COUNTER,
+            Counts::Log(_) => LOG,
+            Counts::Fixed(_) => FIXED,
+        }
+    }
+}
+
+/// The first byte of every state's bytes: a release that changes the
+/// layout gives it a new value, and reads the old ones.
+const FORMAT: u8 = 1;
+/// The second byte: the algorithm, with [`PENALTY`] set when the end of a
+/// penalty follows.
+const COUNTER: u8 = b'c';
+const LOG: u8 = b'l';
+const FIXED: u8 = b'f';
+const PENALTY: u8 = 0x80;
+
+/// `body` cut into records of `N` bytes, at most `most` of them; `None`
+/// if it does not divide evenly or holds more.
+fn records<const N: usize>(body: &[u8], most: usize) -> Option<impl Iterator<Item = [u8; N]> + '_> {
+    let (records, rest) = body.as_chunks::<N>();
+    (rest.is_empty() && records.len() <= most).then(|| records.iter().copied())
+}
+
+/// A little-endian number of up to eight bytes.
+fn le(bytes: &[u8]) -> u64 {
+    let mut word = [0; 8];
+    word[..bytes.len()].copy_from_slice(bytes);
+    u64::from_le_bytes(word)
+}
+
+/// Judges a request with `decide` unless a penalty that ends at `until`
+/// (µs) still shuts the key out at `now`; a refusal by the limits starts
+/// the policy's penalty, if it has one. Every store's penalty follows
+/// this rule.
+pub(crate) fn with_penalty(
+    until: &mut u64,
+    now: u64,
+    policy: &Policy,
+    decide: impl FnOnce() -> Decision,
+) -> Decision {
+    if now < *until {
+        return Decision::in_penalty(policy.limits()[0], *until - now, now);
+    }
+    let decision = decide();
+    let penalty = policy.penalty_micros();
+    if penalty == 0 || decision.is_allowed() || decision.origin() != Origin::Limits {
+        return decision;
+    }
+    *until = now.saturating_add(penalty);
+    decision.starting_penalty(penalty)
+}

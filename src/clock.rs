@@ -3,7 +3,7 @@
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
-use std::time::Duration;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 /// A source of time, measured from a zero of the clock's choosing.
 ///
@@ -59,6 +59,25 @@ impl Clock for SystemClock {
 
     fn now_micros(&self) -> u64 {
         Self::nanos() / 1_000
+    }
+}
+
+/// Wall-clock time since the Unix epoch: a zero every machine shares, for
+/// state that several processes judge together (see
+/// [`CasStore`](crate::CasStore)).
+///
+/// Unlike [`SystemClock`] it follows the system's clock when that is set,
+/// back or forth; stores judge a clock that stepped back at the newest
+/// time a key's state records, so a step back reopens no window.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct UnixClock;
+
+impl Clock for UnixClock {
+    fn now(&self) -> Duration {
+        // A system clock set before 1970 reads as the epoch itself.
+        SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .unwrap_or_default()
     }
 }
 

@@ -138,6 +138,14 @@
 //!   limits, plans per key, gRPC-native refusals and the IETF `RateLimit`
 //!   headers. GCRA / token bucket is not offered (yet).
 //!
+//! # Stores
+//!
+//! A [`Store`] keeps each key's state: [`MemoryStore`] (the default),
+//! `RedisStore` (feature `redis`), [`CasStore`] over any key-value service
+//! with compare-and-swap, or one of your own. [`KeyState`] is the
+//! judgement of one key under one policy, kept as compact bytes, exactly as
+//! the memory store decides (see [`Store`], "Writing a store").
+//!
 //! # Features
 //!
 //! * `redis`: [`RedisStore`], for Redis 6+ and Redis Cluster.
@@ -165,7 +173,7 @@ pub mod store;
 
 pub use crate::algorithm::{Algorithm, Decision, Origin};
 pub use crate::builder::ServiceBuilderExt;
-pub use crate::clock::{Clock, ManualClock, SystemClock};
+pub use crate::clock::{Clock, ManualClock, SystemClock, UnixClock};
 pub use crate::error::ConfigError;
 pub use crate::layer::{
     KeyExtractor, MissingKey, Plan, QuotaUnit, Rejection, SlidingWindow, SlidingWindowLayer,
@@ -173,10 +181,10 @@ pub use crate::layer::{
 pub use crate::limit::Limit;
 pub use crate::policy::Policy;
 pub use crate::state::KeyState;
+pub use crate::store::{CasStore, CompareAndSwap, MemoryStore, Store, StoreError, StoreErrorKind};
 #[cfg(feature = "redis")]
 #[cfg_attr(docsrs, doc(cfg(feature = "redis")))]
 pub use crate::store::{FailurePolicy, RedisStore};
-pub use crate::store::{MemoryStore, Store, StoreError, StoreErrorKind};
 
 /// The README's code blocks, compiled and run as doctests.
 #[cfg(doctest)]

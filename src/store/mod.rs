@@ -5,13 +5,16 @@
 //! for one key may both read a stale count) and its persistence; the
 //! algorithms themselves live in [`crate::algorithm`].
 
+mod cas;
 mod error;
 mod memory;
+mod names;
 #[cfg(feature = "redis")]
 mod redis;
 
 use std::future::Future;
 
+pub use self::cas::{CasBinding, CasStore, CompareAndSwap};
 pub use self::error::{StoreError, StoreErrorKind};
 pub use self::memory::{MemoryBinding, MemoryStore};
 #[cfg(feature = "redis")]
@@ -49,53 +52,55 @@ use crate::policy::Policy;
 ///
 /// [`KeyState`](crate::KeyState) is the whole judgement of one key under
 /// one policy (every algorithm, costs, settling, penalties and peeks, as
-/// [`MemoryStore`] decides them), kept as a few bytes between calls. So
-/// a store over any key-value service with compare-and-swap or
-/// transactions (DynamoDB, Postgres, etcd, memcached's `cas`…) only
-/// moves bytes: read the key's state, judge, and write it back if no one
-/// wrote it meanwhile, else try again. Name the state by the key and the
-/// policy's value (its [`name`](Policy::name) and
-/// [`signature`](Policy::signature)), judge on one clock every instance
-/// shares (Unix time, or the database's), and let the bytes expire after
-/// [`idle_after`](crate::KeyState::idle_after) and a few seconds' grace:
+/// [`MemoryStore`] decides them), kept as compact bytes between calls. So a
+/// store over any key-value service with compare-and-swap or transactions
+/// (DynamoDB, Postgres, etcd, memcached's `cas`…) only moves bytes, and
+/// [`CasStore`] does the rest: implement [`CompareAndSwap`] (a read, and a
+/// write that succeeds only if no one wrote first) for the service's
+/// client, and hand it over.
 ///
 /// ```
+/// use std::collections::HashMap;
+/// use std::sync::{Arc, Mutex};
 /// use std::time::Duration;
-/// use tower_sliding_window::{Decision, KeyState, Policy, StoreError};
+/// use tower_sliding_window::{CasStore, CompareAndSwap, Limit, SlidingWindowLayer, StoreError};
 ///
-/// /// The service's client: a read, and a write that succeeds only if the
-/// /// key still holds `old`, expiring after `ttl`.
-/// trait CompareAndSwap {
-///     fn get(&self, name: &str) -> Result<Option<Vec<u8>>, StoreError>;
-///     fn swap(&self, name: &str, old: Option<&[u8]>, new: &[u8], ttl: Duration) -> Result<bool, StoreError>;
-/// }
+/// /// Stands in for a database client; its expiry is left out.
+/// #[derive(Clone, Default)]
+/// struct Table(Arc<Mutex<HashMap<String, Vec<u8>>>>);
 ///
-/// /// Judges a request of `cost` units for the state named `name`.
-/// fn decide(db: &impl CompareAndSwap, name: &str, policy: &Policy, now: Duration, cost: u32) -> Result<Decision, StoreError> {
-///     loop {
-///         let old = db.get(name)?;
-///         let mut state = match &old {
-///             Some(bytes) => KeyState::from_bytes(bytes)?,
-///             None => KeyState::new(policy.algorithm()),
-///         };
-///         let decision = state.decide(policy, now, cost);
-///         let ttl = state.idle_after(policy, now) + Duration::from_secs(5);
-///         if db.swap(name, old.as_deref(), &state.to_bytes(), ttl)? {
-///             return Ok(decision);
+/// impl CompareAndSwap for Table {
+///     async fn load(&self, name: &str) -> Result<Option<Vec<u8>>, StoreError> {
+///         Ok(self.0.lock().unwrap().get(name).cloned())
+///     }
+///
+///     async fn swap(&self, name: &str, old: Option<&[u8]>, new: Vec<u8>, _ttl: Duration) -> Result<bool, StoreError> {
+///         let mut rows = self.0.lock().unwrap();
+///         if rows.get(name).map(Vec::as_slice) != old {
+///             return Ok(false);
 ///         }
+///         rows.insert(name.to_owned(), new);
+///         Ok(true)
 ///     }
 /// }
+///
+/// let key = |req: &http::Request<()>| Some(req.uri().path().to_owned());
+/// let layer = SlidingWindowLayer::new(Limit::per_minute(60), key).store(CasStore::new(Table::default()));
 /// ```
 ///
-/// `settle_bound` is the same loop around [`KeyState::settle`](crate::KeyState::settle),
-/// and `peek_bound` a read and [`KeyState::peek`](crate::KeyState::peek). The
-/// crate's tests hold a store of about seventy lines written that way
-/// (`tests/support/bytes_store.rs`, over a map) to the same conformance
-/// suite as the memory and Redis stores. A failure policy of a store's
-/// own builds its answers with [`Decision::allow`] and
-/// [`Decision::refuse`], marked with [`Decision::with_origin`];
-/// [`StoreError::kind`] tells a time-out from a lost connection or a
-/// malformed reply.
+/// A store of another shape (a script run inside the service, a cache in
+/// front of it) implements this trait itself around
+/// [`KeyState::decide`](crate::KeyState::decide),
+/// [`settle`](crate::KeyState::settle) and
+/// [`peek`](crate::KeyState::peek): name the state by the key and the
+/// policy's value (its [`name`](Policy::name) and
+/// [`signature`](Policy::signature)), judge on one clock every instance
+/// shares ([`UnixClock`](crate::UnixClock), or the service's), and keep
+/// the bytes for [`idle_after`](crate::KeyState::idle_after) and a few
+/// seconds' grace. A failure policy of its own builds answers with
+/// [`Decision::allow`] and [`Decision::refuse`], marked with
+/// [`Decision::with_origin`]; [`StoreError::kind`] tells a time-out from a
+/// lost connection or a malformed reply.
 pub trait Store<K>: Clone + Send + Sync + 'static {
     /// A policy bound to this store: what the store found or made for it.
     type Binding: Clone + Send + Sync + 'static;

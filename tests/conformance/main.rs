@@ -17,15 +17,16 @@ mod memory {
 #[path = "../support/bytes_store.rs"]
 mod bytes_store;
 
-/// The suite on a store written outside the crate from the public API
-/// alone, as a user would write one: bytes in a map, judged by `KeyState`.
+/// The suite on a store over a key-value service written outside the
+/// crate from the public API alone, as a user would write one: bytes in a
+/// map with compare-and-swap, judged by `KeyState` in a `CasStore`.
 mod external_store {
-    use tower_sliding_window::ManualClock;
+    use tower_sliding_window::{CasStore, ManualClock};
 
-    use crate::bytes_store::BytesStore;
+    use crate::bytes_store::BytesMap;
 
-    async fn make(clock: ManualClock) -> BytesStore<ManualClock> {
-        BytesStore::new(clock)
+    async fn make(clock: ManualClock) -> CasStore<BytesMap, ManualClock> {
+        CasStore::with_clock(BytesMap::new(clock.clone()), clock)
     }
 
     crate::conformance_suite!(make);

@@ -1,0 +1,229 @@
+//! A store over any key-value service that can compare and swap: the
+//! service moves bytes, [`KeyState`] judges them.
+
+use std::fmt::{self, Display};
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::time::Duration;
+
+use super::names::{escape, escape_into, key_name};
+use super::{Store, StoreError};
+use crate::algorithm::Decision;
+use crate::clock::{Clock, UnixClock};
+use crate::policy::Policy;
+use crate::state::KeyState;
+
+/// What [`CasStore`] needs of a key-value service (DynamoDB, Postgres,
+/// etcd, memcached, a Redis of your own…): read a key's bytes, and write
+/// them only if no one else wrote them since.
+///
+/// Implement it with `async fn`s. Errors are the service's, as
+/// [`StoreError`]s of the [kind](super::StoreErrorKind) that fits; the
+/// layer answers them as it answers any store's.
+pub trait CompareAndSwap: Clone + Send + Sync + 'static {
+    /// The bytes stored under `name`, or `None` if there are none (or
+    /// they expired).
+    fn load(&self, name: &str) -> impl Future<Output = Result<Option<Vec<u8>>, StoreError>> + Send;
+
+    /// Stores `new` under `name`, to expire after `ttl`, if `name` still
+    /// holds `old` (`None`: nothing): true if it did, false if someone
+    /// else wrote it first.
+    fn swap(
+        &self,
+        name: &str,
+        old: Option<&[u8]>,
+        new: Vec<u8>,
+        ttl: Duration,
+    ) -> impl Future<Output = Result<bool, StoreError>> + Send;
+}
+
+/// A [`Store`] over a [`CompareAndSwap`] service: each decision reads the
+/// key's [`KeyState`], judges it and writes it back if no one wrote it
+/// meanwhile, else tries again with what they wrote. It decides exactly
+/// as [`MemoryStore`](crate::MemoryStore) does, and shares windows
+/// between every instance on one service and prefix.
+///
+/// * **Names** are `prefix:{key}:name/signature`, the key escaped as the
+///   Redis store escapes it: one state per (policy value, key). Keys must
+///   implement `Display`.
+/// * **Time** is [`UnixClock`] by default: every instance must judge on
+///   one clock, and Unix time is one, as far as the machines' clocks agree.
+/// * **Expiry**: each write asks the service to keep the bytes for as long
+///   as they matter ([`KeyState::idle_after`]) and five seconds more.
+/// * **Contention**: a write beaten 16 times in a row on one key fails
+///   with a [`StoreError`], rather than retrying without end.
+pub struct CasStore<S, C = UnixClock> {
+    inner: Arc<Inner<S, C>>,
+}
+
+struct Inner<S, C> {
+    service: S,
+    clock: C,
+    prefix: String,
+}
+
+impl<S, C> Clone for CasStore<S, C> {
+    fn clone(&self) -> Self {
+        Self {
+            inner: Arc::clone(&self.inner),
+        }
+    }
+}
+
+impl<S, C> fmt::Debug for CasStore<S, C> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("CasStore")
+            .field("prefix", &self.inner.prefix)
+            .finish_non_exhaustive()
+    }
+}
+
+/// How much longer than its state matters a key's bytes are kept: an
+/// instance whose clock reads a little behind must still find them.
+const GRACE: Duration = Duration::from_secs(5);
+
+/// Tries at a write before a key counts as too contended to judge.
+const ATTEMPTS: usize = 16;
+
+impl<S: CompareAndSwap> CasStore<S> {
+    /// A store over `service`, on Unix time, with the prefix `tsw`.
+    pub fn new(service: S) -> Self {
+        Self::with_clock(service, UnixClock)
+    }
+}
+
+impl<S: CompareAndSwap, C: Clock> CasStore<S, C> {
+    /// A store over `service` reading time from `clock` (a
+    /// [`ManualClock`](crate::ManualClock) in tests).
+    pub fn with_clock(service: S, clock: C) -> Self {
+        Self {
+            inner: Arc::new(Inner {
+                service,
+                clock,
+                prefix: String::from("tsw"),
+            }),
+        }
+    }
+
+    /// Names every key `prefix:{…}:…`. Configure before cloning: the result
+    /// is a new store.
+    pub fn with_prefix(self, prefix: &str) -> Self {
+        let Inner { service, clock, .. } = &*self.inner;
+        Self {
+            inner: Arc::new(Inner {
+                service: service.clone(),
+                clock: clock.clone(),
+                prefix: escape(prefix),
+            }),
+        }
+    }
+
+    /// Reads `name`'s state, lets `judge` change it, and writes it back if
+    /// no one else wrote it meanwhile, else starts again.
+    async fn update(
+        self,
+        name: String,
+        policy: Policy,
+        judge: impl Fn(&mut KeyState, &Policy, Duration) -> Decision + Send,
+    ) -> Result<Decision, StoreError> {
+        let service = &self.inner.service;
+        for _ in 0..ATTEMPTS {
+            let now = self.inner.clock.now();
+            let old = service.load(&name).await?;
+            let mut state = state_of(&policy, old.as_deref())?;
+            let decision = judge(&mut state, &policy, now);
+            let idle_after = state.idle_after(&policy, now);
+            let new = state.to_bytes();
+            // Nothing to write: a refusal, or a key that holds nothing.
+            if old.as_deref() == Some(&new[..]) || (old.is_none() && idle_after.is_zero()) {
+                return Ok(decision);
+            }
+            if service
+                .swap(&name, old.as_deref(), new, idle_after + GRACE)
+                .await?
+            {
+                return Ok(decision);
+            }
+        }
+        Err(StoreError::new(
+            format!("{name} changed under each of {ATTEMPTS} attempts to write it"),
+            None,
+        ))
+    }
+
+    async fn peek_at(self, name: String, policy: Policy) -> Result<Decision, StoreError> {
+        let now = self.inner.clock.now();
+        let old = self.inner.service.load(&name).await?;
+        Ok(state_of(&policy, old.as_deref())?.peek(&policy, now))
+    }
+}
+
+/// The state `bytes` hold, or a fresh one.
+fn state_of(policy: &Policy, bytes: Option<&[u8]>) -> Result<KeyState, StoreError> {
+    match bytes {
+        Some(bytes) => KeyState::from_bytes(bytes),
+        None => Ok(KeyState::new(policy.algorithm())),
+    }
+}
+
+/// A policy bound to a [`CasStore`]: the policy and its part of every
+/// key's name.
+#[derive(Clone, Debug)]
+pub struct CasBinding {
+    policy: Policy,
+    suffix: Arc<str>,
+}
+
+/// A decision on its way from the service.
+type Pending = Pin<Box<dyn Future<Output = Result<Decision, StoreError>> + Send>>;
+
+impl<K, S, C> Store<K> for CasStore<S, C>
+where
+    K: Display + Send + 'static,
+    S: CompareAndSwap,
+    C: Clock,
+{
+    type Binding = CasBinding;
+    type Future = Pending;
+
+    fn bind(&self, policy: &Policy) -> CasBinding {
+        let mut suffix = String::new();
+        escape_into(&mut suffix, policy.name(), policy.signature());
+        CasBinding {
+            policy: policy.clone(),
+            suffix: suffix.into(),
+        }
+    }
+
+    fn decide_cost_bound(&self, key: K, binding: &CasBinding, cost: u32) -> Pending {
+        let name = key_name(&self.inner.prefix, &key, &binding.suffix);
+        let judge =
+            move |state: &mut KeyState, policy: &Policy, now| state.decide(policy, now, cost);
+        Box::pin(self.clone().update(name, binding.policy.clone(), judge))
+    }
+
+    fn settle_bound(
+        &self,
+        key: K,
+        binding: &CasBinding,
+        admitted: &Decision,
+        cost: u32,
+        used: u32,
+    ) -> Pending {
+        if !admitted.needs_settling(cost, used) {
+            return Box::pin(std::future::ready(Ok(*admitted)));
+        }
+        let name = key_name(&self.inner.prefix, &key, &binding.suffix);
+        let admitted = *admitted;
+        let judge = move |state: &mut KeyState, policy: &Policy, now| {
+            state.settle(policy, now, &admitted, cost, used)
+        };
+        Box::pin(self.clone().update(name, binding.policy.clone(), judge))
+    }
+
+    fn peek_bound(&self, key: K, binding: &CasBinding) -> Pending {
+        let name = key_name(&self.inner.prefix, &key, &binding.suffix);
+        Box::pin(self.clone().peek_at(name, binding.policy.clone()))
+    }
+}

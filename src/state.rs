@@ -23,11 +23,16 @@ use crate::store::{StoreError, StoreErrorKind};
 /// Times are the store's clock, with one zero for every call on the
 /// state: for state shared between processes, one every process agrees
 /// on, such as Unix time or the database server's. The clock may step
-/// back; a state is never judged earlier than the newest time it
-/// recorded.
+/// back, and is then judged as the crate's stores judge it: never before
+/// the newest stamp a log holds, nor before the start of the latest
+/// window a counter or fixed window counted in.
 ///
-/// A store keeps one state per (policy value, key). A state given a
-/// policy of another algorithm than its own judges as a fresh key would.
+/// **A store keeps one state per (policy value, key)**, named by the key
+/// and the policy's [name](Policy::name) and [signature](Policy::signature)
+/// (as [`CasStore`](crate::CasStore) names them). A state given a policy of
+/// another algorithm than its own judges as a fresh key would, but one
+/// judged under other windows of the same algorithm reads its window
+/// indices against the wrong length, and may be judged far in the future.
 ///
 /// ```
 /// use std::time::Duration;
@@ -136,7 +141,7 @@ impl KeyState {
         cost: u32,
         used: u32,
     ) -> Decision {
-        if !admitted.counts() || cost == used {
+        if !admitted.needs_settling(cost, used) {
             return *admitted;
         }
         self.fit(policy);
@@ -164,15 +169,18 @@ impl KeyState {
         admitted.settled(cost, used)
     }
 
-    /// How long after `now` the state still matters under `policy`: from
-    /// then on it judges as a fresh one would, so a remote store may let
-    /// it expire (its TTL). Zero for a state that already judges as fresh.
-    /// A store whose clocks may read a little behind one another should
-    /// keep it a few seconds longer, as the memory store does.
+    /// How long after `now` the state, as judging left it, still matters
+    /// under `policy`: from then on it judges as a fresh one would, so a
+    /// remote store may let its bytes expire then (their TTL; round up to
+    /// the store's unit). Zero for a state of another algorithm. A store
+    /// whose clocks may read a little behind one another should keep the
+    /// bytes a few seconds longer, as the crate's stores do.
     pub fn idle_after(&self, policy: &Policy, now: Duration) -> Duration {
+        if self.algorithm() != policy.algorithm() {
+            return Duration::ZERO;
+        }
         let limits = policy.limits();
         let idle_from = match &self.counts {
-            _ if self.algorithm() != policy.algorithm() => 0,
             Counts::Counter(counter) => counter.idle_from_micros(limits),
             Counts::Fixed(fixed) => fixed.idle_from_micros(limits),
             Counts::Log(log) => log.idle_from_micros(policy.longest_window_micros()),
@@ -199,9 +207,13 @@ impl KeyState {
     }
 
     /// The state as compact bytes, with absolute times, to keep until the
-    /// next call: [`from_bytes`](KeyState::from_bytes) reads them back.
-    /// The layout (docs/design.md, "Key state as bytes") is versioned by
-    /// its first byte and stays readable across patch releases.
+    /// next call: two bytes of header, eight more while a penalty runs,
+    /// then the algorithm's numbers (a log's are eight bytes a stamp, up
+    /// to the largest limit's `max`).
+    /// [`from_bytes`](KeyState::from_bytes) reads them back. The layout
+    /// (docs/design.md, "Key state as bytes") is versioned by its first
+    /// byte: a release that changes it writes a new version and still
+    /// reads the old ones.
     pub fn to_bytes(&self) -> Vec<u8> {
         let penalty = self.penalty_until > 0;
         let mut bytes = vec![FORMAT, self.kind() | if penalty { PENALTY } else { 0 }];
@@ -333,6 +345,8 @@ pub(crate) fn with_penalty(
     if now < *until {
         return Decision::in_penalty(policy.limits()[0], *until - now, now);
     }
+    // A penalty served is forgotten, as Redis lets its key expire.
+    *until = 0;
     let decision = decide();
     let penalty = policy.penalty_micros();
     if penalty == 0 || decision.is_allowed() || decision.origin() != Origin::Limits {

@@ -256,3 +256,55 @@ fn a_state_given_another_algorithm_judges_as_a_fresh_key() {
     assert!(state.decide(&counter, Duration::ZERO, 1).is_allowed());
     assert_eq!(state.algorithm(), Algorithm::SlidingCounter);
 }
+
+#[test]
+fn a_served_penalty_is_forgotten() {
+    let policy = Policy::new(Algorithm::SlidingLog, [Limit::per_second(1)])
+        .unwrap()
+        .with_penalty(Duration::from_secs(10));
+    let mut state = KeyState::new(policy.algorithm());
+    assert!(state.decide(&policy, Duration::ZERO, 1).is_allowed());
+    assert!(!state
+        .decide(&policy, Duration::from_millis(500), 1)
+        .is_allowed());
+    let with_penalty = state.to_bytes().len();
+    assert!(state
+        .decide(&policy, Duration::from_millis(10_500), 1)
+        .is_allowed());
+    assert_eq!(
+        state.to_bytes().len(),
+        with_penalty - 8,
+        "the penalty's end is no longer kept"
+    );
+    // A clock thrown back inside the served penalty finds it gone, and
+    // is judged at the newest stamp instead.
+    let back = state.decide(&policy, Duration::from_secs(5), 1);
+    assert_eq!(back.origin(), tower_sliding_window::Origin::Limits);
+    assert_eq!(back.decided_at(), Duration::from_millis(10_500));
+}
+
+#[test]
+fn a_stand_in_acceptance_is_never_settled() {
+    let limit = Limit::per_second(5);
+    let open = Decision::allow(limit, Duration::from_secs(1));
+    assert!(open.is_allowed());
+    assert_eq!(open.origin(), tower_sliding_window::Origin::FailOpen);
+    assert_eq!(open.remaining(), 5);
+    assert!(!open.needs_settling(3, 1));
+    let refused = Decision::refuse(limit, Duration::from_secs(2), Duration::from_secs(1))
+        .with_origin(tower_sliding_window::Origin::StoreFull);
+    assert_eq!(
+        (refused.is_allowed(), refused.retry_after()),
+        (false, Duration::from_secs(2))
+    );
+    let policy = Policy::new(Algorithm::FixedWindow, [limit]).unwrap();
+    let mut state = KeyState::new(policy.algorithm());
+    let admitted = state.decide(&policy, Duration::ZERO, 3);
+    assert!(admitted.needs_settling(3, 1) && !admitted.needs_settling(3, 3));
+    assert_eq!(state.settle(&policy, Duration::ZERO, &open, 3, 1), open);
+    assert_eq!(
+        state.peek(&policy, Duration::ZERO).remaining(),
+        1,
+        "the stand-in gave nothing back"
+    );
+}

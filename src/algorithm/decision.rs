@@ -171,10 +171,12 @@ impl Decision {
         self
     }
 
-    /// Whether the store counted the request this decision let through:
-    /// the limits accepted it (not a failure policy).
-    pub(crate) fn counts(&self) -> bool {
-        self.allowed && self.origin == Origin::Limits
+    /// Whether settling the request this decision let through for `cost`
+    /// units at `used` changes anything: the limits counted it (not a
+    /// failure policy, nor a refusal) and it used another amount. A store
+    /// answers any other settling with the decision as it is, unread.
+    pub fn needs_settling(&self, cost: u32, used: u32) -> bool {
+        self.allowed && self.origin == Origin::Limits && cost != used
     }
 
     /// This acceptance of a request of `cost` units, settled at `used`:
@@ -205,11 +207,11 @@ impl Decision {
     }
 
     /// An acceptance reporting `limit` with all its quota left, at the
-    /// store's time `at`: what a store answers when something other than
-    /// its limits lets a request through, such as a failure policy that
-    /// fails open (say so with [`with_origin`](Decision::with_origin)).
+    /// store's time `at`, that stands in for the limits: of
+    /// [`Origin::FailOpen`] (another with [`with_origin`](Decision::with_origin)),
+    /// so that it is never settled against a key's counts.
     pub fn allow(limit: Limit, at: Duration) -> Self {
-        Self::substitute(true, limit, 0, micros(at), Origin::Limits)
+        Self::substitute(true, limit, 0, micros(at), Origin::FailOpen)
     }
 
     /// A refusal by `limit`, at the store's time `at`, to be retried

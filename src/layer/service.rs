@@ -239,7 +239,8 @@ where
             Some(counts) if !counts.matches(response.status(), response.headers()) => Some(0),
             _ => weights.settle(response),
         }?;
-        (used != cost && admitted.counts())
+        admitted
+            .needs_settling(cost, used)
             .then(|| store.settle_bound(key, &binding, admitted, cost, used))
     })
 }

@@ -244,7 +244,7 @@ impl<C: Clock> MemoryStore<C> {
     where
         K: Hash + Eq + Send + Sync + 'static,
     {
-        if !admitted.counts() || cost == used {
+        if !admitted.needs_settling(cost, used) {
             return *admitted;
         }
         let settlement = Settlement {

@@ -100,7 +100,7 @@ impl<K: std::fmt::Display> Store<K> for RedisStore {
         used: u32,
     ) -> Self::Future {
         let admitted = *admitted;
-        if !admitted.counts() || cost == used {
+        if !admitted.needs_settling(cost, used) {
             return Box::pin(std::future::ready(Ok(admitted)));
         }
         let name = keys::key_name(&self.prefix, &key, &binding.inner.suffix);

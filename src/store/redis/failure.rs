@@ -64,10 +64,7 @@ impl RedisStore {
     ) -> Result<Decision, StoreError> {
         crate::observe::store_failed(&err, self.failure);
         match self.failure {
-            FailurePolicy::FailOpen => {
-                Ok(Decision::allow(policy.limits()[0], Duration::ZERO)
-                    .with_origin(Origin::FailOpen))
-            }
+            FailurePolicy::FailOpen => Ok(Decision::allow(policy.limits()[0], Duration::ZERO)),
             FailurePolicy::FailClosed => Err(err),
             FailurePolicy::Fallback => {
                 let binding = self.fallback.bind::<String>(policy);

@@ -87,11 +87,15 @@ if settle_at then
     end
     -- Stamps more than the longest window older than the newest never
     -- count again, unless the newest is given back: then they go too, as
-    -- in every store (docs/design.md, "Key state as bytes").
+    -- in every store (docs/design.md, "Costs and settling").
     if back < -units then
       local old = 0
       while old < #stamps and stamps[old + 1] + longest < newest_before do old = old + 1 end
-      for _ = 1, old do table.remove(stamps, 1) end
+      if old > 0 then
+        local kept = {}
+        for j = old + 1, #stamps do kept[#kept + 1] = stamps[j] end
+        stamps = kept
+      end
     end
   else
     for _ = 1, math.min(units, cap) do stamps[#stamps + 1] = now end

@@ -325,11 +325,7 @@ impl Limits {
 }
 
 fn signature(algorithm: Algorithm, limits: &[Limit]) -> String {
-    let tag = match algorithm {
-        Algorithm::SlidingCounter => "c",
-        Algorithm::SlidingLog => "l",
-        Algorithm::FixedWindow => "f",
-    };
+    let tag = algorithm.letter();
     let limits: Vec<String> = limits
         .iter()
         .map(|limit| format!("{}/{}", limit.max(), limit.window_name()))

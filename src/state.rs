@@ -3,7 +3,7 @@
 use std::time::Duration;
 
 use crate::algorithm::{
-    Algorithm, Decision, FixedWindow, Origin, Settlement, SlidingCounter, SlidingLog,
+    Algorithm, Decision, FixedWindow, Origin, Settlement, SlidingCounter, SlidingLog, TokenBucket,
 };
 use crate::clock::micros;
 use crate::policy::Policy;
@@ -63,6 +63,7 @@ enum Counts {
     Counter(SlidingCounter),
     Log(SlidingLog),
     Fixed(FixedWindow),
+    Bucket(TokenBucket),
 }
 
 impl KeyState {
@@ -72,6 +73,7 @@ impl KeyState {
             Algorithm::SlidingCounter => Counts::Counter(SlidingCounter::new()),
             Algorithm::SlidingLog => Counts::Log(SlidingLog::new()),
             Algorithm::FixedWindow => Counts::Fixed(FixedWindow::new()),
+            Algorithm::TokenBucket => Counts::Bucket(TokenBucket::new()),
         };
         KeyState {
             counts,
@@ -85,6 +87,7 @@ impl KeyState {
             Counts::Counter(_) => Algorithm::SlidingCounter,
             Counts::Log(_) => Algorithm::SlidingLog,
             Counts::Fixed(_) => Algorithm::FixedWindow,
+            Counts::Bucket(_) => Algorithm::TokenBucket,
         }
     }
 
@@ -107,6 +110,7 @@ impl KeyState {
         with_penalty(&mut self.penalty_until, now, policy, || match counts {
             Counts::Counter(counter) => counter.decide_micros(now, policy.limits(), cost),
             Counts::Fixed(fixed) => fixed.decide_micros(now, policy.limits(), cost),
+            Counts::Bucket(bucket) => bucket.decide_micros(now, policy.limits(), cost),
             Counts::Log(log) => log.decide_micros(
                 now,
                 policy.limits(),
@@ -160,6 +164,7 @@ impl KeyState {
         match &mut self.counts {
             Counts::Counter(counter) => counter.settle_micros(&settled, limits),
             Counts::Fixed(fixed) => fixed.settle_micros(&settled, limits),
+            Counts::Bucket(bucket) => bucket.settle_micros(&settled, limits),
             Counts::Log(log) => log.settle_micros(
                 &settled,
                 policy.log_capacity(),
@@ -183,6 +188,7 @@ impl KeyState {
         let idle_from = match &self.counts {
             Counts::Counter(counter) => counter.idle_from_micros(limits),
             Counts::Fixed(fixed) => fixed.idle_from_micros(limits),
+            Counts::Bucket(bucket) => bucket.idle_from_micros(limits),
             Counts::Log(log) => log.idle_from_micros(policy.longest_window_micros()),
         };
         let idle_from = idle_from.max(self.penalty_until);
@@ -194,6 +200,7 @@ impl KeyState {
         let empty = match &self.counts {
             Counts::Counter(counter) => counter.parts().next().is_none(),
             Counts::Fixed(fixed) => fixed.parts().next().is_none(),
+            Counts::Bucket(bucket) => bucket.parts().next().is_none(),
             Counts::Log(log) => log.stamps().next().is_none(),
         };
         empty && self.penalty_until == 0
@@ -232,6 +239,12 @@ impl KeyState {
                 for (window, count) in fixed.parts() {
                     bytes.extend(window.to_le_bytes());
                     bytes.extend(count.to_le_bytes());
+                }
+            }
+            Counts::Bucket(bucket) => {
+                for (micros, rem) in bucket.parts() {
+                    bytes.extend(micros.to_le_bytes());
+                    bytes.extend(rem.to_le_bytes());
                 }
             }
             Counts::Log(log) => {
@@ -281,6 +294,11 @@ impl KeyState {
                     .ok_or_else(|| malformed("fixed window slots"))?
                     .map(|r| (le(&r[..8]), le(&r[8..]) as u32)),
             )),
+            BUCKET => Counts::Bucket(TokenBucket::from_parts(
+                records::<12>(body, Policy::MAX_LIMITS)
+                    .ok_or_else(|| malformed("token bucket arrival times"))?
+                    .map(|r| (le(&r[..8]), le(&r[8..]) as u32)),
+            )),
             LOG => {
                 let stamps: Vec<u64> = records::<8>(body, crate::algorithm::log::MAX_SLOTS)
                     .ok_or_else(|| malformed("log stamps"))?
@@ -304,6 +322,7 @@ impl KeyState {
             Counts::Counter(_) => COUNTER,
             Counts::Log(_) => LOG,
             Counts::Fixed(_) => FIXED,
+            Counts::Bucket(_) => BUCKET,
         }
     }
 }
@@ -316,6 +335,7 @@ const FORMAT: u8 = 1;
 const COUNTER: u8 = b'c';
 const LOG: u8 = b'l';
 const FIXED: u8 = b'f';
+const BUCKET: u8 = b'b';
 const PENALTY: u8 = 0x80;
 
 /// `body` cut into records of `N` bytes, at most `most` of them; `None`

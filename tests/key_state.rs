@@ -15,6 +15,7 @@ fn algorithm() -> impl Strategy<Value = Algorithm> {
         Just(Algorithm::SlidingLog),
         Just(Algorithm::SlidingCounter),
         Just(Algorithm::FixedWindow),
+        Just(Algorithm::TokenBucket),
     ]
 }
 
@@ -175,7 +176,7 @@ fn well_formed() -> impl Strategy<Value = Vec<u8>> {
                         bytes.extend((record.1 as u32).to_le_bytes());
                         bytes.extend((record.2 as u32).to_le_bytes());
                     }
-                    b'f' => {
+                    b'f' | b'b' => {
                         bytes.extend(record.0.to_le_bytes());
                         bytes.extend((record.1 as u32).to_le_bytes());
                     }

@@ -54,6 +54,9 @@ pub(crate) enum Quota {
     },
     /// A fixed window's count once the request is counted.
     Fixed { count: u32 },
+    /// How far a token bucket's arrival time lies ahead of the decision,
+    /// once the request is taken: `micros` and `rem` `max`-ths of one.
+    Bucket { micros: u64, rem: u32 },
 }
 
 impl Quota {
@@ -70,6 +73,7 @@ impl Quota {
                 elapsed,
             } => super::counter::quota(previous, current, elapsed, limit),
             Self::Fixed { count } => super::fixed::quota(count, at, limit),
+            Self::Bucket { micros, rem } => super::bucket::quota(micros, rem, limit),
         }
     }
 }

@@ -22,6 +22,7 @@
 //! # Ok::<(), tower_sliding_window::ConfigError>(())
 //! ```
 
+pub(crate) mod bucket;
 pub(crate) mod counter;
 mod decision;
 pub(crate) mod fixed;
@@ -29,6 +30,7 @@ pub(crate) mod log;
 pub(crate) mod refusal;
 mod slots;
 
+pub use self::bucket::TokenBucket;
 pub use self::counter::SlidingCounter;
 pub use self::decision::{Decision, Origin};
 pub(crate) use self::decision::{Quota, Settlement};
@@ -85,4 +87,22 @@ pub enum Algorithm {
     /// One count per fixed block of the clock. Cheapest, but a burst that
     /// straddles two blocks gets up to twice the limit through.
     FixedWindow,
+    /// A bucket of `max` tokens per limit, refilled one every `W / max`
+    /// (GCRA: one arrival time per key and limit). Exact, and allows
+    /// bursts on purpose: a full bucket at once, then one token at a
+    /// time, so one window's length can see up to twice the limit.
+    TokenBucket,
+}
+
+impl Algorithm {
+    /// The letter that names the algorithm in a policy's signature, a
+    /// Redis script's arguments and a key state's bytes.
+    pub(crate) fn letter(self) -> &'static str {
+        match self {
+            Self::SlidingCounter => "c",
+            Self::SlidingLog => "l",
+            Self::FixedWindow => "f",
+            Self::TokenBucket => "b",
+        }
+    }
 }

@@ -23,10 +23,11 @@ type KeyFn = fn(&Request<()>) -> Option<String>;
 pub type Svc<St> = SlidingWindow<Handler, KeyFn, St>;
 
 /// Every algorithm, for the cases that hold for each.
-const ALGORITHMS: [Algorithm; 3] = [
+const ALGORITHMS: [Algorithm; 4] = [
     Algorithm::SlidingLog,
     Algorithm::SlidingCounter,
     Algorithm::FixedWindow,
+    Algorithm::TokenBucket,
 ];
 
 fn ok(_: Request<()>) -> std::future::Ready<Result<Response<()>, Infallible>> {
@@ -99,6 +100,96 @@ pub async fn vector_l<St: Store<String>>(store: St, clock: ManualClock) {
                 assert_eq!(header(&response, "ratelimit"), Some("\"30s\";r=0;t=6"));
             }
         }
+    }
+}
+
+/// Vector T (docs/design.md) through the layer: 5 per 30 s is a bucket of
+/// five tokens, one back every 6 s, so `t` is the time to the next token.
+pub async fn vector_t<St: Store<String>>(store: St, clock: ManualClock) {
+    let svc = service(store, policy(Algorithm::TokenBucket, &[(5, 30)]));
+    let script: [(f64, &[(u16, &str)]); 4] = [
+        (
+            0.0,
+            &[
+                (200, "r=4;t=6"),
+                (200, "r=3;t=6"),
+                (200, "r=2;t=6"),
+                (200, "r=1;t=6"),
+                (200, "r=0;t=6"),
+                (429, "r=0;t=6"),
+            ],
+        ),
+        (6.0, &[(200, "r=0;t=6"), (429, "r=0;t=6")]),
+        (
+            20.0,
+            &[(200, "r=1;t=4"), (200, "r=0;t=4"), (429, "r=0;t=4")],
+        ),
+        (
+            60.0,
+            &[
+                (200, "r=4;t=6"),
+                (200, "r=3;t=6"),
+                (200, "r=2;t=6"),
+                (200, "r=1;t=6"),
+                (200, "r=0;t=6"),
+                (429, "r=0;t=6"),
+            ],
+        ),
+    ];
+    for (time, expected) in script {
+        at(&clock, time);
+        for &(status, quota) in expected {
+            let response = hit(&svc, "T").await;
+            assert_eq!(response.status(), status, "at {time}s");
+            let ratelimit = format!("\"30s\";{quota}");
+            assert_eq!(
+                header(&response, "ratelimit"),
+                Some(&ratelimit[..]),
+                "at {time}s"
+            );
+            if status == 429 {
+                let wait = &quota[quota.len() - 1..];
+                assert_eq!(header(&response, "retry-after"), Some(wait), "at {time}s");
+            }
+        }
+    }
+    // Vector L's traffic passes whole: ten accepted where the log takes eight.
+    let mut accepted = 0;
+    for (time, arrivals) in [
+        (0.0, 1),
+        (5.0, 2),
+        (15.0, 2),
+        (25.0, 1),
+        (35.0, 1),
+        (40.0, 3),
+    ] {
+        at(&clock, 100.0 + time);
+        for _ in 0..arrivals {
+            accepted += u32::from(hit(&svc, "L").await.status() == 200);
+        }
+    }
+    assert_eq!(accepted, 10);
+}
+
+/// The boundary burst (100 per minute; 100 requests 10 ms apart before the
+/// minute turns and 100 after) through each algorithm: the log lets 100
+/// through, the counter 101, the fixed window 200, the bucket 103 (its
+/// burst and what refills meanwhile).
+pub async fn the_boundary_burst<St: Store<String>>(store: St, clock: ManualClock) {
+    for (algorithm, expected) in [
+        (Algorithm::SlidingLog, 100),
+        (Algorithm::SlidingCounter, 101),
+        (Algorithm::FixedWindow, 200),
+        (Algorithm::TokenBucket, 103),
+    ] {
+        let svc = service(store.clone(), policy(algorithm, &[(100, 60)]));
+        let mut accepted = 0;
+        for i in 0..200u32 {
+            // 120 s + 59 s, then the next minute: 10 ms apart across the turn.
+            clock.set(Duration::from_millis(179_000 + 10 * u64::from(i)));
+            accepted += u32::from(hit(&svc, "burst").await.status() == 200);
+        }
+        assert_eq!(accepted, expected, "{algorithm:?}");
     }
 }
 
@@ -591,6 +682,9 @@ pub async fn costs_weigh_admission_and_settle<St: Store<String>>(store: St, cloc
             Algorithm::SlidingLog => 60_000_001,
             Algorithm::FixedWindow => 50_000_000,
             Algorithm::SlidingCounter => 65_000_000,
+            // 10 per minute refill one every 6 s: 4 + 7 units need one
+            // token more than the bucket holds.
+            Algorithm::TokenBucket => 6_000_000,
             other => unimplemented!("no wait worked out for {other:?}"),
         };
         assert_eq!(
@@ -857,6 +951,8 @@ macro_rules! for_each_case {
     ([$($callback:tt)*]($($args:tt)*)) => {
         $($callback)*!($($args)*;
             vector_l,
+            vector_t,
+            the_boundary_burst,
             vectors_c_and_q,
             vector_q_log_versus_counter,
             all_or_nothing,

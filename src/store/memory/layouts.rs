@@ -9,18 +9,22 @@
 //! table keeps the layouts that earn their place in the store bench: the
 //! counter and fixed window of one or two limits packed into eight bytes
 //! a limit (or, for counts too wide to pack, the counter's slots inline),
-//! and the log with its few newest stamps beside the key; every other
-//! policy takes the algorithm's own state.
+//! the token bucket's one or two arrival times inline, and the log with
+//! its few newest stamps beside the key; every other policy takes the
+//! algorithm's own state.
 
 use std::hash::Hash;
 use std::sync::Arc;
 
+use super::buckets::Buckets;
 use super::cap::KeyCap;
 use super::compact_log::CompactLog;
 use super::packed::{CounterSlot, FixedSlot, Packed, PackedSlot, WideCounter};
 use super::penalty::Penalized;
 use super::shards::Shards;
-use crate::algorithm::{Algorithm, Decision, FixedWindow, One, Settlement, SlidingCounter, Units};
+use crate::algorithm::{
+    Algorithm, Decision, FixedWindow, One, Settlement, SlidingCounter, TokenBucket, Units,
+};
 use crate::policy::Policy;
 
 /// One key's state under one policy, as a shard keeps it. The policy is
@@ -71,7 +75,7 @@ macro_rules! whole_state {
     )*};
 }
 
-whole_state!(SlidingCounter, FixedWindow);
+whole_state!(SlidingCounter, FixedWindow, TokenBucket);
 
 impl EntryState for CompactLog {
     fn decide(&mut self, now: u64, cost: impl Units, policy: &Policy, _: u64) -> Decision {
@@ -173,6 +177,7 @@ layouts! {
     PenalizedCounter(Penalized<SlidingCounter>) if has_penalty(policy, Algorithm::SlidingCounter),
     PenalizedFixed(Penalized<FixedWindow>) if has_penalty(policy, Algorithm::FixedWindow),
     PenalizedLog(Penalized<CompactLog>) if has_penalty(policy, Algorithm::SlidingLog),
+    PenalizedBucket(Penalized<TokenBucket>) if has_penalty(policy, Algorithm::TokenBucket),
     Counter1(Packed<CounterSlot, 1>) if is(policy, Algorithm::SlidingCounter, 1) && CounterSlot::fits(policy),
     Counter2(Packed<CounterSlot, 2>) if is(policy, Algorithm::SlidingCounter, 2) && CounterSlot::fits(policy),
     WideCounter1(WideCounter<1>) if is(policy, Algorithm::SlidingCounter, 1),
@@ -181,6 +186,9 @@ layouts! {
     Fixed1(Packed<FixedSlot, 1>) if is(policy, Algorithm::FixedWindow, 1),
     Fixed2(Packed<FixedSlot, 2>) if is(policy, Algorithm::FixedWindow, 2),
     Fixed(FixedWindow) if policy.algorithm() == Algorithm::FixedWindow,
+    Bucket1(Buckets<1>) if is(policy, Algorithm::TokenBucket, 1),
+    Bucket2(Buckets<2>) if is(policy, Algorithm::TokenBucket, 2),
+    Bucket(TokenBucket) if policy.algorithm() == Algorithm::TokenBucket,
     _ => Log(CompactLog),
 }
 

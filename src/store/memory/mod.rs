@@ -1,5 +1,6 @@
 //! The in-memory store: sharded, atomic per key, self-cleaning, capped.
 
+mod buckets;
 mod cap;
 mod compact_log;
 mod layouts;

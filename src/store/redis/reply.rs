@@ -40,6 +40,7 @@ pub(super) fn decision(policy: &Policy, reply: &[i64], cost: u32) -> Result<Deci
             Algorithm::SlidingCounter | Algorithm::FixedWindow => {
                 window_decision(policy, reply, now, cost)
             }
+            _ => None,
         },
         _ => None,
     };

@@ -56,16 +56,6 @@ impl Ask {
     }
 }
 
-/// The letter each script's `ARGV[5]` gives the algorithm, as in policies'
-/// signatures.
-fn letter(algorithm: Algorithm) -> &'static str {
-    match algorithm {
-        Algorithm::SlidingCounter => "c",
-        Algorithm::FixedWindow => "f",
-        Algorithm::SlidingLog => "l",
-    }
-}
-
 /// The call of the script that does `ask` for the key `name` under
 /// `policy`, with now in µs from the client's clock, if it has one (else
 /// the script reads Redis `TIME`). The arguments are the same for every
@@ -94,7 +84,7 @@ pub(super) fn invocation(
         Ask::Record(cost) => invocation.arg(cost).arg(""),
         Ask::Settle { at, units } => invocation.arg(units).arg(at),
     };
-    invocation.arg(penalty).arg(letter(policy.algorithm()));
+    invocation.arg(penalty).arg(policy.algorithm().letter());
     for limit in policy.limits() {
         invocation.arg(limit.max()).arg(limit.window_micros());
     }

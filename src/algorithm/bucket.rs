@@ -1,0 +1,266 @@
+//! Token bucket, as GCRA: one theoretical arrival time per limit.
+
+use std::time::Duration;
+
+use super::decision::{Decision, Quota, Settlement};
+use super::refusal::{accepted, refused, tightest, Verdict};
+use super::slots::Slots;
+use super::Units;
+use crate::clock::micros;
+use crate::limit::Limit;
+
+/// A limit's theoretical arrival time (TAT): `micros` and `rem / max` of a
+/// microsecond, `rem` below the limit's `max`. A limit of `max` per `W`
+/// refills one token every `W / max`, rarely a whole number of
+/// microseconds; keeping the fraction as a remainder keeps the bucket
+/// exact without ever multiplying a time by `max`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord)]
+pub(crate) struct Tat {
+    pub(crate) micros: u64,
+    pub(crate) rem: u32,
+}
+
+impl Tat {
+    /// The instant `micros`, with no fraction.
+    fn at(micros: u64) -> Self {
+        Self { micros, rem: 0 }
+    }
+
+    /// This time with its remainder below `limit`'s `max`, as stored
+    /// state read back under another limit may not have it.
+    fn under(self, limit: &Limit) -> Self {
+        let max = limit.max();
+        Self {
+            micros: self.micros.saturating_add(u64::from(self.rem / max)),
+            rem: self.rem % max,
+        }
+    }
+
+    /// This time plus `n` tokens' refill under `limit`.
+    fn plus(self, n: u32, limit: &Limit) -> Self {
+        let (whole, rem) = tokens(n, limit);
+        let rem = u64::from(self.rem) + rem;
+        let max = u64::from(limit.max());
+        Self {
+            micros: self.micros.saturating_add(whole).saturating_add(rem / max),
+            rem: (rem % max) as u32,
+        }
+    }
+
+    /// This time less `other`, or zero if `other` is later.
+    fn minus(self, other: Tat, limit: &Limit) -> Self {
+        if self <= other {
+            return Self::default();
+        }
+        if self.rem >= other.rem {
+            Self {
+                micros: self.micros - other.micros,
+                rem: self.rem - other.rem,
+            }
+        } else {
+            Self {
+                micros: self.micros - other.micros - 1,
+                rem: self.rem + limit.max() - other.rem,
+            }
+        }
+    }
+
+    /// The first whole microsecond at or after this time.
+    fn ceil(self) -> u64 {
+        self.micros.saturating_add(u64::from(self.rem > 0))
+    }
+}
+
+/// `n` tokens' refill time under `limit`, `n · W / max`, as whole
+/// microseconds and a remainder in `max`-ths of one.
+fn tokens(n: u32, limit: &Limit) -> (u64, u64) {
+    let total = u128::from(n) * u128::from(limit.window_micros());
+    let max = u128::from(limit.max());
+    let whole = u64::try_from(total / max).unwrap_or(u64::MAX);
+    (whole, (total % max) as u64)
+}
+
+/// The arrival time after a request of `cost` units at `now`: charged
+/// from the stored one, or from `now` if the bucket has since refilled.
+fn charged(tat: Tat, now: u64, cost: u32, limit: &Limit) -> Tat {
+    tat.under(limit).max(Tat::at(now)).plus(cost, limit)
+}
+
+/// How long until a request that would move the arrival time to `next`
+/// fits `limit` at `now`, if it does not fit now: until `next` is at most
+/// one window ahead, rounded up to the microsecond.
+fn wait(next: Tat, now: u64, limit: &Limit) -> Option<u64> {
+    let ahead = next.micros - now;
+    let w = limit.window_micros();
+    (ahead > w || (ahead == w && next.rem > 0)).then(|| ahead - w + u64::from(next.rem > 0))
+}
+
+/// State of the token bucket for every limit of a policy.
+///
+/// A limit of `max` per `W` is a bucket of `max` tokens, full for a new
+/// key and refilled one token every `W / max`. A request of cost `c`
+/// passes if every limit's bucket holds `c` tokens, and then takes them
+/// from all: a burst of `max` at once passes, and then one more every
+/// `W / max`. In any closed interval of one window's length a bucket
+/// passes at most twice its `max` (a full burst and a window's refill).
+///
+/// A clock that steps back needs no rule of its own: the arrival times
+/// never move back, so an earlier time only judges more strictly.
+#[derive(Clone, Debug, Default)]
+pub struct TokenBucket {
+    slots: Slots<Tat>,
+}
+
+impl TokenBucket {
+    /// A bucket that has seen nothing: full.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// A bucket holding one `(micros, rem)` arrival time per limit, as a
+    /// stored state reports them.
+    pub(crate) fn from_parts(slots: impl IntoIterator<Item = (u64, u32)>) -> Self {
+        Self {
+            slots: slots
+                .into_iter()
+                .map(|(micros, rem)| Tat { micros, rem })
+                .collect(),
+        }
+    }
+
+    /// One `(micros, rem)` per limit, as [`from_parts`](Self::from_parts) takes them.
+    pub(crate) fn parts(&self) -> impl Iterator<Item = (u64, u32)> + '_ {
+        self.slots.iter().map(|tat| (tat.micros, tat.rem))
+    }
+
+    /// Judges a request at `now` (since the clock's zero) against every
+    /// limit, taking a token from each if all have one. A different number
+    /// of limits than last time starts with full buckets.
+    ///
+    /// # Panics
+    ///
+    /// If `limits` is empty: a decision needs a limit to report. A
+    /// [`Policy`](crate::Policy) always has one.
+    pub fn decide(&mut self, now: Duration, limits: &[Limit]) -> Decision {
+        self.decide_micros(micros(now), limits, super::One)
+    }
+
+    /// Judges a request of `cost` units, from 1 to every limit's `max`.
+    pub(crate) fn decide_micros(
+        &mut self,
+        now: u64,
+        limits: &[Limit],
+        cost: impl Units,
+    ) -> Decision {
+        if self.slots.len() != limits.len() {
+            self.slots = Slots::new(limits.len());
+        }
+        decide(&mut self.slots, now, limits, cost)
+    }
+
+    pub(crate) fn idle_from_micros(&self, _limits: &[Limit]) -> u64 {
+        idle_from(&self.slots)
+    }
+
+    /// Settles a request as [`settle`] does.
+    pub(crate) fn settle_micros(&mut self, settled: &Settlement, limits: &[Limit]) {
+        if self.slots.len() != limits.len() {
+            self.slots = Slots::new(limits.len());
+        }
+        settle(&mut self.slots, settled, limits);
+    }
+}
+
+/// Judges a request of `cost` units at `now` against every limit, and
+/// takes the tokens from every bucket if all hold them; a refusal changes
+/// nothing.
+pub(crate) fn decide(slots: &mut [Tat], now: u64, limits: &[Limit], cost: impl Units) -> Decision {
+    if let ([slot], [limit]) = (&mut *slots, limits) {
+        return decide_one(slot, now, limit, cost);
+    }
+    let mut verdict = Verdict::default();
+    for (index, (tat, limit)) in slots.iter().zip(limits).enumerate() {
+        if let Some(wait) = wait(charged(*tat, now, cost.get(), limit), now, limit) {
+            verdict.refuse(index, wait);
+        }
+    }
+    if let Some(refusal) = verdict.refusal(limits, now) {
+        return refusal;
+    }
+    for (tat, limit) in slots.iter_mut().zip(limits) {
+        *tat = charged(*tat, now, cost.get(), limit);
+    }
+    let quota = |index: usize| ahead(slots[index], now);
+    tightest(
+        limits,
+        now,
+        |index| quota(index).resolve(&limits[index], now).0,
+        quota,
+    )
+}
+
+/// [`decide`] for one limit, the common case.
+#[inline]
+pub(crate) fn decide_one(tat: &mut Tat, now: u64, limit: &Limit, cost: impl Units) -> Decision {
+    let limits = std::slice::from_ref(limit);
+    let next = charged(*tat, now, cost.get(), limit);
+    if let Some(wait) = wait(next, now, limit) {
+        return refused(limits, now, 0, wait);
+    }
+    *tat = next;
+    accepted(limits, now, 0, ahead(next, now))
+}
+
+/// The quota of a bucket whose arrival time is `tat` (no earlier than
+/// `now`), kept as how far ahead of `now` it lies.
+fn ahead(tat: Tat, now: u64) -> Quota {
+    Quota::Bucket {
+        micros: tat.micros - now,
+        rem: tat.rem,
+    }
+}
+
+/// Whole tokens left, and the time until the next one, for a bucket whose
+/// arrival time lies `micros` and `rem` `max`-ths ahead of now (at most
+/// one window). Tokens left: `floor((W - ahead) / (W / max))`.
+pub(crate) fn quota(micros: u64, rem: u32, limit: &Limit) -> (u32, u64) {
+    let (w, max) = (u128::from(limit.window_micros()), u128::from(limit.max()));
+    // `ahead` in max-ths of a microsecond.
+    let ahead = u128::from(micros) * max + u128::from(rem);
+    let room = (w * max).saturating_sub(ahead);
+    let left = room / w;
+    if left >= max {
+        return (limit.max(), 0);
+    }
+    // The next token: once `ahead` has shrunk to W - (left + 1) · W / max.
+    let next = ahead + (left + 1) * w - w * max;
+    let replenish = next.div_ceil(max);
+    (left as u32, u64::try_from(replenish).unwrap_or(u64::MAX))
+}
+
+/// Settles a request taken at `settled.at` for `settled.cost` units that
+/// really used `settled.used`: gives back the unused tokens' time, but
+/// never the part of the request's charge that time has refilled already
+/// (`min((c − u)·T, max(0, at + c·T − now))`); or charges the excess from
+/// the later of the arrival time and now, never past an empty bucket.
+pub(crate) fn settle(slots: &mut [Tat], settled: &Settlement, limits: &[Limit]) {
+    let (cost, used, now) = (settled.cost, settled.used, settled.now);
+    for (tat, limit) in slots.iter_mut().zip(limits) {
+        let current = tat.under(limit);
+        *tat = if used < cost {
+            let unused = Tat::default().plus(cost - used, limit);
+            let unrefilled = Tat::at(settled.at)
+                .plus(cost, limit)
+                .minus(Tat::at(now), limit);
+            current.minus(unused.min(unrefilled), limit)
+        } else {
+            let empty = Tat::at(now.saturating_add(limit.window_micros()));
+            charged(current, now, used - cost, limit).min(empty.max(current))
+        };
+    }
+}
+
+/// From when (µs) every bucket is full again, judging as a fresh one.
+pub(crate) fn idle_from(slots: &[Tat]) -> u64 {
+    slots.iter().map(|tat| tat.ceil()).max().unwrap_or(0)
+}

@@ -1,0 +1,200 @@
+//! The token bucket against a naive exact model (every time multiplied by
+//! its limit's `max`, in 128 bits) on random traffic with costs, settles
+//! and two limits, at small times and at Unix-epoch ones; and the bound it
+//! promises: no closed interval of one window's length passes more than
+//! twice the limit.
+
+use std::time::Duration;
+
+use proptest::prelude::*;
+use tower_sliding_window::{Algorithm, Decision, KeyState, Limit, Policy};
+
+/// One limit of the model: its arrival time times `max`.
+#[derive(Clone, Debug)]
+struct Bucket {
+    max: u128,
+    w: u128,
+    tat: u128,
+}
+
+impl Bucket {
+    fn new(limit: &Limit) -> Self {
+        Self {
+            max: u128::from(limit.max()),
+            w: limit.window().as_micros(),
+            tat: 0,
+        }
+    }
+
+    /// The arrival time after `cost` units at `now`.
+    fn next(&self, now: u128, cost: u128) -> u128 {
+        self.tat.max(now * self.max) + cost * self.w
+    }
+
+    /// The wait before `cost` units fit at `now`, rounded up; 0 if they fit.
+    fn wait(&self, now: u128, cost: u128) -> u128 {
+        let over = self
+            .next(now, cost)
+            .saturating_sub((now + self.w) * self.max);
+        over.div_ceil(self.max)
+    }
+
+    /// Whole tokens left at `now`.
+    fn remaining(&self, now: u128) -> u128 {
+        let ahead = self.tat.max(now * self.max) - now * self.max;
+        (self.w * self.max - ahead) / self.w
+    }
+
+    fn settle(&mut self, at: u128, now: u128, cost: u128, used: u128) {
+        if used == cost {
+            return;
+        }
+        if used < cost {
+            let unrefilled = (at * self.max + cost * self.w).saturating_sub(now * self.max);
+            self.tat = self
+                .tat
+                .saturating_sub(((cost - used) * self.w).min(unrefilled));
+        } else {
+            let charged = self.tat.max(now * self.max) + (used - cost) * self.w;
+            self.tat = charged.min(((now + self.w) * self.max).max(self.tat));
+        }
+    }
+}
+
+/// Judges `cost` units at `now` by the model: (allowed, retry-after µs,
+/// tokens left under the tightest limit).
+fn model_decide(buckets: &mut [Bucket], now: u128, cost: u128) -> (bool, u128, u128) {
+    let wait = buckets.iter().map(|b| b.wait(now, cost)).max().unwrap();
+    if wait > 0 {
+        return (false, wait, 0);
+    }
+    for bucket in buckets.iter_mut() {
+        bucket.tat = bucket.next(now, cost);
+    }
+    let left = buckets.iter().map(|b| b.remaining(now)).min().unwrap();
+    (true, 0, left)
+}
+
+fn policy() -> impl Strategy<Value = Policy> {
+    let limit = (
+        1u32..12,
+        prop_oneof![1u64..100, 1_000u64..10_000_000, 1u64..1 << 36],
+    );
+    prop::collection::vec(limit, 1..=2).prop_map(|limits| {
+        let limits = limits
+            .into_iter()
+            .map(|(max, w)| Limit::new(max, Duration::from_micros(w)).unwrap());
+        Policy::new(Algorithm::TokenBucket, limits).unwrap()
+    })
+}
+
+#[derive(Clone, Debug)]
+enum Step {
+    Decide(u32),
+    Settle(u32),
+    Forward(u64),
+    Back(u64),
+}
+
+fn steps() -> impl Strategy<Value = Vec<Step>> {
+    prop::collection::vec(
+        prop_oneof![
+            5 => prop_oneof![3 => Just(1u32), 1 => 1u32..8].prop_map(Step::Decide),
+            2 => (0u32..16).prop_map(Step::Settle),
+            4 => prop_oneof![0u64..50, 0u64..2_000_000, 0u64..1 << 34].prop_map(Step::Forward),
+            1 => (0u64..1_000_000).prop_map(Step::Back),
+        ],
+        1..150,
+    )
+}
+
+/// Microseconds since the Unix epoch around 2026: `now · max` passes 2^53.
+const EPOCH_2026: u64 = 1_780_000_000_000_000;
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(512))]
+
+    #[test]
+    fn the_bucket_decides_as_the_exact_model(policy in policy(), steps in steps(), epoch in any::<bool>()) {
+        let mut state = KeyState::new(Algorithm::TokenBucket);
+        let mut buckets: Vec<Bucket> = policy.limits().iter().map(Bucket::new).collect();
+        let mut now: u64 = if epoch { EPOCH_2026 } else { 0 };
+        let mut last: Option<(Decision, u32)> = None;
+        for step in steps {
+            let at = Duration::from_micros(now);
+            match step {
+                Step::Decide(cost) => {
+                    let decision = state.decide(&policy, at, cost);
+                    let smallest = policy.limits().iter().map(Limit::max).min().unwrap();
+                    if cost > smallest {
+                        prop_assert!(!decision.is_allowed());
+                        continue;
+                    }
+                    let (allowed, wait, left) = model_decide(&mut buckets, u128::from(now), u128::from(cost));
+                    prop_assert_eq!(decision.is_allowed(), allowed, "at {}", now);
+                    prop_assert_eq!(decision.retry_after().as_micros(), wait, "at {}", now);
+                    prop_assert_eq!(u128::from(decision.remaining()), left, "at {}", now);
+                    if allowed {
+                        last = Some((decision, cost));
+                    }
+                }
+                Step::Settle(used) => {
+                    let Some((admitted, cost)) = last.take() else { continue };
+                    state.settle(&policy, at, &admitted, cost, used);
+                    let judged_at = admitted.decided_at().as_micros();
+                    for bucket in &mut buckets {
+                        bucket.settle(judged_at, u128::from(now), u128::from(cost), u128::from(used));
+                    }
+                }
+                Step::Forward(by) => now += by,
+                Step::Back(by) => now = now.saturating_sub(by),
+            }
+        }
+    }
+
+    #[test]
+    fn no_window_passes_more_than_twice_the_limit(
+        max in 1u32..10,
+        w in 1u64..1_000_000,
+        steps in prop::collection::vec((0u64..300_000, 1u32..4, 0u32..8), 1..200),
+    ) {
+        let limit = Limit::new(max, Duration::from_micros(w)).unwrap();
+        let policy = Policy::new(Algorithm::TokenBucket, [limit]).unwrap();
+        let mut state = KeyState::new(policy.algorithm());
+        // (time, units taken): each request's cost, less what its settling
+        // gave back, plus what it charged.
+        let mut taken: Vec<(u64, f64)> = Vec::new();
+        let mut now = 0u64;
+        for (gap, cost, used) in steps {
+            now += gap;
+            let at = Duration::from_micros(now);
+            // A bucket refilled since is charged from now: what lies
+            // behind now was given back by time, not taken.
+            let refilled_to = now as f64 * f64::from(max) / w as f64;
+            let before = tokens_taken(&state, &policy).max(refilled_to);
+            let decision = state.decide(&policy, at, cost);
+            if decision.is_allowed() {
+                state.settle(&policy, at, &decision, cost, used);
+                taken.push((now, tokens_taken(&state, &policy) - before));
+            }
+        }
+        for &(start, _) in &taken {
+            let inside: f64 = taken.iter().filter(|(t, _)| *t >= start && *t <= start + w).map(|(_, n)| n).sum();
+            prop_assert!(inside <= 2.0 * f64::from(max) + 1e-3, "{} units in [{}, {}] under {:?}", inside, start, start + w, limit);
+        }
+    }
+}
+
+/// The tokens a bucket's arrival time stands for, read from its bytes
+/// (docs/design.md, "Key state as bytes"): the arrival time in tokens.
+fn tokens_taken(state: &KeyState, policy: &Policy) -> f64 {
+    let bytes = state.to_bytes();
+    let limit = policy.limits()[0];
+    let Some(record) = bytes.get(2..14) else {
+        return 0.0;
+    };
+    let micros = u64::from_le_bytes(record[..8].try_into().unwrap());
+    let rem = u32::from_le_bytes(record[8..].try_into().unwrap());
+    let tat = micros as f64 + f64::from(rem) / f64::from(limit.max());
+    tat * f64::from(limit.max()) / limit.window().as_micros() as f64
+}

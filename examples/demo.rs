@@ -1,6 +1,7 @@
-//! Replays the traffic of the source document's tables through the real
-//! layer, on the in-memory store with a manual clock, and prints each table
-//! with the outcomes the layer gave.
+//! Replays the traffic of the source document's tables (and of vector T,
+//! the token bucket it points to next) through the real layer, on the
+//! in-memory store with a manual clock, and prints each table with the
+//! outcomes the layer gave.
 //!
 //! Run with `cargo run --example demo`.
 
@@ -240,6 +241,77 @@ async fn vectors_c_and_q(checks: &mut Checks) {
     println!("  (the log looks back to 3 s and sees nothing; the counter still charges 4.5)\n");
 }
 
+/// Vector T: the token bucket the document points to next, 5 per 30 s.
+async fn vector_t(checks: &mut Checks) {
+    println!("Token bucket (GCRA), 30 s window, limit 5: five tokens, one back every 6 s\n");
+    println!(
+        "{:<6} {:<9} {:<44} through the layer",
+        "time", "arrivals", "spec says"
+    );
+    // (time, arrivals, accepted of them, retry-after of the refusal, what the spec says)
+    let rows: [(f64, usize, usize, &str, &str); 4] = [
+        (
+            0.0,
+            6,
+            5,
+            "6",
+            "five accepted (the burst), sixth: retry 6 s",
+        ),
+        (6.0, 2, 1, "6", "one accepted, one refused, retry 6 s"),
+        (
+            20.0,
+            3,
+            2,
+            "4",
+            "two accepted, the third refused, retry 4 s",
+        ),
+        (
+            60.0,
+            6,
+            5,
+            "6",
+            "five accepted (refilled), sixth: retry 6 s",
+        ),
+    ];
+    let times: Vec<f64> = rows
+        .iter()
+        .flat_map(|&(t, n, _, _, _)| std::iter::repeat_n(t, n))
+        .collect();
+    let outcomes = Bench::new(Algorithm::TokenBucket, five_per_30s())
+        .replay(&times)
+        .await;
+    let mut next = outcomes.iter();
+    for (time, arrivals, accepted, retry, says) in rows {
+        let got: Vec<&Outcome> = next.by_ref().take(arrivals).collect();
+        for (i, outcome) in got.iter().enumerate() {
+            let expected_retry = (i >= accepted).then_some(retry);
+            checks.expect(
+                &format!("T at {time} s, request {}", i + 1),
+                outcome,
+                i < accepted,
+                expected_retry,
+            );
+        }
+        let described: Vec<String> = got.iter().map(|o| describe(o)).collect();
+        println!(
+            "{:<6} {:<9} {:<44} {}",
+            format!("{time} s"),
+            arrivals,
+            says,
+            described.join(", ")
+        );
+    }
+    let log_traffic = [0.0, 5.0, 5.0, 15.0, 15.0, 25.0, 35.0, 40.0, 40.0, 40.0];
+    let passed = Bench::new(Algorithm::TokenBucket, five_per_30s())
+        .replay(&log_traffic)
+        .await
+        .iter()
+        .filter(|(status, _)| *status == 200)
+        .count();
+    checks.expect_count("the bucket on the log table's traffic", passed, 10);
+    println!("  (the log table's traffic passes whole through the bucket: {passed} of 10, where the log takes 8)\n");
+}
+
 async fn boundary_burst(checks: &mut Checks) {
     println!("Boundary burst: 100 per minute; 100 requests in the last second before the");
     println!("minute turns and 100 in the first second after it\n");
@@ -253,6 +325,7 @@ async fn boundary_burst(checks: &mut Checks) {
         (Algorithm::FixedWindow, 200),
         (Algorithm::SlidingLog, 100),
         (Algorithm::SlidingCounter, 101),
+        (Algorithm::TokenBucket, 103),
     ] {
         let outcomes = Bench::new(algorithm, limit).replay(&times).await;
         let accepted: Vec<f64> = times
@@ -285,6 +358,7 @@ async fn main() {
     let mut checks = Checks::default();
     vector_l(&mut checks).await;
     vectors_c_and_q(&mut checks).await;
+    vector_t(&mut checks).await;
     boundary_burst(&mut checks).await;
     if checks.failed.is_empty() {
         println!("All {} outcomes match the document.", checks.passed);

@@ -102,6 +102,12 @@
 //! * [`Algorithm::FixedWindow`] counts per block of the clock. A burst
 //!   straddling two blocks gets up to twice the limit through; it is here as
 //!   the baseline, and for users who want exactly that.
+//! * [`Algorithm::TokenBucket`] (GCRA, exact) allows bursts on purpose: a
+//!   bucket of `max` tokens per limit, refilled one every `W / max`, with
+//!   one arrival time per key and limit. For bursty clients and API keys;
+//!   the price is up to twice the limit in one window's length (a full
+//!   burst and a window's refill), so pair it with a short window where
+//!   that matters.
 //!
 //! Against window shaping, do not rely on one window: a per-second limit with
 //! a per-minute limit catches a burst shaped against either.
@@ -136,7 +142,8 @@
 //!   vouches for. This crate adds sliding windows (exact or approximate),
 //!   several limits judged all-or-nothing, Redis and Redis Cluster for shared
 //!   limits, plans per key, gRPC-native refusals and the IETF `RateLimit`
-//!   headers. GCRA / token bucket is not offered (yet).
+//!   headers, and offers governor's own algorithm as
+//!   [`Algorithm::TokenBucket`], on every store.
 //!
 //! # Stores
 //!

@@ -40,10 +40,10 @@ async fn the_log_never_exceeds_the_limit_in_any_window() {
 }
 
 #[tokio::test]
-async fn boundary_burst_reproduces_200_100_101() {
+async fn boundary_burst_reproduces_200_100_101_and_the_buckets_103() {
     let burst = boundary_burst().await;
     let most: Vec<usize> = burst.densest.iter().map(|(_, n)| *n).collect();
-    assert_eq!(most, [200, 100, 101], "{:?}", burst.densest);
+    assert_eq!(most, [200, 100, 101, 103], "{:?}", burst.densest);
 }
 
 #[tokio::test]
@@ -81,6 +81,12 @@ async fn a_per_second_limit_cuts_the_shaping_attackers_gain() {
     assert_eq!(gain("sliding log"), 0, "the log gives nothing away");
     assert!(gain("fixed window") >= 90, "{:?}", attack.gains);
     assert!(gain("sliding counter, 100/min") > 50, "{:?}", attack.gains);
+    // A bucket passes its burst and a window's refill: up to twice the limit.
+    assert!(
+        (90..=100).contains(&gain("token bucket")),
+        "{:?}",
+        attack.gains
+    );
     assert!(
         gain("sliding counter, 5/s") < gain("sliding counter, 100/min"),
         "{:?}",

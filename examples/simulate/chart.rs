@@ -7,11 +7,12 @@ use plotters::prelude::*;
 
 use super::scenarios::{Burst, Series, Shaping};
 
-const COLOURS: [RGBColor; 4] = [
+const COLOURS: [RGBColor; 5] = [
     RGBColor(214, 39, 40),
     RGBColor(31, 119, 180),
     RGBColor(44, 160, 44),
     RGBColor(148, 103, 189),
+    RGBColor(255, 127, 14),
 ];
 
 fn panel(

@@ -144,7 +144,7 @@ async fn main() {
                 row.join(", ")
             );
         }
-        println!("  (start: the log is more permissive; end: the counter is)\n");
+        println!("  (start: the log is more permissive; end: the counter is; the bucket refills from the burst on, so it takes the most after an early one)\n");
     }
 
     let attack = shaping().await;

@@ -235,10 +235,11 @@ pub struct Burst {
     pub series: Vec<(Algorithm, Series)>,
 }
 
-const ALGORITHMS: [Algorithm; 3] = [
+const ALGORITHMS: [Algorithm; 4] = [
     Algorithm::FixedWindow,
     Algorithm::SlidingLog,
     Algorithm::SlidingCounter,
+    Algorithm::TokenBucket,
 ];
 
 pub async fn boundary_burst() -> Burst {
@@ -327,7 +328,7 @@ pub async fn shaping() -> Shaping {
     let per_minute = Limit::per_minute(100);
     let per_second = Limit::per_second(5);
     let w = secs(60);
-    let defences: [(&'static str, Algorithm, Vec<Limit>); 4] = [
+    let defences: [(&'static str, Algorithm, Vec<Limit>); 5] = [
         (
             "fixed window, 100/min",
             Algorithm::FixedWindow,
@@ -346,6 +347,11 @@ pub async fn shaping() -> Shaping {
         (
             "sliding log, 100/min",
             Algorithm::SlidingLog,
+            vec![per_minute],
+        ),
+        (
+            "token bucket, 100/min",
+            Algorithm::TokenBucket,
             vec![per_minute],
         ),
     ];

@@ -28,22 +28,31 @@ impl Tat {
 
     /// This time with its remainder below `limit`'s `max`, as stored
     /// state read back under another limit may not have it.
+    #[inline]
     fn under(self, limit: &Limit) -> Self {
         let max = limit.max();
+        if self.rem < max {
+            return self;
+        }
         Self {
             micros: self.micros.saturating_add(u64::from(self.rem / max)),
             rem: self.rem % max,
         }
     }
 
-    /// This time plus `n` tokens' refill under `limit`.
+    /// This time (its remainder below `max`) plus `n` tokens' refill
+    /// under `limit`.
+    #[inline]
     fn plus(self, n: u32, limit: &Limit) -> Self {
         let (whole, rem) = tokens(n, limit);
-        let rem = u64::from(self.rem) + rem;
-        let max = u64::from(limit.max());
+        // Both remainders are below `max`: their sum carries at most one.
+        let (rem, carry) = match self.rem.checked_add(rem) {
+            Some(sum) if sum < limit.max() => (sum, 0),
+            _ => (self.rem.wrapping_sub(limit.max()).wrapping_add(rem), 1),
+        };
         Self {
-            micros: self.micros.saturating_add(whole).saturating_add(rem / max),
-            rem: (rem % max) as u32,
+            micros: self.micros.saturating_add(whole).saturating_add(carry),
+            rem,
         }
     }
 
@@ -72,12 +81,19 @@ impl Tat {
 }
 
 /// `n` tokens' refill time under `limit`, `n · W / max`, as whole
-/// microseconds and a remainder in `max`-ths of one.
-fn tokens(n: u32, limit: &Limit) -> (u64, u64) {
-    let total = u128::from(n) * u128::from(limit.window_micros());
-    let max = u128::from(limit.max());
-    let whole = u64::try_from(total / max).unwrap_or(u64::MAX);
-    (whole, (total % max) as u64)
+/// microseconds and a remainder in `max`-ths of one: one division when
+/// `n · W` fits 64 bits, as it does for any request of one unit.
+#[inline]
+fn tokens(n: u32, limit: &Limit) -> (u64, u32) {
+    let max = u64::from(limit.max());
+    match u64::from(n).checked_mul(limit.window_micros()) {
+        Some(total) => (total / max, (total % max) as u32),
+        None => {
+            let total = u128::from(n) * u128::from(limit.window_micros());
+            let whole = u64::try_from(total / u128::from(max)).unwrap_or(u64::MAX);
+            (whole, (total % u128::from(max)) as u32)
+        }
+    }
 }
 
 /// The arrival time after a request of `cost` units at `now`: charged

@@ -111,77 +111,143 @@ fn steps() -> impl Strategy<Value = Vec<Step>> {
 /// Microseconds since the Unix epoch around 2026: `now · max` passes 2^53.
 const EPOCH_2026: u64 = 1_780_000_000_000_000;
 
+/// Whatever judges one key under a policy: `KeyState`, or a store.
+trait Judge {
+    fn decide(&mut self, policy: &Policy, now: u64, cost: u32) -> Decision;
+    fn settle(&mut self, policy: &Policy, now: u64, admitted: &Decision, cost: u32, used: u32);
+}
+
+impl Judge for KeyState {
+    fn decide(&mut self, policy: &Policy, now: u64, cost: u32) -> Decision {
+        KeyState::decide(self, policy, Duration::from_micros(now), cost)
+    }
+
+    fn settle(&mut self, policy: &Policy, now: u64, admitted: &Decision, cost: u32, used: u32) {
+        KeyState::settle(
+            self,
+            policy,
+            Duration::from_micros(now),
+            admitted,
+            cost,
+            used,
+        );
+    }
+}
+
+/// Replays `steps` against `judge` and the model, decision for decision.
+fn agrees_with_the_model(
+    judge: &mut impl Judge,
+    policy: &Policy,
+    steps: Vec<Step>,
+    start: u64,
+) -> Result<(), TestCaseError> {
+    let mut buckets: Vec<Bucket> = policy.limits().iter().map(Bucket::new).collect();
+    let mut now = start;
+    let mut last: Option<(Decision, u32)> = None;
+    for step in steps {
+        match step {
+            Step::Decide(cost) => {
+                let decision = judge.decide(policy, now, cost);
+                let smallest = policy.limits().iter().map(Limit::max).min().unwrap();
+                if cost > smallest {
+                    prop_assert!(!decision.is_allowed());
+                    continue;
+                }
+                let (allowed, wait, left) =
+                    model_decide(&mut buckets, u128::from(now), u128::from(cost));
+                prop_assert_eq!(decision.is_allowed(), allowed, "at {}", now);
+                prop_assert_eq!(decision.retry_after().as_micros(), wait, "at {}", now);
+                prop_assert_eq!(u128::from(decision.remaining()), left, "at {}", now);
+                if allowed {
+                    last = Some((decision, cost));
+                }
+            }
+            Step::Settle(used) => {
+                let Some((admitted, cost)) = last.take() else {
+                    continue;
+                };
+                judge.settle(policy, now, &admitted, cost, used);
+                let judged_at = admitted.decided_at().as_micros();
+                for bucket in &mut buckets {
+                    bucket.settle(
+                        judged_at,
+                        u128::from(now),
+                        u128::from(cost),
+                        u128::from(used),
+                    );
+                }
+            }
+            Step::Forward(by) => now += by,
+            Step::Back(by) => now = now.saturating_sub(by),
+        }
+    }
+    Ok(())
+}
+
+/// Checks that no closed interval of `limit`'s window holds more than
+/// twice its `max` of the units `passed` at each time.
+fn never_twice_the_limit(passed: &[(u64, f64)], limit: &Limit) -> Result<(), TestCaseError> {
+    let w = limit.window().as_micros() as u64;
+    for &(from, _) in passed {
+        let inside: f64 = passed
+            .iter()
+            .filter(|(t, _)| *t >= from && *t <= from + w)
+            .map(|(_, n)| n)
+            .sum();
+        prop_assert!(
+            inside <= 2.0 * f64::from(limit.max()) + 1e-3,
+            "{} units in [{}, {}] under {:?}",
+            inside,
+            from,
+            from + w,
+            limit
+        );
+    }
+    Ok(())
+}
+
+fn one_limit() -> impl Strategy<Value = Policy> {
+    (1u32..10, 1u64..1_000_000).prop_map(|(max, w)| {
+        let limit = Limit::new(max, Duration::from_micros(w)).unwrap();
+        Policy::new(Algorithm::TokenBucket, [limit]).unwrap()
+    })
+}
+
+/// Arrivals: (gap in µs, cost, units the response says it used).
+fn arrivals() -> impl Strategy<Value = Vec<(u64, u32, u32)>> {
+    prop::collection::vec((0u64..300_000, 1u32..4, 0u32..8), 1..200)
+}
+
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(512))]
 
     #[test]
     fn the_bucket_decides_as_the_exact_model(policy in policy(), steps in steps(), epoch in any::<bool>()) {
-        let mut state = KeyState::new(Algorithm::TokenBucket);
-        let mut buckets: Vec<Bucket> = policy.limits().iter().map(Bucket::new).collect();
-        let mut now: u64 = if epoch { EPOCH_2026 } else { 0 };
-        let mut last: Option<(Decision, u32)> = None;
-        for step in steps {
-            let at = Duration::from_micros(now);
-            match step {
-                Step::Decide(cost) => {
-                    let decision = state.decide(&policy, at, cost);
-                    let smallest = policy.limits().iter().map(Limit::max).min().unwrap();
-                    if cost > smallest {
-                        prop_assert!(!decision.is_allowed());
-                        continue;
-                    }
-                    let (allowed, wait, left) = model_decide(&mut buckets, u128::from(now), u128::from(cost));
-                    prop_assert_eq!(decision.is_allowed(), allowed, "at {}", now);
-                    prop_assert_eq!(decision.retry_after().as_micros(), wait, "at {}", now);
-                    prop_assert_eq!(u128::from(decision.remaining()), left, "at {}", now);
-                    if allowed {
-                        last = Some((decision, cost));
-                    }
-                }
-                Step::Settle(used) => {
-                    let Some((admitted, cost)) = last.take() else { continue };
-                    state.settle(&policy, at, &admitted, cost, used);
-                    let judged_at = admitted.decided_at().as_micros();
-                    for bucket in &mut buckets {
-                        bucket.settle(judged_at, u128::from(now), u128::from(cost), u128::from(used));
-                    }
-                }
-                Step::Forward(by) => now += by,
-                Step::Back(by) => now = now.saturating_sub(by),
-            }
-        }
+        let start = if epoch { EPOCH_2026 } else { 0 };
+        agrees_with_the_model(&mut KeyState::new(Algorithm::TokenBucket), &policy, steps, start)?;
     }
 
+    /// Each request settled at once, giving back or charging more; what it
+    /// took is read from the arrival time in the state's bytes. A bucket
+    /// refilled since is charged from now: what lies behind now was given
+    /// back by time, not taken.
     #[test]
-    fn no_window_passes_more_than_twice_the_limit(
-        max in 1u32..10,
-        w in 1u64..1_000_000,
-        steps in prop::collection::vec((0u64..300_000, 1u32..4, 0u32..8), 1..200),
-    ) {
-        let limit = Limit::new(max, Duration::from_micros(w)).unwrap();
-        let policy = Policy::new(Algorithm::TokenBucket, [limit]).unwrap();
-        let mut state = KeyState::new(policy.algorithm());
-        // (time, units taken): each request's cost, less what its settling
-        // gave back, plus what it charged.
-        let mut taken: Vec<(u64, f64)> = Vec::new();
-        let mut now = 0u64;
-        for (gap, cost, used) in steps {
+    fn no_window_passes_more_than_twice_the_limit(policy in one_limit(), arrivals in arrivals()) {
+        let limit = policy.limits()[0];
+        let refill_rate = f64::from(limit.max()) / limit.window().as_micros() as f64;
+        let mut state = KeyState::new(Algorithm::TokenBucket);
+        let mut passed = Vec::new();
+        let mut now = 0;
+        for (gap, cost, used) in arrivals {
             now += gap;
-            let at = Duration::from_micros(now);
-            // A bucket refilled since is charged from now: what lies
-            // behind now was given back by time, not taken.
-            let refilled_to = now as f64 * f64::from(max) / w as f64;
-            let before = tokens_taken(&state, &policy).max(refilled_to);
-            let decision = state.decide(&policy, at, cost);
+            let before = tokens_taken(&state, &policy).max(now as f64 * refill_rate);
+            let decision = Judge::decide(&mut state, &policy, now, cost);
             if decision.is_allowed() {
-                state.settle(&policy, at, &decision, cost, used);
-                taken.push((now, tokens_taken(&state, &policy) - before));
+                Judge::settle(&mut state, &policy, now, &decision, cost, used);
+                passed.push((now, tokens_taken(&state, &policy) - before));
             }
         }
-        for &(start, _) in &taken {
-            let inside: f64 = taken.iter().filter(|(t, _)| *t >= start && *t <= start + w).map(|(_, n)| n).sum();
-            prop_assert!(inside <= 2.0 * f64::from(max) + 1e-3, "{} units in [{}, {}] under {:?}", inside, start, start + w, limit);
-        }
+        never_twice_the_limit(&passed, &limit)?;
     }
 }
 
@@ -197,4 +263,90 @@ fn tokens_taken(state: &KeyState, policy: &Policy) -> f64 {
     let rem = u32::from_le_bytes(record[8..].try_into().unwrap());
     let tat = micros as f64 + f64::from(rem) / f64::from(limit.max());
     tat * f64::from(limit.max()) / limit.window().as_micros() as f64
+}
+
+#[cfg(feature = "redis")]
+#[path = "support/redis_server.rs"]
+mod redis_server;
+#[cfg(feature = "redis")]
+#[path = "support/stores.rs"]
+mod stores;
+
+/// The same on Redis, with Unix-epoch times as the client's clock: the
+/// script's arithmetic must stay exact where `now · max` passes 2^53.
+#[cfg(feature = "redis")]
+mod on_redis {
+    use tokio::runtime::Runtime;
+    use tower_sliding_window::{ManualClock, RedisStore, Store};
+
+    use super::*;
+    use crate::redis_server::shared_url;
+    use crate::stores::redis_store;
+
+    /// One key on a Redis store whose clock the test sets.
+    struct OnRedis {
+        runtime: Runtime,
+        store: RedisStore,
+        clock: ManualClock,
+    }
+
+    impl OnRedis {
+        fn new() -> Self {
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap();
+            let clock = ManualClock::new();
+            let store = runtime.block_on(redis_store(&shared_url(), "bucket", &clock));
+            Self {
+                runtime,
+                store,
+                clock,
+            }
+        }
+    }
+
+    impl Judge for OnRedis {
+        fn decide(&mut self, policy: &Policy, now: u64, cost: u32) -> Decision {
+            self.clock.set(Duration::from_micros(now));
+            let decision = self.store.decide_cost("k".to_owned(), policy, cost);
+            self.runtime.block_on(decision).unwrap()
+        }
+
+        fn settle(&mut self, policy: &Policy, now: u64, admitted: &Decision, cost: u32, used: u32) {
+            self.clock.set(Duration::from_micros(now));
+            let binding = Store::<String>::bind(&self.store, policy);
+            let settled = self
+                .store
+                .settle_bound("k".to_owned(), &binding, admitted, cost, used);
+            self.runtime.block_on(settled).unwrap();
+        }
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(64))]
+
+        #[test]
+        fn redis_decides_as_the_exact_model(policy in policy(), steps in steps()) {
+            agrees_with_the_model(&mut OnRedis::new(), &policy, steps, EPOCH_2026)?;
+        }
+
+        /// Settles that give back, counting what each request used.
+        #[test]
+        fn redis_never_passes_twice_the_limit(policy in one_limit(), arrivals in arrivals()) {
+            let mut redis = OnRedis::new();
+            let mut passed = Vec::new();
+            let mut now = EPOCH_2026;
+            for (gap, cost, used) in arrivals {
+                now += gap;
+                let used = used.min(cost);
+                let decision = redis.decide(&policy, now, cost);
+                if decision.is_allowed() {
+                    redis.settle(&policy, now, &decision, cost, used);
+                    passed.push((now, f64::from(used)));
+                }
+            }
+            never_twice_the_limit(&passed, &policy.limits()[0])?;
+        }
+    }
 }

@@ -113,6 +113,7 @@ impl<K: std::fmt::Display> Store<K> for RedisStore {
         }
         let ask = Ask::Settle {
             at: admitted.at_micros,
+            cost,
             units: i64::from(used) - i64::from(cost),
         };
         let invocation = scripts::invocation(binding.policy(), ask, &name, self.client_now());

@@ -488,7 +488,8 @@ async fn costs_and_settling_decide_alike_in_redis_and_memory() {
 /// up and down, two limits, the clock stepping back now and then, judged
 /// by Redis and by `KeyState` alike. Refills of a fraction of a µs and
 /// limits over 67 million, where cost · (W mod max) passes 2^52, take the
-/// script's remainders and its split products; a penalty its sibling key.
+/// script's remainders and its split products; a penalty its sibling key;
+/// one limit the script's path for one.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_bucket_decides_exactly_on_unix_epoch_times() {
     use std::collections::HashMap;
@@ -509,6 +510,13 @@ async fn the_bucket_decides_exactly_on_unix_epoch_times() {
         Policy::new(
             Algorithm::TokenBucket,
             [limit(13, 2_000_003), limit(1_000_003, 59_999_999)],
+        ),
+        // One limit, as nearly every call judges it, and one over 2^26,
+        // which the script judges as it does several.
+        Policy::new(Algorithm::TokenBucket, [limit(7, 3_000_000)]),
+        Policy::new(
+            Algorithm::TokenBucket,
+            [limit(4_000_000_000, 7_999_999_999)],
         ),
         // Refills of under a µs, with remainders close to max.
         Policy::new(
@@ -568,8 +576,8 @@ async fn the_bucket_decides_exactly_on_unix_epoch_times() {
                 clock.set(Duration::from_micros(now));
                 let used = match (r >> 24) % 4 {
                     0 => 0,
-                    1 => cost + 1 + ((r >> 28) as u32) % smallest,
-                    _ => ((r >> 28) as u32) % (2 * cost + 2),
+                    1 => cost.saturating_add(1 + ((r >> 28) as u32) % smallest),
+                    _ => ((r >> 28) % (2 * u64::from(cost) + 2)).min(u32::MAX.into()) as u32,
                 };
                 let at = Duration::from_micros(now);
                 let from_redis = redis

@@ -10,9 +10,10 @@
 -- time is ever multiplied by max, so every figure stays an exact integer
 -- in Lua's doubles (below 2^53) even with Unix-epoch times.
 --
--- KEYS[1]  the key's state: each limit's TAT as decimal `micros rem`, in
---          the policy's order, separated by spaces ('1780000000123456 3'
---          for one limit)
+-- KEYS[1]  the key's state: each limit's TAT in decimal, in the policy's
+--          order, separated by spaces: `micros`, or `micros+rem` when rem
+--          is not 0 ('1780000000123456' for one limit, which Redis keeps
+--          as an integer; '1780000000333333+1 1780000008571428+4' for two)
 -- KEYS[2]  until when (µs) the key serves a penalty; read and written only
 --          when ARGV[4] is not 0
 -- ARGV[1]  now in µs, or '' to read Redis TIME
@@ -37,7 +38,9 @@
 --   redis-cli --eval bucket.lua k , '' 1 '' 0 b 5 30000000
 --   redis-cli --eval bucket.lua k , '' -2 '1780000000123456 3' 0 b 5 30000000
 -- Numbers are read from ARGV by arithmetic on the strings, which costs Redis
--- less than calls to tonumber.
+-- less than calls to tonumber, and passed to Redis as text printed by '%d'
+-- (through a C long: a 64-bit Redis), which costs it less than printing a
+-- Lua number itself.
 local now
 if ARGV[1] ~= '' then
   now = ARGV[1] + 0
@@ -45,7 +48,9 @@ else
   local t = redis.call('TIME')
   now = t[1] * 1000000 + t[2]
 end
-local units = ARGV[2] + 0
+-- A cost of one, nearly every call's, is compared rather than parsed.
+local units = 1
+if ARGV[2] ~= '1' then units = ARGV[2] + 0 end
 local settle_at, settle_cost
 if ARGV[3] ~= '' then
   local at, cost = string.match(ARGV[3], '^(%d+) (%d+)$')
@@ -57,6 +62,61 @@ local n = (#ARGV - 5) / 2
 if penalty and not settle_at then
   local penalty_until = tonumber(redis.call('GET', KEYS[2]) or '0') or 0
   if penalty_until > now then return {2, now, penalty_until} end
+end
+
+-- One limit, judged, with max below 2^26, so that cost * r (below max^2)
+-- stays below 2^52: nearly every call. The same arithmetic as the loops
+-- further down, which serve every other call, in locals, which cost Redis
+-- less than the loops' table and index arithmetic.
+local max, win
+if n == 1 and not settle_at then max, win = ARGV[6] + 0, ARGV[7] + 0 end
+if max and max < 67108864 then
+  local micros, rem = 0, 0
+  local raw = redis.call('GET', KEYS[1])
+  if raw then
+    -- `micros` (kept by Redis as an integer) or `micros+rem`; anything
+    -- else reads as a fresh key.
+    micros = tonumber(raw)
+    if not micros then
+      local m, r = string.match(raw, '^(%d+)%+(%d+)$')
+      micros, rem = (m or 0) + 0, (r or 0) + 0
+    end
+    if not (micros >= 0 and micros < 9007199254740992 and micros % 1 == 0 and rem < max) then
+      micros, rem = 0, 0
+    end
+  end
+  if micros < now then micros, rem = now, 0 end
+  local reply = {1, now, micros - now, rem}
+  local cost = units
+  if units == 0 then cost = 1 end
+  local r = win % max
+  local part = cost * r
+  local part_rem = part % max
+  micros, rem = micros + cost * ((win - r) / max) + (part - part_rem) / max, rem + part_rem
+  if rem >= max then micros, rem = micros + 1, rem - max end
+  local ahead = micros - now
+  if ahead > win or (ahead == win and rem > 0) then
+    reply[1] = 0
+    if units > 0 and penalty then
+      redis.call('SET', KEYS[2], string.format('%d', now + penalty),
+        'PX', string.format('%d', math.ceil(penalty / 1000) + 1))
+    end
+    return reply
+  elseif units == 0 then
+    return reply
+  end
+  -- The TTL as below: until the TAT, rounded up to the ms, and 5 s more.
+  if rem > 0 then ahead = ahead + 1 end
+  local ttl = (ahead - ahead % 1000) / 1000 + 5000
+  if ahead % 1000 > 0 then ttl = ttl + 1 end
+  local stored
+  if rem == 0 then
+    stored = string.format('%d', micros)
+  else
+    stored = string.format('%d+%d', micros, rem)
+  end
+  redis.call('SET', KEYS[1], stored, 'PX', string.format('%d', ttl))
+  return reply
 end
 
 -- k tokens' refill under a limit of max per win: k * win / max, as whole
@@ -79,37 +139,41 @@ local function refill(k, max, win)
   return whole + (high - high_rem) / max * 65536 + (rest - rem) / max, rem
 end
 
--- Each limit's fields in one table, 4 a limit from st[4i - 3]: max,
--- window, and its TAT's micros and rem. One table, sized at once for two
--- limits, costs Redis less than one per field. A fresh key's TATs are 0:
--- a full bucket.
-local st = {0, 0, 0, 0, 0, 0, 0, 0}
-for i = 1, n do
-  st[4 * i - 3], st[4 * i - 2], st[4 * i - 1], st[4 * i] = ARGV[4 + 2 * i] + 0, ARGV[5 + 2 * i] + 0, 0, 0
-end
--- Anything but 2n decimal integers below 2^53, each rem below its max,
--- reads as a fresh key.
+-- One table for the reply and, past its end, each limit's TAT (its micros
+-- at st[2n + 1 + 2i], its rem next), as read and then as written: one
+-- table costs Redis less than several.
+local st = {1, now, 0, 0, 0, 0}
+local tat = 2 * n + 1
+for i = 1, n do st[tat + 2 * i], st[tat + 2 * i + 1] = 0, 0 end
+-- Anything but the TATs this script writes, each a whole number below
+-- 2^53 with its rem below its max, reads as a fresh key (TATs of 0: full
+-- buckets).
 local raw = redis.call('GET', KEYS[1])
 local fresh = true
 if raw then
-  local fields
-  if n == 1 then
-    fields = {string.match(raw, '^(%d+) (%d+)$')}
-  else
-    fields = {string.match(raw, '^' .. string.rep('(%d+) ', 2 * n - 1) .. '(%d+)$')}
-  end
-  if #fields == 2 * n then
-    fresh = false
-    for i = 1, n do
-      local micros, rem = fields[2 * i - 1] + 0, fields[2 * i] + 0
-      if micros >= 9007199254740992 or rem >= st[4 * i - 3] then
-        fresh = true
-        break
-      end
-      st[4 * i - 1], st[4 * i] = micros, rem
+  local v = n == 1 and tonumber(raw)
+  if v then
+    -- One limit's TAT in whole µs: the integer Redis keeps in the key.
+    if v >= 0 and v < 9007199254740992 and v % 1 == 0 then
+      st[tat + 2], fresh = v, false
     end
-    if fresh then
-      for i = 1, n do st[4 * i - 1], st[4 * i] = 0, 0 end
+  else
+    -- One token a limit, each followed by one space once the value has
+    -- one more: `micros` or `micros+rem`.
+    local i, valid = 0, true
+    for token in string.gmatch(raw .. ' ', '([^ ]*) ') do
+      i = i + 1
+      local micros, rem = string.match(token, '^(%d+)%+(%d+)$')
+      if not micros then micros, rem = string.match(token, '^%d+$'), 0 end
+      valid = valid and i <= n and micros ~= nil
+        and micros + 0 < 9007199254740992 and rem + 0 < ARGV[4 + 2 * i] + 0
+      if not valid then break end
+      st[tat + 2 * i], st[tat + 2 * i + 1] = micros + 0, rem + 0
+    end
+    if valid and i == n then
+      fresh = false
+    else
+      for j = 1, n do st[tat + 2 * j], st[tat + 2 * j + 1] = 0, 0 end
     end
   end
 end
@@ -117,41 +181,40 @@ end
 -- How far the latest TAT lies ahead of now once written, rounded up to the
 -- µs: how long the state matters.
 local ahead_max = 0
-local reply
 if not settle_at then
   -- Judging: every limit charged for the cost (one unit for a peek) from
-  -- the later of its TAT and now, into st; the reply holds where each
-  -- started from.
+  -- the later of its TAT and now; the reply holds where each started from.
   local cost = units
   if units == 0 then cost = 1 end
-  reply = {1, now, 0, 0}
   for i = 1, n do
-    local max, win, micros, rem = st[4 * i - 3], st[4 * i - 2], st[4 * i - 1], st[4 * i]
+    local max, win = ARGV[4 + 2 * i] + 0, ARGV[5 + 2 * i] + 0
+    local micros, rem = st[tat + 2 * i], st[tat + 2 * i + 1]
     if micros < now then micros, rem = now, 0 end
-    reply[1 + 2 * i], reply[2 + 2 * i] = micros - now, rem
+    st[1 + 2 * i], st[2 + 2 * i] = micros - now, rem
     local whole, part = refill(cost, max, win)
     micros, rem = micros + whole, rem + part
     if rem >= max then micros, rem = micros + 1, rem - max end
     local ahead = micros - now
-    if ahead > win or (ahead == win and rem > 0) then reply[1] = 0 end
+    if ahead > win or (ahead == win and rem > 0) then st[1] = 0 end
     if rem > 0 then ahead = ahead + 1 end
     if ahead > ahead_max then ahead_max = ahead end
-    st[4 * i - 1], st[4 * i] = micros, rem
+    st[tat + 2 * i], st[tat + 2 * i + 1] = micros, rem
   end
-  if reply[1] == 0 then
+  if st[1] == 0 and units > 0 and penalty then
     -- A refusal takes nothing, and starts the penalty if there is one.
-    if units > 0 and penalty then
-      redis.call('SET', KEYS[2], string.format('%d', now + penalty),
-        'PX', string.format('%d', math.ceil(penalty / 1000) + 1))
-    end
-    return reply
-  elseif units == 0 then
-    return reply
+    redis.call('SET', KEYS[2], string.format('%d', now + penalty),
+      'PX', string.format('%d', math.ceil(penalty / 1000) + 1))
+  end
+  if st[1] == 0 or units == 0 then
+    -- Redis reads an array up to its first nil: the TATs are left out.
+    st[tat + 2] = nil
+    return st
   end
 else
   if fresh and units < 0 then return {0} end
   for i = 1, n do
-    local max, win, micros, rem = st[4 * i - 3], st[4 * i - 2], st[4 * i - 1], st[4 * i]
+    local max, win = ARGV[4 + 2 * i] + 0, ARGV[5 + 2 * i] + 0
+    local micros, rem = st[tat + 2 * i], st[tat + 2 * i + 1]
     if units < 0 then
       -- Give back the unused units' refill, (c - u) * T, but never the
       -- part of the request's charge that time has refilled already:
@@ -187,27 +250,29 @@ else
     local ahead = micros - now
     if rem > 0 then ahead = ahead + 1 end
     if ahead > ahead_max then ahead_max = ahead end
-    st[4 * i - 1], st[4 * i] = micros, rem
+    st[tat + 2 * i], st[tat + 2 * i + 1] = micros, rem
   end
 end
 
--- The state written back as decimal text (printed by '%d' through a C
--- long: a 64-bit Redis). Its TTL: until the latest TAT, rounded up to the
--- ms (after that every bucket is full, as for a fresh key), and 5 s more,
--- the grace the crate's stores keep bytes for, so that a clock reading a
--- little behind (a client clock that stepped back, a replica's after a
--- failover) still finds the state: it can be as short as one token's
--- refill, where the windows' lasts twice the longest window.
-local stored
-if n == 1 then
-  stored = string.format('%d %d', st[3], st[4])
-else
-  local parts = {}
-  for i = 1, n do parts[i] = string.format('%d %d', st[4 * i - 1], st[4 * i]) end
-  stored = table.concat(parts, ' ')
+-- The state written back (a lone `micros` is kept by Redis as an
+-- integer). Its TTL: until the latest TAT, rounded up to the ms (after
+-- that every bucket is full, as for a fresh key), and 5 s more, the grace
+-- the crate's stores keep bytes for, so that a clock reading a little
+-- behind (a client clock that stepped back, a replica's after a failover)
+-- still finds the state: it can be as short as one token's refill, where
+-- the windows' lasts twice the longest window.
+local parts = {}
+for i = 1, n do
+  local micros, rem = st[tat + 2 * i], st[tat + 2 * i + 1]
+  if rem == 0 then
+    parts[i] = string.format('%d', micros)
+  else
+    parts[i] = string.format('%d+%d', micros, rem)
+  end
 end
 local ttl = (ahead_max - ahead_max % 1000) / 1000 + 5000
 if ahead_max % 1000 > 0 then ttl = ttl + 1 end
-redis.call('SET', KEYS[1], stored, 'PX', string.format('%d', ttl))
+redis.call('SET', KEYS[1], table.concat(parts, ' '), 'PX', string.format('%d', ttl))
 if settle_at then return {1} end
-return reply
+st[tat + 2] = nil
+return st

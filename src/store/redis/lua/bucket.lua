@@ -141,8 +141,8 @@ end
 
 -- One table for the reply and, past its end, each limit's TAT (its micros
 -- at st[2n + 1 + 2i], its rem next), as read and then as written: one
--- table costs Redis less than several.
-local st = {1, now, 0, 0, 0, 0}
+-- table, sized at once for two limits, costs Redis less than several.
+local st = {1, now, 0, 0, 0, 0, 0, 0, 0, 0}
 local tat = 2 * n + 1
 for i = 1, n do st[tat + 2 * i], st[tat + 2 * i + 1] = 0, 0 end
 -- Anything but the TATs this script writes, each a whole number below
@@ -158,19 +158,17 @@ if raw then
       st[tat + 2], fresh = v, false
     end
   else
-    -- One token a limit, each followed by one space once the value has
-    -- one more: `micros` or `micros+rem`.
-    local i, valid = 0, true
-    for token in string.gmatch(raw .. ' ', '([^ ]*) ') do
-      i = i + 1
-      local micros, rem = string.match(token, '^(%d+)%+(%d+)$')
-      if not micros then micros, rem = string.match(token, '^%d+$'), 0 end
-      valid = valid and i <= n and micros ~= nil
-        and micros + 0 < 9007199254740992 and rem + 0 < ARGV[4 + 2 * i] + 0
+    -- One match for every limit: `micros`, then '' or '+rem'.
+    local f = {string.match(raw, '^(%d+)(%+?%d*)' .. string.rep(' (%d+)(%+?%d*)', n - 1) .. '$')}
+    local valid = #f == 2 * n
+    for i = 1, n do
       if not valid then break end
-      st[tat + 2 * i], st[tat + 2 * i + 1] = micros + 0, rem + 0
+      local micros, rem = f[2 * i - 1] + 0, 0
+      if f[2 * i] ~= '' then rem = tonumber(string.sub(f[2 * i], 2)) end
+      valid = rem ~= nil and micros < 9007199254740992 and rem < ARGV[4 + 2 * i] + 0
+      st[tat + 2 * i], st[tat + 2 * i + 1] = micros, rem
     end
-    if valid and i == n then
+    if valid then
       fresh = false
     else
       for j = 1, n do st[tat + 2 * j], st[tat + 2 * j + 1] = 0, 0 end
@@ -261,18 +259,19 @@ end
 -- behind (a client clock that stepped back, a replica's after a failover)
 -- still finds the state: it can be as short as one token's refill, where
 -- the windows' lasts twice the longest window.
-local parts = {}
+local stored, separator = '', ''
 for i = 1, n do
   local micros, rem = st[tat + 2 * i], st[tat + 2 * i + 1]
   if rem == 0 then
-    parts[i] = string.format('%d', micros)
+    stored = stored .. separator .. string.format('%d', micros)
   else
-    parts[i] = string.format('%d+%d', micros, rem)
+    stored = stored .. separator .. string.format('%d+%d', micros, rem)
   end
+  separator = ' '
 end
 local ttl = (ahead_max - ahead_max % 1000) / 1000 + 5000
 if ahead_max % 1000 > 0 then ttl = ttl + 1 end
-redis.call('SET', KEYS[1], table.concat(parts, ' '), 'PX', string.format('%d', ttl))
+redis.call('SET', KEYS[1], stored, 'PX', string.format('%d', ttl))
 if settle_at then return {1} end
 st[tat + 2] = nil
 return st

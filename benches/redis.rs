@@ -1,6 +1,7 @@
-//! The Redis store against a minimal GET/GET/INCR/PEXPIRE script, on a
-//! private redis-server started for the run: decisions per second with one
-//! call in flight and with 64, and Redis CPU per decision from
+//! The Redis store against a minimal GET/GET/INCR/PEXPIRE script (the token
+//! bucket against a minimal GCRA script of its own), on a private
+//! redis-server started for the run: decisions per second with one call in
+//! flight and with 64, and Redis CPU per decision from
 //! `INFO commandstats`, in interleaved rounds. Two rows send half their
 //! calls for one key that is refused, with and without the deny cache; two
 //! more spread calls over 5,000 tenants, under one shared policy or a policy
@@ -35,6 +36,20 @@ local n = redis.call('INCR', KEYS[2])
 redis.call('PEXPIRE', KEYS[2], ARGV[1])
 return n";
 
+/// The cheapest honest GCRA: one limit whose token time is a whole number
+/// of µs (ARGV[1], the window ARGV[2]), the arrival time stored as a
+/// number, Redis TIME, GET and SET with PX, a verdict and a wait: the shape
+/// of go-redis/redis_rate's script, as the yardstick for our bucket.
+const GCRA_BASELINE: &str = "local t = redis.call('TIME')
+local now = t[1] * 1000000 + t[2]
+local tat = tonumber(redis.call('GET', KEYS[1])) or now
+if tat < now then tat = now end
+local new = tat + ARGV[1]
+local ahead = new - now
+if ahead > ARGV[2] + 0 then return {0, ahead - ARGV[2]} end
+redis.call('SET', KEYS[1], new, 'PX', math.ceil(ahead / 1000))
+return {1, ahead}";
+
 #[derive(Clone)]
 enum Contender {
     Ours(RedisStore, Policy),
@@ -46,6 +61,8 @@ enum Contender {
         flooded: Policy,
     },
     Baseline(ConnectionManager, Arc<Script>),
+    /// The GCRA yardstick, a token every µs over a second.
+    GcraBaseline(ConnectionManager, Arc<Script>),
     /// One key per tenant, each judged under its tenant's policy (the
     /// policies may all be one).
     Tenants(RedisStore, Arc<Vec<Policy>>),
@@ -75,6 +92,26 @@ impl Contender {
                     .await
                     .expect("baseline script");
             }
+            Self::GcraBaseline(connection, script) => {
+                let mut connection = connection.clone();
+                let _: Vec<i64> = script
+                    .key(format!("g:{{{key}}}"))
+                    .arg(1)
+                    .arg(1_000_000)
+                    .invoke_async(&mut connection)
+                    .await
+                    .expect("GCRA baseline script");
+            }
+        }
+    }
+
+    /// The row whose script this one is measured against: the bucket's
+    /// own yardstick for the bucket, else the first.
+    fn yardstick(&self, gcra: usize) -> usize {
+        match self {
+            Self::GcraBaseline(..) => gcra,
+            Self::Ours(_, policy) if policy.algorithm() == Algorithm::TokenBucket => gcra,
+            _ => 0,
         }
     }
 }
@@ -178,6 +215,10 @@ async fn main() {
     // the other rows' turns, which a shorter window's would not: the rings
     // would start afresh every round.
     let small_log_policy = Policy::new(Algorithm::SlidingLog, [Limit::per_second(100)]).unwrap();
+    // The bucket as its GCRA yardstick is called: a token every µs, so
+    // every call is accepted and stores a whole µs.
+    let bucket_policy =
+        Policy::new(Algorithm::TokenBucket, [Limit::per_second(1_000_000)]).unwrap();
     // The flooding key's limit: spent by the warm-up, refused for a minute.
     let flooded = Policy::new(Algorithm::SlidingCounter, [Limit::per_minute(10)]).unwrap();
     // A plan with a limit per tenant (each its own value, so its own
@@ -203,7 +244,7 @@ async fn main() {
     let contenders = [
         (
             "baseline GET/GET/INCR/PEXPIRE",
-            Contender::Baseline(manager, Arc::new(Script::new(BASELINE))),
+            Contender::Baseline(manager.clone(), Arc::new(Script::new(BASELINE))),
         ),
         (
             "ours counter, 2 limits",
@@ -220,6 +261,18 @@ async fn main() {
         (
             "ours log, limit 100, full",
             Contender::Ours(store.clone(), small_log_policy),
+        ),
+        (
+            "baseline GCRA GET/TIME/SET PX",
+            Contender::GcraBaseline(manager, Arc::new(Script::new(GCRA_BASELINE))),
+        ),
+        (
+            "ours token bucket, 1 limit",
+            Contender::Ours(store.clone(), bucket_policy.clone()),
+        ),
+        (
+            "ours token bucket, 2 limits",
+            Contender::Ours(store.clone(), two_limits(Algorithm::TokenBucket)),
         ),
         (
             "ours counter, half the calls one refused key",
@@ -292,12 +345,24 @@ async fn main() {
             cpu[i].push(usec_per_decision(&server, 43_000));
         }
     }
+    // The bucket's rows against the GCRA yardstick, the others against
+    // the first row's.
+    let gcra = contenders
+        .iter()
+        .position(|(_, contender)| matches!(contender, Contender::GcraBaseline(..)))
+        .expect("the GCRA baseline row");
     let per_round = |values: &[Vec<f64>], i: usize| {
-        spread((0..ROUNDS).map(|r| values[i][r] / values[0][r]).collect()).1
+        let base = contenders[i].1.yardstick(gcra);
+        spread(
+            (0..ROUNDS)
+                .map(|r| values[i][r] / values[base][r])
+                .collect(),
+        )
+        .1
     };
     let mut table = report::Table::new(
         "Redis: one script call per decision, none for a key known to be refused",
-        &format!("{ROUNDS} interleaved rounds against a private redis-server; decisions a second (median), and the median over rounds of the ratio to the baseline script in the same round. Redis CPU per decision from `INFO commandstats`. The last two rows send every other call for one key over its limit (10 a minute)."),
+        &format!("{ROUNDS} interleaved rounds against a private redis-server; decisions a second (median), and the median over rounds of the ratio to the baseline script in the same round (the token bucket's rows: to the GCRA baseline, one limit of a token every µs as the bucket's row of one limit). Redis CPU per decision from `INFO commandstats`. The last two rows send every other call for one key over its limit (10 a minute)."),
         &["", "1 in flight", "ratio", "64 in flight", "ratio", "Redis CPU µs/decision", "ratio"],
     );
     for (i, (name, _)) in contenders.iter().enumerate() {

@@ -1,7 +1,8 @@
 //! The Redis store decides as the memory store does, decision for decision:
 //! on random traffic, on the log's window edges and full rings, beyond
-//! double precision, with an index that wraps, and with several
-//! connections racing for one key.
+//! double precision, with an index that wraps, with the token bucket on
+//! Unix-epoch times (against `KeyState`), and with several connections
+//! racing for one key.
 #![cfg(feature = "redis")]
 
 #[path = "support/redis_server.rs"]
@@ -16,7 +17,8 @@ use std::time::Duration;
 use redis_server::{shared_url, unique_prefix};
 use stores::{policy, redis_store, ALGORITHMS};
 use tower_sliding_window::{
-    Algorithm, Decision, FailurePolicy, Limit, ManualClock, MemoryStore, Policy, RedisStore, Store,
+    Algorithm, Decision, FailurePolicy, KeyState, Limit, ManualClock, MemoryStore, Policy,
+    RedisStore, Store,
 };
 use xorshift::XorShift;
 
@@ -68,7 +70,7 @@ async fn random_traffic_gets_identical_decisions_from_redis_and_memory() {
     let eight: &[(u32, u64)] = &EIGHT;
     assert_eq!(eight.len(), Policy::MAX_LIMITS);
     type Run<'a> = (u64, Algorithm, &'a [(u32, u64)]);
-    let runs: [Run; 15] = [
+    let runs: [Run; 19] = [
         (7, ALGORITHMS[0], small),
         (11, ALGORITHMS[1], small),
         (13, ALGORITHMS[2], small),
@@ -85,6 +87,10 @@ async fn random_traffic_gets_identical_decisions_from_redis_and_memory() {
         (59, ALGORITHMS[0], eight),
         // One limit whose ring is read a few bytes at a time.
         (61, ALGORITHMS[0], &[(200, 3_000)]),
+        (67, ALGORITHMS[3], small),
+        (71, ALGORITHMS[3], one),
+        (73, ALGORITHMS[3], three),
+        (79, ALGORITHMS[3], eight),
     ];
     for (seed, algorithm, limits) in runs {
         // Fresh stores per run: Redis shares windows between equal policies.
@@ -410,6 +416,7 @@ async fn costs_and_settling_decide_alike_in_redis_and_memory() {
         (5u64, ALGORITHMS[0]),
         (7, ALGORITHMS[1]),
         (11, ALGORITHMS[2]),
+        (13, ALGORITHMS[3]),
     ] {
         for limits in shapes {
             let clock = ManualClock::new();
@@ -473,4 +480,131 @@ async fn costs_and_settling_decide_alike_in_redis_and_memory() {
         }
     }
     println!("differential with costs: {decisions} decisions, Redis and memory identical");
+}
+
+/// The token bucket on Unix-epoch times passed as the client's clock (now
+/// about 1.78e15 µs, where now · max passes 2^53 from a max of 6 on, so the
+/// script must never multiply a time by max): random costs, peeks, settles
+/// up and down, two limits, the clock stepping back now and then, judged
+/// by Redis and by `KeyState` alike. Refills of a fraction of a µs and
+/// limits over 67 million, where cost · (W mod max) passes 2^52, take the
+/// script's remainders and its split products; a penalty its sibling key;
+/// one limit the script's path for one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_bucket_decides_exactly_on_unix_epoch_times() {
+    use std::collections::HashMap;
+
+    const EPOCH: u64 = 1_780_000_000_000_000;
+    let limit = |max, micros| Limit::new(max, Duration::from_micros(micros)).unwrap();
+    let policies = [
+        Policy::new(
+            Algorithm::TokenBucket,
+            [limit(7, 3_000_000), limit(50, 60_000_000)],
+        ),
+        Policy::new(
+            Algorithm::TokenBucket,
+            [limit(7, 3_000_000), limit(50, 60_000_000)],
+        )
+        .map(|policy| policy.with_penalty(Duration::from_millis(2_500))),
+        // Refills of a whole number of µs and a remainder.
+        Policy::new(
+            Algorithm::TokenBucket,
+            [limit(13, 2_000_003), limit(1_000_003, 59_999_999)],
+        ),
+        // One limit, as nearly every call judges it, and one over 2^26,
+        // which the script judges as it does several.
+        Policy::new(Algorithm::TokenBucket, [limit(7, 3_000_000)]),
+        Policy::new(
+            Algorithm::TokenBucket,
+            [limit(4_000_000_000, 7_999_999_999)],
+        ),
+        // Refills of under a µs, with remainders close to max.
+        Policy::new(
+            Algorithm::TokenBucket,
+            [
+                limit(4_000_000_000, 7_999_999_999),
+                limit(3_000_000_007, 86_400_000_001),
+            ],
+        ),
+    ];
+    let (mut decisions, mut accepted, mut settled) = (0, 0, 0);
+    for (seed, policy) in (3u64..).zip(policies) {
+        let policy = policy.unwrap();
+        let clock = ManualClock::new();
+        let redis = redis_store(&shared_url(), "differential-epoch", &clock).await;
+        let binding = Store::<String>::bind(&redis, &policy);
+        let mut states: HashMap<String, KeyState> = HashMap::new();
+        let smallest = policy.limits().iter().map(Limit::max).min().unwrap();
+        let mut rng = XorShift(seed.wrapping_mul(0x9e37_79b9_7f4a_7c15));
+        let mut now = EPOCH;
+        for _ in 0..500 {
+            let r = rng.next();
+            now = match r % 10 {
+                0..=2 => now,
+                3..=5 => now + r % 300_000,
+                6 => now - r % 1_500_000,
+                7..=8 => now + r % 3_000_000,
+                _ => now + r % 20_000_000,
+            };
+            clock.set(Duration::from_micros(now));
+            let at = Duration::from_micros(now);
+            let key = format!("client-{}", (r >> 32) % 3);
+            let state = states
+                .entry(key.clone())
+                .or_insert_with(|| KeyState::new(Algorithm::TokenBucket));
+            let context = format!("{policy:?} at {now} µs, {key}");
+            if (r >> 8).is_multiple_of(7) {
+                let from_redis = redis.peek(key.clone(), &policy).await.unwrap();
+                assert_eq!(from_redis, state.peek(&policy, at), "peek, {context}");
+                continue;
+            }
+            let cost = match (r >> 12) % 8 {
+                0 => 0,
+                1 => smallest + 1,
+                2 => smallest,
+                3 | 4 => 1 + ((r >> 16) as u32) % smallest,
+                _ => 1 + ((r >> 16) as u32) % smallest.min(3),
+            };
+            let from_redis = redis.decide_cost(key.clone(), &policy, cost).await.unwrap();
+            let from_state = state.decide(&policy, at, cost);
+            assert_eq!(from_redis, from_state, "{context}, cost {cost}");
+            decisions += 1;
+            accepted += u32::from(from_redis.is_allowed() && cost > 0);
+            if from_redis.is_allowed() && (r >> 40).is_multiple_of(2) {
+                // Answered a little later, using more or less than reserved.
+                now += (r >> 44) % 2_000_000;
+                clock.set(Duration::from_micros(now));
+                let used = match (r >> 24) % 4 {
+                    0 => 0,
+                    1 => cost.saturating_add(1 + ((r >> 28) as u32) % smallest),
+                    _ => ((r >> 28) % (2 * u64::from(cost) + 2)).min(u32::MAX.into()) as u32,
+                };
+                let at = Duration::from_micros(now);
+                let from_redis = redis
+                    .settle_bound(key.clone(), &binding, &from_redis, cost, used)
+                    .await
+                    .unwrap();
+                let from_state = state.settle(&policy, at, &from_state, cost, used);
+                assert_eq!(
+                    from_redis, from_state,
+                    "{context}, settled {cost} at {used}"
+                );
+                settled += 1;
+                // What the settling left: the next peek agrees too.
+                let peek = redis.peek(key.clone(), &policy).await.unwrap();
+                assert_eq!(
+                    peek,
+                    state.peek(&policy, at),
+                    "{context}, peek after settling"
+                );
+            }
+        }
+    }
+    assert!(
+        accepted > 200 && settled > 100,
+        "{accepted} accepted, {settled} settled"
+    );
+    println!(
+        "bucket on epoch times: {decisions} decisions ({accepted} accepted), {settled} settled, Redis and KeyState identical"
+    );
 }

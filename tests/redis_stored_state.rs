@@ -153,6 +153,47 @@ async fn the_layout_follows_from_the_limits() {
     }
 }
 
+/// The bucket keeps each limit's arrival time in decimal, `micros` or
+/// `micros+rem` (the remainder in max-ths of a µs), in one string a reader
+/// can take in with `GET` (one limit's whole µs an integer, which Redis
+/// keeps inside the key's object), and lets the key expire 5 s after its
+/// latest arrival time.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_bucket_keeps_its_arrival_times_as_decimal_text() {
+    let clock = ManualClock::new();
+    let now = 1_800_000_000 * SECOND;
+    clock.set(Duration::from_micros(now));
+    let redis = store_at(&clock).await;
+    let mut connection = connection().await;
+    // A token every 6 s: two taken leave the arrival time 12 s ahead.
+    let whole = policy(Algorithm::TokenBucket, &[(5, 30_000)]);
+    for _ in 0..2 {
+        assert!(redis.decide("text", &whole).await.unwrap().is_allowed());
+    }
+    let name = redis.key_name(&"text", &whole);
+    let stored: String = connection.get(&name).await.unwrap();
+    assert_eq!(stored, (now + 12 * SECOND).to_string());
+    assert_eq!(encoding(&mut connection, &name).await, "int");
+    let ttl: i64 = connection.pttl(&name).await.unwrap();
+    assert!(ttl > 16_000 && ttl <= 17_000, "PTTL {ttl}");
+    // A token every 333,333 1/3 µs and every 8,571,428 4/7 µs.
+    let thirds = policy(Algorithm::TokenBucket, &[(3, 1_000), (7, 60_000)]);
+    assert!(redis.decide("text", &thirds).await.unwrap().is_allowed());
+    let name = redis.key_name(&"text", &thirds);
+    let stored: String = connection.get(&name).await.unwrap();
+    assert_eq!(stored, format!("{}+1 {}+4", now + 333_333, now + 8_571_428));
+    // A settling that gives the unit back leaves both at now.
+    let admitted = redis.decide("settled", &thirds).await.unwrap();
+    let binding = Store::<&str>::bind(&redis, &thirds);
+    redis
+        .settle_bound("settled", &binding, &admitted, 1, 0)
+        .await
+        .unwrap();
+    let name = redis.key_name(&"settled", &thirds);
+    let stored: String = connection.get(&name).await.unwrap();
+    assert_eq!(stored, format!("{now} {now}"));
+}
+
 /// The packed index is seconds modulo 2^31 for this policy, which wraps in
 /// January 2038: traffic across that instant, with the clock stepping back
 /// over it, is judged as the memory store judges it.
@@ -228,12 +269,28 @@ async fn a_value_that_is_no_state_reads_as_a_fresh_key() {
         &[7, 0, 0, 0, 3, 0, 0, 0, 9, 0, 0, 0],
         &[b'1'; 24],
         b"",
+        // The bucket's arrival times at now and ahead of it, but with a
+        // remainder not below max (10, 100), a number past 2^53, one time
+        // too many or too few, or not the text the script writes.
+        b"1800000000000000+10",
+        b"1800000000000000+10 1800000000000000+100",
+        b"1800000000900000 9007199254740992",
+        b"1800000000900000 1800000000900000 1800000000900000",
+        b"1800000000900000+",
+        b"1800000000900000  1800000000900000",
+        b" 1800000000900000 1800000000900000",
+        b"1800000000900000 1800000000900000 ",
+        b"1800000000900000+-1",
+        b"1800000000900000.5",
+        b"1800000000900000+1.0 1800000000900000",
     ];
-    let one_limit = Policy::new(Algorithm::SlidingCounter, [Limit::per_second(10)]).unwrap();
+    let one_limit = |algorithm| Policy::new(algorithm, [Limit::per_second(10)]).unwrap();
     for policy in [
         per_second_and_minute(Algorithm::SlidingCounter),
         per_second_and_minute(Algorithm::FixedWindow),
-        one_limit,
+        per_second_and_minute(Algorithm::TokenBucket),
+        one_limit(Algorithm::SlidingCounter),
+        one_limit(Algorithm::TokenBucket),
     ] {
         let algorithm = policy.algorithm();
         for (i, value) in values.iter().enumerate() {
@@ -724,6 +781,26 @@ async fn state_is_compact() {
         // longest of these names over one allocator size.
         let bound = 104 + 32 * (limits.len() as u64 - 1);
         assert!(bytes <= bound, "counter {limits:?}: {bytes} bytes");
+    }
+    // The bucket's arrival times as decimal text, Unix-epoch µs: for one
+    // limit, a whole µs is an integer, kept inside the key's object.
+    clock.set(Duration::from_secs(1_800_000_000));
+    for limits in [
+        &[(100u32, 60_000u64)][..],
+        &[(10, 1_000), (100, 60_000)][..],
+    ] {
+        let (bytes, encoding) =
+            bytes_for(&store, &server, Algorithm::TokenBucket, limits, u32::MAX).await;
+        println!(
+            "bucket, {} limit(s): MEMORY USAGE {bytes} bytes, {encoding}",
+            limits.len()
+        );
+        let (expected, bound) = match limits.len() {
+            1 => ("int", 72),
+            _ => ("embstr", 136),
+        };
+        assert_eq!(encoding, expected, "bucket {limits:?}");
+        assert!(bytes <= bound, "bucket {limits:?}: {bytes} bytes");
     }
     let ttl: i64 = server
         .cli(&[

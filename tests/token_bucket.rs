@@ -265,6 +265,33 @@ fn tokens_taken(state: &KeyState, policy: &Policy) -> f64 {
     tat * f64::from(limit.max()) / limit.window().as_micros() as f64
 }
 
+/// A give-back that borrows a whole µs under a limit past 2^31, where a
+/// remainder plus `max` does not fit 32 bits, leaves the bucket exactly
+/// as the model does.
+#[test]
+fn a_give_back_borrows_exactly_under_a_limit_past_2_to_the_31() {
+    // T = 7,999,999,999 / 4e9 µs: a µs and 3,999,999,999 4e9-ths of one.
+    let limit = Limit::new(4_000_000_000, Duration::from_micros(7_999_999_999)).unwrap();
+    let policy = Policy::new(Algorithm::TokenBucket, [limit]).unwrap();
+    let mut state = KeyState::new(Algorithm::TokenBucket);
+    let mut buckets = vec![Bucket::new(&limit)];
+    let now = EPOCH_2026;
+    let at = Duration::from_micros(now);
+    let admitted = state.decide(&policy, at, 2);
+    assert!(model_decide(&mut buckets, now.into(), 2).0);
+    // Two tokens' time ends 3,999,999,998 4e9-ths into a µs; giving one
+    // back (a µs and 3,999,999,999) borrows.
+    state.settle(&policy, at, &admitted, 2, 1);
+    buckets[0].settle(now.into(), now.into(), 2, 1);
+    for cost in [3_999_999_999, 4_000_000_000] {
+        let decision = state.clone().decide(&policy, at, cost);
+        let (allowed, wait, left) = model_decide(&mut buckets.clone(), now.into(), cost.into());
+        assert_eq!(decision.is_allowed(), allowed, "cost {cost}");
+        assert_eq!(decision.retry_after().as_micros(), wait, "cost {cost}");
+        assert_eq!(u128::from(decision.remaining()), left, "cost {cost}");
+    }
+}
+
 #[cfg(feature = "redis")]
 #[path = "support/redis_server.rs"]
 mod redis_server;

@@ -51,9 +51,11 @@ fn main() {
         // One limit of 100, its ring full and wrapping: 80 stamps in
         // its window at bench/redis_load.py's pace.
         "log-100" => (Algorithm::SlidingLog, vec![limit(100, 4_000_000)]),
+        // A token every µs, as the Redis bench's bucket row of one limit.
+        "bucket" => (Algorithm::TokenBucket, vec![limit(1_000_000, 1_000_000)]),
         _ => {
             eprintln!(
-                "usage: redis_script [--args] counter|counter1|counter-packed|counter-time|log|log-steady|log-100"
+                "usage: redis_script [--args] counter|counter1|counter-packed|counter-time|log|log-steady|log-100|bucket"
             );
             std::process::exit(2);
         }
@@ -71,6 +73,7 @@ fn main() {
         Ok(policy) => {
             let file = match policy.algorithm() {
                 Algorithm::SlidingLog => "log.lua",
+                Algorithm::TokenBucket => "bucket.lua",
                 _ => "window.lua",
             };
             let scripts = RedisStore::script_sources();

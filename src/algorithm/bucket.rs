@@ -67,9 +67,11 @@ impl Tat {
                 rem: self.rem - other.rem,
             }
         } else {
+            // A whole µs borrowed. Subtracting first keeps the sum below
+            // max, which may be past 2^31: `self.rem + max` may not fit.
             Self {
                 micros: self.micros - other.micros - 1,
-                rem: self.rem + limit.max() - other.rem,
+                rem: self.rem + (limit.max() - other.rem),
             }
         }
     }

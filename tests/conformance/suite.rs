@@ -601,6 +601,36 @@ pub async fn a_penalty_shuts_a_key_out_without_extending<St: Store<String>>(
     }
 }
 
+/// A peek under a policy with a penalty is told what a request would be
+/// told, the penalty its refusal would start included, but starts nothing:
+/// once the limits have room again, long before that penalty would end, a
+/// request passes.
+pub async fn a_peek_under_a_penalty_starts_nothing<St: Store<String>>(
+    store: St,
+    clock: ManualClock,
+) {
+    for algorithm in ALGORITHMS {
+        at(&clock, 1.0);
+        let policy = policy(algorithm, &[(2, 10)]).with_penalty(Duration::from_secs(60));
+        let key = format!("peeked-{algorithm:?}");
+        for _ in 0..2 {
+            let decision = store.decide(key.clone(), &policy).await.unwrap();
+            assert!(decision.is_allowed(), "{algorithm:?}");
+        }
+        let peek = store.peek(key.clone(), &policy).await.unwrap();
+        assert!(!peek.is_allowed(), "{algorithm:?}");
+        assert_eq!(peek.origin(), Origin::Limits, "{algorithm:?}");
+        assert_eq!(peek.retry_after(), Duration::from_secs(60), "{algorithm:?}");
+        // Two windows on, every algorithm has room again.
+        at(&clock, 21.0);
+        let decision = store.decide(key, &policy).await.unwrap();
+        assert!(
+            decision.is_allowed(),
+            "{algorithm:?}: the peek started nothing"
+        );
+    }
+}
+
 /// Counting only failed logins: successes never use quota, failures do, and
 /// once failures reach the limit every request is refused.
 pub async fn count_only_counts_matching_responses<St: Store<String>>(
@@ -968,6 +998,7 @@ macro_rules! for_each_case {
             costly_requests_at_once_never_over_admit,
             shadow_mode_refuses_nothing_and_records_as_enforcement_would,
             a_penalty_shuts_a_key_out_without_extending,
+            a_peek_under_a_penalty_starts_nothing,
             awkward_keys_stay_apart,
             clock_stepping_back_admits_nothing_extra,
             log_counts_a_stamp_exactly_one_window_old

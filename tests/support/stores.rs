@@ -10,10 +10,11 @@ use tower_sliding_window::{Algorithm, FailurePolicy, Limit, ManualClock, Policy,
 use crate::redis_server::unique_prefix;
 
 /// Every algorithm, for the tests that hold for each.
-pub const ALGORITHMS: [Algorithm; 3] = [
+pub const ALGORITHMS: [Algorithm; 4] = [
     Algorithm::SlidingLog,
     Algorithm::SlidingCounter,
     Algorithm::FixedWindow,
+    Algorithm::TokenBucket,
 ];
 
 /// A store on the Redis at `url` under a prefix of its own, on `clock`,

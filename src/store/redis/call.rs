@@ -113,6 +113,7 @@ impl<K: std::fmt::Display> Store<K> for RedisStore {
         }
         let ask = Ask::Settle {
             at: admitted.at_micros,
+            cost,
             units: i64::from(used) - i64::from(cost),
         };
         let invocation = scripts::invocation(binding.policy(), ask, &name, self.client_now());
@@ -180,13 +181,12 @@ impl RedisStore {
             .map_err(|e| super::error("Redis script failed".into(), e))?;
         let decision = reply::decision(policy, &reply, ask.cost())?;
         let penalty = policy.penalty_micros();
-        // The script started the key's penalty with this refusal.
+        // A refusal by the limits starts the key's penalty: the script
+        // started it if the request was to be recorded. A peek is told what
+        // such a request would be told, as the memory store and `KeyState`
+        // tell it, though it started nothing.
         Ok(
-            if ask.records()
-                && penalty > 0
-                && decision.origin == Origin::Limits
-                && !decision.is_allowed()
-            {
+            if penalty > 0 && decision.origin == Origin::Limits && !decision.is_allowed() {
                 decision.starting_penalty(penalty)
             } else {
                 decision

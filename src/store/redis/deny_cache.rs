@@ -107,8 +107,9 @@ impl RedisStore {
             // Redis answers the rest of a penalty as a penalty's.
             Origin::Limits if policy.penalty_micros() > 0 => {
                 if !ask.records() {
-                    // A peek starts no penalty, so its wait is shorter than
-                    // the one the next recorded refusal will start.
+                    // A peek is told the penalty a recorded refusal would
+                    // start, but starts none in Redis: a request may pass
+                    // before that wait is up.
                     return;
                 }
                 Decision::in_penalty(

@@ -35,9 +35,9 @@ use crate::policy::Policy;
 /// * **One round trip per decision.** All limits of a policy are judged and
 ///   recorded all-or-nothing by one script, called by its SHA (reloaded
 ///   transparently after a restart, failover or `SCRIPT FLUSH`). The
-///   scripts are three fixed Lua files, the same for every policy: each
+///   scripts are four fixed Lua files, the same for every policy: each
 ///   call passes the policy's limits as arguments, so Redis's script cache
-///   holds those three whether the service has one policy or a limit per
+///   holds those four whether the service has one policy or a limit per
 ///   tenant, and the store keeps nothing per policy.
 ///   [`script_sources`](RedisStore::script_sources) shows their text; each
 ///   documents its keys, arguments and reply, to run it with
@@ -49,18 +49,21 @@ use crate::policy::Policy;
 ///   stamp) and is never judged earlier, so a server clock that steps
 ///   back (a failover to a node whose clock is behind) cannot admit extra
 ///   requests; Redis's own
-///   expiry steps back with it. [`with_clock`](RedisStore::with_clock)
+///   expiry steps back with it. The token bucket needs no such rule: its
+///   arrival times never move back, so an earlier time only judges more
+///   strictly. [`with_clock`](RedisStore::with_clock)
 ///   supplies the time from the client instead (a
 ///   [`ManualClock`](crate::ManualClock) in tests); such a clock must not
-///   step back by more than the TTL (twice the longest window), since keys
-///   expire on Redis's time and their TTL is renewed only when a new window
-///   starts.
+///   step back by more than the TTL (twice the longest window; the
+///   bucket's, as long as its state matters), since keys expire on Redis's
+///   time and the windows' TTL is renewed only when a new window starts.
 /// * **Compact.** The log keeps a ring of 8-byte timestamps (as many as the
 ///   largest limit) and a short trailer in one string; the counter and
 ///   fixed window keep one integer where the counts are small enough to
-///   share it with the window index, else 12 bytes a limit (docs/design.md
-///   has the layouts). Every key expires once it has been idle long enough
-///   to no longer matter.
+///   share it with the window index, else 12 bytes a limit; the token
+///   bucket one arrival time a limit, as decimal text (docs/design.md has
+///   the layouts). Every key expires once it has been idle long enough to
+///   no longer matter.
 /// * **Keys** are `prefix:{user key}:v3:name/signature`: the user's key is a
 ///   hash tag, escaped so that `{`, `}`, `%` and control bytes can neither
 ///   move it to another slot nor make two keys collide. `v3` names the
@@ -258,10 +261,10 @@ impl RedisStore {
     }
 
     /// The Lua scripts this store runs in Redis, by file name, to read
-    /// what runs on the server (or to measure it). The same three serve
+    /// what runs on the server (or to measure it). The same four serve
     /// every policy: each call passes the limits as arguments, and each
     /// file's header says which.
-    pub fn script_sources() -> [(&'static str, &'static str); 3] {
+    pub fn script_sources() -> [(&'static str, &'static str); 4] {
         scripts::SOURCES
     }
 }

@@ -1,12 +1,14 @@
 //! The scripts' replies, arrays of integers, turned into decisions through
 //! the same algorithm code the memory store runs. A reply that cannot be
 //! true (the wrong length, a count over its limit, a stamp after now, a
-//! verdict the algorithm would not reach from the state sent) is a
-//! [`StoreError`], answered under the failure policy.
+//! remainder not below its limit's max, a verdict the algorithm would not
+//! reach from the state sent) is a [`StoreError`], answered under the
+//! failure policy.
 
 use crate::algorithm::log::{blocked_for, quota};
 use crate::algorithm::refusal::{tightest_known, Verdict};
-use crate::algorithm::{Algorithm, Decision, FixedWindow, SlidingCounter};
+use crate::algorithm::{Algorithm, Decision, FixedWindow, SlidingCounter, TokenBucket};
+use crate::limit::Limit;
 use crate::policy::Policy;
 use crate::store::{StoreError, StoreErrorKind};
 
@@ -40,7 +42,7 @@ pub(super) fn decision(policy: &Policy, reply: &[i64], cost: u32) -> Result<Deci
             Algorithm::SlidingCounter | Algorithm::FixedWindow => {
                 window_decision(policy, reply, now, cost)
             }
-            _ => None,
+            Algorithm::TokenBucket => bucket_decision(policy, reply, now, cost),
         },
         _ => None,
     };
@@ -70,6 +72,41 @@ fn window_decision(policy: &Policy, reply: &[i64], now: u64, cost: u32) -> Optio
         }
         _ => SlidingCounter::from_parts(slots).decide_micros(now, limits, cost),
     };
+    (decision.is_allowed() == (reply[0] == ACCEPTED)).then_some(decision)
+}
+
+/// The bucket script's verdict: `{verdict, now, then per limit how far its
+/// arrival time lay ahead of now as the request was judged, before it was
+/// charged, as µs and max-ths}`. The algorithm decides afresh from those
+/// arrival times, working out the wait or the quota, and must agree.
+fn bucket_decision(policy: &Policy, reply: &[i64], now: u64, cost: u32) -> Option<Decision> {
+    let limits = policy.limits();
+    if reply.len() != 2 + 2 * limits.len() {
+        return None;
+    }
+    // Every field whole and non-negative, a remainder below its max, and
+    // the arrival time it gives representable.
+    let tat = |i: usize, limit: &Limit| {
+        let ahead = u64::try_from(reply[2 + 2 * i]).ok()?;
+        let rem = u32::try_from(reply[3 + 2 * i])
+            .ok()
+            .filter(|&rem| rem < limit.max())?;
+        Some((now.checked_add(ahead)?, rem))
+    };
+    if limits
+        .iter()
+        .enumerate()
+        .any(|(i, limit)| tat(i, limit).is_none())
+    {
+        return None;
+    }
+    let mut bucket = TokenBucket::from_parts(
+        limits
+            .iter()
+            .enumerate()
+            .filter_map(|(i, limit)| tat(i, limit)),
+    );
+    let decision = bucket.decide_micros(now, limits, cost);
     (decision.is_allowed() == (reply[0] == ACCEPTED)).then_some(decision)
 }
 
@@ -117,7 +154,6 @@ mod tests {
     use std::time::Duration;
 
     use super::*;
-    use crate::limit::Limit;
 
     fn policy(algorithm: Algorithm) -> Policy {
         let limit = |max, secs| Limit::new(max, Duration::from_secs(secs)).unwrap();
@@ -157,6 +193,39 @@ mod tests {
         // A cost judged as the script did.
         assert!(decision(&counter, &[0, now, 0, 8, 0, 20], 3).is_ok());
         assert!(decision(&policy(Algorithm::FixedWindow), &[1, now, 0, 9, 0, 20], 1).is_ok());
+    }
+
+    #[test]
+    fn a_bucket_reply_is_judged_again_by_the_algorithm() {
+        // 10 a second and 100 a minute: a token every 100 ms and 600 ms.
+        let bucket = policy(Algorithm::TokenBucket);
+        let now = 1_780_000_000_000_000;
+        let fresh = decision(&bucket, &[1, now, 0, 0, 0, 0], 1).unwrap();
+        assert_eq!(summary(&fresh), (true, 0, 9, Duration::ZERO));
+        // 900 ms ahead: one more token fits exactly, one µs more does not.
+        let last = decision(&bucket, &[1, now, 900_000, 0, 0, 0], 1).unwrap();
+        assert_eq!(summary(&last), (true, 0, 0, Duration::ZERO));
+        let refused = decision(&bucket, &[0, now, 900_001, 0, 0, 0], 1).unwrap();
+        assert_eq!(summary(&refused), (false, 0, 0, Duration::from_micros(1)));
+        // A cost judged as the script did: a whole bucket does not fit
+        // behind a remainder just below max.
+        assert!(decision(&bucket, &[1, now, 0, 0, 0, 0], 10).is_ok());
+        assert!(decision(&bucket, &[1, now, 0, 9, 0, 0], 10).is_err());
+        assert!(decision(&bucket, &[0, now, 0, 9, 0, 0], 10).is_ok());
+        // The verdict the algorithm would not reach.
+        assert!(decision(&bucket, &[0, now, 900_000, 0, 0, 0], 1).is_err());
+        assert!(decision(&bucket, &[1, now, 900_001, 0, 0, 0], 1).is_err());
+        // A remainder not below its max, negative fields, lengths no reply
+        // has.
+        assert!(decision(&bucket, &[1, now, 0, 10, 0, 0], 1).is_err());
+        assert!(decision(&bucket, &[1, now, 0, 0, 0, 100], 1).is_err());
+        assert!(decision(&bucket, &[1, now, -1, 0, 0, 0], 1).is_err());
+        assert!(decision(&bucket, &[1, now, 0, -1, 0, 0], 1).is_err());
+        assert!(decision(&bucket, &[1, now, 0, 0, 0], 1).is_err());
+        assert!(decision(&bucket, &[1, now, 0, 0, 0, 0, 0], 1).is_err());
+        // Times at the edge of what fits are judged, not a panic.
+        let _ = decision(&bucket, &[0, i64::MAX, i64::MAX, 9, i64::MAX, 99], 1);
+        let _ = decision(&bucket, &[1, 0, i64::MAX, 0, 0, 0], 1);
     }
 
     #[test]

@@ -1,6 +1,6 @@
 //! The fixed scripts the store runs, one set for every policy, and how a
 //! call fills their arguments: the policy's limits travel with each call,
-//! so Redis's script cache holds these three whatever the number of
+//! so Redis's script cache holds these four whatever the number of
 //! policies. Each file's header documents its keys, arguments and replies.
 
 use std::sync::LazyLock;
@@ -17,16 +17,19 @@ const WINDOW: &str = include_str!("lua/window.lua");
 const LOG: &str = include_str!("lua/log.lua");
 /// The sliding log's requests of several units, and its settling.
 const LOG_REWRITE: &str = include_str!("lua/log_rewrite.lua");
+/// The token bucket: judging, peeking, settling.
+const BUCKET: &str = include_str!("lua/bucket.lua");
 
 /// Every script the store runs, by its file name in `lua/`.
-pub(super) const SOURCES: [(&str, &str); 3] = [
+pub(super) const SOURCES: [(&str, &str); 4] = [
     ("window.lua", WINDOW),
     ("log.lua", LOG),
     ("log_rewrite.lua", LOG_REWRITE),
+    ("bucket.lua", BUCKET),
 ];
 
 /// The scripts with their SHA1 digests, computed once per process.
-static SCRIPTS: LazyLock<[Script; 3]> =
+static SCRIPTS: LazyLock<[Script; 4]> =
     LazyLock::new(|| SOURCES.map(|(_, source)| Script::new(source)));
 
 /// What a call asks of a script.
@@ -37,9 +40,9 @@ pub(super) enum Ask {
     /// Judge a request of this many units (at least one), recording them
     /// all if every limit has room.
     Record(u32),
-    /// Settle a request judged at `at` (µs): charge `units` more, or give
-    /// back as many if negative.
-    Settle { at: u64, units: i64 },
+    /// Settle a request judged at `at` (µs) for `cost` units: charge
+    /// `units` more, or give back as many if negative.
+    Settle { at: u64, cost: u32, units: i64 },
 }
 
 impl Ask {
@@ -59,18 +62,21 @@ impl Ask {
 /// The call of the script that does `ask` for the key `name` under
 /// `policy`, with now in µs from the client's clock, if it has one (else
 /// the script reads Redis `TIME`). The arguments are the same for every
-/// script: now, the units, the time judged at for a settling, the penalty,
-/// the algorithm, then each limit's max and window.
+/// script: now, the units, the time judged at for a settling (for the
+/// bucket followed by the request's cost, which bounds what it may give
+/// back), the penalty, the algorithm, then each limit's max and window.
 pub(super) fn invocation(
     policy: &Policy,
     ask: Ask,
     name: &str,
     now: Option<u64>,
 ) -> ScriptInvocation<'static> {
-    let scripts: &'static [Script; 3] = &SCRIPTS;
-    let script = match (policy.algorithm(), ask) {
+    let scripts: &'static [Script; 4] = &SCRIPTS;
+    let algorithm = policy.algorithm();
+    let script = match (algorithm, ask) {
         (Algorithm::SlidingLog, Ask::Peek | Ask::Record(1)) => &scripts[1],
         (Algorithm::SlidingLog, _) => &scripts[2],
+        (Algorithm::TokenBucket, _) => &scripts[3],
         _ => &scripts[0],
     };
     let mut invocation = script.key(name);
@@ -82,9 +88,12 @@ pub(super) fn invocation(
     match ask {
         Ask::Peek => invocation.arg(0).arg(""),
         Ask::Record(cost) => invocation.arg(cost).arg(""),
-        Ask::Settle { at, units } => invocation.arg(units).arg(at),
+        Ask::Settle { at, cost, units } if algorithm == Algorithm::TokenBucket => {
+            invocation.arg(units).arg(format!("{at} {cost}"))
+        }
+        Ask::Settle { at, units, .. } => invocation.arg(units).arg(at),
     };
-    invocation.arg(penalty).arg(policy.algorithm().letter());
+    invocation.arg(penalty).arg(algorithm.letter());
     for limit in policy.limits() {
         invocation.arg(limit.max()).arg(limit.window_micros());
     }

@@ -402,4 +402,74 @@ async fn main() {
         ]);
     }
     table.finish();
+    memory_per_key(&server, &url).await;
+}
+
+/// What one key's state takes in Redis (`MEMORY USAGE`, key and value with
+/// Redis's own overhead) after a few requests, per algorithm: the state
+/// key only (no penalty).
+async fn memory_per_key(server: &Server, url: &str) {
+    let store = RedisStore::connect(url)
+        .await
+        .expect("connect")
+        .with_prefix("memory");
+    let per_minute = Limit::per_minute(100);
+    let per_second = Limit::per_second(10);
+    let rows: [(&str, Algorithm, Vec<Limit>); 7] = [
+        (
+            "counter, 1 limit",
+            Algorithm::SlidingCounter,
+            vec![per_minute],
+        ),
+        (
+            "counter, 2 limits",
+            Algorithm::SlidingCounter,
+            vec![per_second, per_minute],
+        ),
+        (
+            "fixed window, 1 limit",
+            Algorithm::FixedWindow,
+            vec![per_minute],
+        ),
+        (
+            "token bucket, 1 limit",
+            Algorithm::TokenBucket,
+            vec![per_minute],
+        ),
+        (
+            "token bucket, 2 limits",
+            Algorithm::TokenBucket,
+            vec![per_second, per_minute],
+        ),
+        (
+            "log, 1 limit, 5 stamps",
+            Algorithm::SlidingLog,
+            vec![per_minute],
+        ),
+        (
+            "log, 1 limit, 100 stamps",
+            Algorithm::SlidingLog,
+            vec![per_minute],
+        ),
+    ];
+    let mut table = report::Table::new(
+        "Redis: memory per key",
+        "`MEMORY USAGE` of one key's state after its requests (one limit of 100 a minute, or that and 10 a second), on the bench's redis-server.",
+        &["", "bytes a key"],
+    );
+    for (i, (name, algorithm, limits)) in rows.into_iter().enumerate() {
+        let policy = Policy::new(algorithm, limits).unwrap();
+        let requests = if name.ends_with("100 stamps") { 100 } else { 5 };
+        let key = format!("key-{i}");
+        for _ in 0..requests {
+            let decision = store.decide(key.clone(), &policy).await.expect("decide");
+            assert!(decision.is_allowed(), "{name}: {decision:?}");
+        }
+        let name_in_redis = store.key_name(&key, &policy);
+        let bytes = server
+            .cli(&["MEMORY", "USAGE", &name_in_redis])
+            .expect("MEMORY USAGE");
+        table.row(&[name.to_string(), bytes]);
+    }
+    table.finish();
 }

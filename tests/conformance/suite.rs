@@ -107,34 +107,23 @@ pub async fn vector_l<St: Store<String>>(store: St, clock: ManualClock) {
 /// five tokens, one back every 6 s, so `t` is the time to the next token.
 pub async fn vector_t<St: Store<String>>(store: St, clock: ManualClock) {
     let svc = service(store, policy(Algorithm::TokenBucket, &[(5, 30)]));
+    // A full bucket's burst: five pass, the sixth waits for a token.
+    let burst: &[(u16, &str)] = &[
+        (200, "r=4;t=6"),
+        (200, "r=3;t=6"),
+        (200, "r=2;t=6"),
+        (200, "r=1;t=6"),
+        (200, "r=0;t=6"),
+        (429, "r=0;t=6"),
+    ];
     let script: [(f64, &[(u16, &str)]); 4] = [
-        (
-            0.0,
-            &[
-                (200, "r=4;t=6"),
-                (200, "r=3;t=6"),
-                (200, "r=2;t=6"),
-                (200, "r=1;t=6"),
-                (200, "r=0;t=6"),
-                (429, "r=0;t=6"),
-            ],
-        ),
+        (0.0, burst),
         (6.0, &[(200, "r=0;t=6"), (429, "r=0;t=6")]),
         (
             20.0,
             &[(200, "r=1;t=4"), (200, "r=0;t=4"), (429, "r=0;t=4")],
         ),
-        (
-            60.0,
-            &[
-                (200, "r=4;t=6"),
-                (200, "r=3;t=6"),
-                (200, "r=2;t=6"),
-                (200, "r=1;t=6"),
-                (200, "r=0;t=6"),
-                (429, "r=0;t=6"),
-            ],
-        ),
+        (60.0, burst),
     ];
     for (time, expected) in script {
         at(&clock, time);

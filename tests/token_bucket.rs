@@ -64,6 +64,12 @@ impl Bucket {
 /// Judges `cost` units at `now` by the model: (allowed, retry-after µs,
 /// tokens left under the tightest limit).
 fn model_decide(buckets: &mut [Bucket], now: u128, cost: u128) -> (bool, u128, u128) {
+    if cost == 0 {
+        // Passes, taking nothing, and is told what one unit would be
+        // (docs/design.md, "A peek"): one token fewer than are there.
+        let (fits, _, left) = model_decide(&mut buckets.to_vec(), now, 1);
+        return (true, 0, if fits { left } else { 0 });
+    }
     let wait = buckets.iter().map(|b| b.wait(now, cost)).max().unwrap();
     if wait > 0 {
         return (false, wait, 0);
@@ -76,8 +82,10 @@ fn model_decide(buckets: &mut [Bucket], now: u128, cost: u128) -> (bool, u128, u
 }
 
 fn policy() -> impl Strategy<Value = Policy> {
+    // Small maxima, and some past 2^26, where Redis splits its products.
+    let max = prop_oneof![4 => 1u32..12, 1 => 1u32 << 26..u32::MAX];
     let limit = (
-        1u32..12,
+        max,
         prop_oneof![1u64..100, 1_000u64..10_000_000, 1u64..1 << 36],
     );
     prop::collection::vec(limit, 1..=2).prop_map(|limits| {
@@ -99,7 +107,7 @@ enum Step {
 fn steps() -> impl Strategy<Value = Vec<Step>> {
     prop::collection::vec(
         prop_oneof![
-            5 => prop_oneof![3 => Just(1u32), 1 => 1u32..8].prop_map(Step::Decide),
+            5 => prop_oneof![3 => Just(1u32), 1 => 0u32..8, 1 => 1u32 << 26..u32::MAX].prop_map(Step::Decide),
             2 => (0u32..16).prop_map(Step::Settle),
             4 => prop_oneof![0u64..50, 0u64..2_000_000, 0u64..1 << 34].prop_map(Step::Forward),
             1 => (0u64..1_000_000).prop_map(Step::Back),

@@ -26,18 +26,16 @@ impl Tat {
         Self { micros, rem: 0 }
     }
 
-    /// This time with its remainder below `limit`'s `max`, as stored
-    /// state read back under another limit may not have it.
+    /// This time with its remainder below `limit`'s `max`. Only bytes
+    /// written under another limit (or by no store) hold a larger one:
+    /// they are read as the next whole microsecond, as
+    /// [`ceil`](Self::ceil) and so a state's idle time read them.
     #[inline]
-    fn under(self, limit: &Limit) -> Self {
-        let max = limit.max();
-        if self.rem < max {
+    fn normalized(self, limit: &Limit) -> Self {
+        if self.rem < limit.max() {
             return self;
         }
-        Self {
-            micros: self.micros.saturating_add(u64::from(self.rem / max)),
-            rem: self.rem % max,
-        }
+        Self::at(self.ceil())
     }
 
     /// This time (its remainder below `max`) plus `n` tokens' refill
@@ -101,7 +99,7 @@ fn tokens(n: u32, limit: &Limit) -> (u64, u32) {
 /// The arrival time after a request of `cost` units at `now`: charged
 /// from the stored one, or from `now` if the bucket has since refilled.
 fn charged(tat: Tat, now: u64, cost: u32, limit: &Limit) -> Tat {
-    tat.under(limit).max(Tat::at(now)).plus(cost, limit)
+    tat.normalized(limit).max(Tat::at(now)).plus(cost, limit)
 }
 
 /// How long until a request that would move the arrival time to `next`
@@ -123,7 +121,7 @@ fn wait(next: Tat, now: u64, limit: &Limit) -> Option<u64> {
 /// passes at most twice its `max` (a full burst and a window's refill).
 ///
 /// A clock that steps back needs no rule of its own: the arrival times
-/// never move back, so an earlier time only judges more strictly.
+/// never move back as it judges, so an earlier time only judges more strictly.
 #[derive(Clone, Debug, Default)]
 pub struct TokenBucket {
     slots: Slots<Tat>,
@@ -208,12 +206,12 @@ pub(crate) fn decide(slots: &mut [Tat], now: u64, limits: &[Limit], cost: impl U
     for (tat, limit) in slots.iter_mut().zip(limits) {
         *tat = charged(*tat, now, cost.get(), limit);
     }
-    let quota = |index: usize| ahead(slots[index], now);
+    let quota_of = |index: usize| quota_ahead(slots[index], now);
     tightest(
         limits,
         now,
-        |index| quota(index).resolve(&limits[index], now).0,
-        quota,
+        |index| quota_of(index).resolve(&limits[index], now).0,
+        quota_of,
     )
 }
 
@@ -226,12 +224,12 @@ pub(crate) fn decide_one(tat: &mut Tat, now: u64, limit: &Limit, cost: impl Unit
         return refused(limits, now, 0, wait);
     }
     *tat = next;
-    accepted(limits, now, 0, ahead(next, now))
+    accepted(limits, now, 0, quota_ahead(next, now))
 }
 
 /// The quota of a bucket whose arrival time is `tat` (no earlier than
 /// `now`), kept as how far ahead of `now` it lies.
-fn ahead(tat: Tat, now: u64) -> Quota {
+fn quota_ahead(tat: Tat, now: u64) -> Quota {
     Quota::Bucket {
         micros: tat.micros - now,
         rem: tat.rem,
@@ -264,11 +262,13 @@ pub(crate) fn quota(micros: u64, rem: u32, limit: &Limit) -> (u32, u64) {
 pub(crate) fn settle(slots: &mut [Tat], settled: &Settlement, limits: &[Limit]) {
     let (cost, used, now) = (settled.cost, settled.used, settled.now);
     for (tat, limit) in slots.iter_mut().zip(limits) {
-        let current = tat.under(limit);
+        let current = tat.normalized(limit);
         *tat = if used < cost {
             let unused = Tat::default().plus(cost - used, limit);
+            // A request of more than `max` units was never taken whole
+            // (it is refused unjudged): its charge was at most `max`'s.
             let unrefilled = Tat::at(settled.at)
-                .plus(cost, limit)
+                .plus(cost.min(limit.max()), limit)
                 .minus(Tat::at(now), limit);
             current.minus(unused.min(unrefilled), limit)
         } else {

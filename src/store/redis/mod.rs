@@ -50,7 +50,7 @@ use crate::policy::Policy;
 ///   back (a failover to a node whose clock is behind) cannot admit extra
 ///   requests; Redis's own
 ///   expiry steps back with it. The token bucket needs no such rule: its
-///   arrival times never move back, so an earlier time only judges more
+///   arrival times never move back as it judges, so an earlier time only judges more
 ///   strictly. [`with_clock`](RedisStore::with_clock)
 ///   supplies the time from the client instead (a
 ///   [`ManualClock`](crate::ManualClock) in tests); such a clock must not

@@ -216,8 +216,8 @@ else
     if units < 0 then
       -- Give back the unused units' refill, (c - u) * T, but never the
       -- part of the request's charge that time has refilled already:
-      -- at most at + c * T - now. The client never settles a cost over a
-      -- limit's max (it refuses such requests unjudged).
+      -- at most at + c * T - now, with c at most the limit's max (a
+      -- request of more was refused unjudged, so never taken whole).
       local back, back_rem = refill(-units, max, win)
       local left, left_rem = refill(math.min(settle_cost, max), max, win)
       left = settle_at + left - now

@@ -235,18 +235,8 @@ impl KeyState {
                     bytes.extend(current.to_le_bytes());
                 }
             }
-            Counts::Fixed(fixed) => {
-                for (window, count) in fixed.parts() {
-                    bytes.extend(window.to_le_bytes());
-                    bytes.extend(count.to_le_bytes());
-                }
-            }
-            Counts::Bucket(bucket) => {
-                for (micros, rem) in bucket.parts() {
-                    bytes.extend(micros.to_le_bytes());
-                    bytes.extend(rem.to_le_bytes());
-                }
-            }
+            Counts::Fixed(fixed) => write_pairs(&mut bytes, fixed.parts()),
+            Counts::Bucket(bucket) => write_pairs(&mut bytes, bucket.parts()),
             Counts::Log(log) => {
                 for stamp in log.stamps() {
                     bytes.extend(stamp.to_le_bytes());
@@ -290,14 +280,10 @@ impl KeyState {
                     .map(|r| (le(&r[..8]), le(&r[8..12]) as u32, le(&r[12..]) as u32)),
             )),
             FIXED => Counts::Fixed(FixedWindow::from_parts(
-                records::<12>(body, Policy::MAX_LIMITS)
-                    .ok_or_else(|| malformed("fixed window slots"))?
-                    .map(|r| (le(&r[..8]), le(&r[8..]) as u32)),
+                read_pairs(body).ok_or_else(|| malformed("fixed window slots"))?,
             )),
             BUCKET => Counts::Bucket(TokenBucket::from_parts(
-                records::<12>(body, Policy::MAX_LIMITS)
-                    .ok_or_else(|| malformed("token bucket arrival times"))?
-                    .map(|r| (le(&r[..8]), le(&r[8..]) as u32)),
+                read_pairs(body).ok_or_else(|| malformed("token bucket arrival times"))?,
             )),
             LOG => {
                 let stamps: Vec<u64> = records::<8>(body, crate::algorithm::log::MAX_SLOTS)
@@ -343,6 +329,21 @@ const PENALTY: u8 = 0x80;
 fn records<const N: usize>(body: &[u8], most: usize) -> Option<impl Iterator<Item = [u8; N]> + '_> {
     let (records, rest) = body.as_chunks::<N>();
     (rest.is_empty() && records.len() <= most).then(|| records.iter().copied())
+}
+
+/// Writes a `u64` and a `u32` a limit: the fixed window's index and
+/// count, the bucket's arrival time in whole µs and its remainder.
+fn write_pairs(bytes: &mut Vec<u8>, pairs: impl Iterator<Item = (u64, u32)>) {
+    for (word, count) in pairs {
+        bytes.extend(word.to_le_bytes());
+        bytes.extend(count.to_le_bytes());
+    }
+}
+
+/// Reads what [`write_pairs`] wrote; `None` if `body` is not a whole
+/// number of records, or holds more than a policy's limits.
+fn read_pairs(body: &[u8]) -> Option<impl Iterator<Item = (u64, u32)> + '_> {
+    Some(records::<12>(body, Policy::MAX_LIMITS)?.map(|r| (le(&r[..8]), le(&r[8..]) as u32)))
 }
 
 /// A little-endian number of up to eight bytes.

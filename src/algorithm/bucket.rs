@@ -168,10 +168,7 @@ impl TokenBucket {
         limits: &[Limit],
         cost: impl Units,
     ) -> Decision {
-        if self.slots.len() != limits.len() {
-            self.slots = Slots::new(limits.len());
-        }
-        decide(&mut self.slots, now, limits, cost)
+        decide(self.slots.fit(limits.len()), now, limits, cost)
     }
 
     pub(crate) fn idle_from_micros(&self, _limits: &[Limit]) -> u64 {
@@ -180,10 +177,7 @@ impl TokenBucket {
 
     /// Settles a request as [`settle`] does.
     pub(crate) fn settle_micros(&mut self, settled: &Settlement, limits: &[Limit]) {
-        if self.slots.len() != limits.len() {
-            self.slots = Slots::new(limits.len());
-        }
-        settle(&mut self.slots, settled, limits);
+        settle(self.slots.fit(limits.len()), settled, limits);
     }
 }
 

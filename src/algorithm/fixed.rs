@@ -71,10 +71,8 @@ impl FixedWindow {
         limits: &[Limit],
         cost: impl Units,
     ) -> Decision {
-        if self.slots.len() != limits.len() {
-            self.slots = Slots::new(limits.len());
-        }
         self.slots
+            .fit(limits.len())
             .unless_refused(|slots| decide(slots, now, limits, cost))
     }
 
@@ -86,10 +84,7 @@ impl FixedWindow {
     /// A different number of limits than last time starts the counts
     /// afresh, as a decision would.
     pub(crate) fn settle_micros(&mut self, settled: &Settlement, limits: &[Limit]) {
-        if self.slots.len() != limits.len() {
-            self.slots = Slots::new(limits.len());
-        }
-        settle(&mut self.slots, settled, limits);
+        settle(self.slots.fit(limits.len()), settled, limits);
     }
 }
 

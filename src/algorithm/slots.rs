@@ -13,6 +13,15 @@ pub(crate) enum Slots<T> {
 }
 
 impl<T: Copy + Default> Slots<T> {
+    /// The slots, started afresh if they are not `len`: a state judged
+    /// under another number of limits than before.
+    pub(crate) fn fit(&mut self, len: usize) -> &mut Self {
+        if self.len() != len {
+            *self = Self::new(len);
+        }
+        self
+    }
+
     /// `len` default items.
     pub(crate) fn new(len: usize) -> Self {
         if len <= 2 {

@@ -36,11 +36,12 @@ pub trait ServiceBuilderExt<L>: sealed::Sealed + Sized {
         extractor: E,
     ) -> ServiceBuilder<Stack<SlidingWindowLayer<E>, L>>;
 
-    /// Adds a configured [`SlidingWindowLayer`].
-    fn sliding_window_layer<E, St, P, M>(
+    /// Adds a configured [`SlidingWindowLayer`], whatever its store, plans,
+    /// mode and costs.
+    fn sliding_window_layer<E, St, P, M, W>(
         self,
-        layer: SlidingWindowLayer<E, St, P, M>,
-    ) -> ServiceBuilder<Stack<SlidingWindowLayer<E, St, P, M>, L>>;
+        layer: SlidingWindowLayer<E, St, P, M, W>,
+    ) -> ServiceBuilder<Stack<SlidingWindowLayer<E, St, P, M, W>, L>>;
 }
 
 impl<L> ServiceBuilderExt<L> for ServiceBuilder<L> {
@@ -52,10 +53,10 @@ impl<L> ServiceBuilderExt<L> for ServiceBuilder<L> {
         self.layer(SlidingWindowLayer::new(limit, extractor))
     }
 
-    fn sliding_window_layer<E, St, P, M>(
+    fn sliding_window_layer<E, St, P, M, W>(
         self,
-        layer: SlidingWindowLayer<E, St, P, M>,
-    ) -> ServiceBuilder<Stack<SlidingWindowLayer<E, St, P, M>, L>> {
+        layer: SlidingWindowLayer<E, St, P, M, W>,
+    ) -> ServiceBuilder<Stack<SlidingWindowLayer<E, St, P, M, W>, L>> {
         self.layer(layer)
     }
 }

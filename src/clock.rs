@@ -81,6 +81,42 @@ impl Clock for UnixClock {
     }
 }
 
+/// tokio's clock, with its zero when the `TokioClock` was made (clones
+/// share it): the time tokio's timers sleep on.
+///
+/// For tests under tokio's paused time (`#[tokio::test(start_paused =
+/// true)]`), where a store on this clock and a layer that
+/// [waits](crate::SlidingWindowLayer::wait_up_to) on tokio's timer see the
+/// same time, and `tokio::time::advance` moves both. Outside paused time it
+/// reads the monotonic clock, as [`SystemClock`] does, only more slowly.
+/// Its zero is its own, so state it stamps cannot be shared with another
+/// process.
+#[derive(Clone, Copy, Debug)]
+pub struct TokioClock {
+    zero: tokio::time::Instant,
+}
+
+impl TokioClock {
+    /// A clock at zero now.
+    pub fn new() -> Self {
+        Self {
+            zero: tokio::time::Instant::now(),
+        }
+    }
+}
+
+impl Default for TokioClock {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Clock for TokioClock {
+    fn now(&self) -> Duration {
+        tokio::time::Instant::now().saturating_duration_since(self.zero)
+    }
+}
+
 /// A clock that only moves when told to; clones share one time.
 ///
 /// It starts at zero. Tests hand a clone to a store and keep one to call

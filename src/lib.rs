@@ -180,10 +180,11 @@ pub mod store;
 
 pub use crate::algorithm::{Algorithm, Decision, Origin};
 pub use crate::builder::ServiceBuilderExt;
-pub use crate::clock::{Clock, ManualClock, SystemClock, UnixClock};
+pub use crate::clock::{Clock, ManualClock, SystemClock, TokioClock, UnixClock};
 pub use crate::error::ConfigError;
 pub use crate::layer::{
-    KeyExtractor, MissingKey, Plan, QuotaUnit, Rejection, SlidingWindow, SlidingWindowLayer,
+    KeyExtractor, MissingKey, MissingKeyError, Plan, QuotaUnit, RateLimited, Rejection,
+    SlidingWindow, SlidingWindowLayer,
 };
 pub use crate::limit::Limit;
 pub use crate::policy::Policy;

@@ -175,6 +175,14 @@ impl Decision {
         self
     }
 
+    /// Whether this is a refusal that waiting out its
+    /// [`retry_after`](Decision::retry_after) can turn into an admission:
+    /// not one for a cost above a limit's `max`, nor one by a store too
+    /// full to track a new key, which would come back the same.
+    pub fn wait_helps(&self) -> bool {
+        !self.allowed && !matches!(self.origin, Origin::TooCostly | Origin::StoreFull)
+    }
+
     /// Whether settling the request this decision let through for `cost`
     /// units at `used` changes anything: the limits counted it (not a
     /// failure policy, nor a refusal) and it used another amount. A store

@@ -148,7 +148,7 @@ impl ClientIp {
     }
 }
 
-impl<B> KeyExtractor<B> for ClientIp {
+impl<B> KeyExtractor<Request<B>> for ClientIp {
     type Key = IpAddr;
 
     fn extract(&self, request: &Request<B>) -> Option<IpAddr> {

@@ -31,7 +31,7 @@ impl HeaderKey {
     }
 }
 
-impl<B> KeyExtractor<B> for HeaderKey {
+impl<B> KeyExtractor<Request<B>> for HeaderKey {
     type Key = String;
 
     fn extract(&self, request: &Request<B>) -> Option<String> {

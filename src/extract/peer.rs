@@ -54,7 +54,7 @@ impl Default for PeerIp {
     }
 }
 
-impl<B> KeyExtractor<B> for PeerIp {
+impl<B> KeyExtractor<Request<B>> for PeerIp {
     type Key = IpAddr;
 
     // Inlined: it runs on every request, and out of line its key came back

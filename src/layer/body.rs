@@ -113,6 +113,15 @@ pub struct WrapBody;
 #[derive(Clone, Copy, Debug, Default)]
 pub struct InnerBody;
 
+/// The modes that answer refusals as HTTP responses, [`WrapBody`] and
+/// [`InnerBody`], as against
+/// [`RefuseWithError`](crate::layer::RefuseWithError). The layer's HTTP
+/// options are offered in these modes only.
+pub trait HttpMode: sealed::Sealed {}
+
+impl HttpMode for WrapBody {}
+impl HttpMode for InnerBody {}
+
 mod sealed {
     pub trait Sealed {}
     impl Sealed for super::WrapBody {}

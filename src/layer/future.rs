@@ -16,6 +16,7 @@ use super::body::{BodyMode, WrapBody};
 use super::layer::LayerConfig;
 use super::response::{is_grpc, rejection, store_unavailable};
 use super::view::PolicyView;
+use super::wait::Admission;
 use crate::algorithm::Decision;
 use crate::observe;
 use crate::store::StoreError;
@@ -33,7 +34,7 @@ pub(crate) enum Chosen {
 }
 
 impl Chosen {
-    fn get<'a>(&'a self, config: &'a LayerConfig) -> &'a PolicyView {
+    pub(crate) fn get<'a>(&'a self, config: &'a LayerConfig) -> &'a PolicyView {
         match self {
             Self::Layer => &config.own,
             Self::Plan(view) => view,
@@ -90,7 +91,7 @@ pin_project! {
         /// the future small.
         Check {
             #[pin]
-            check: F,
+            check: Admission<F>,
             pending: Option<Box<(S, Request<B>)>>,
         },
         /// The request was let through; waiting for the inner service.
@@ -140,7 +141,7 @@ where
     }
 
     pub(crate) fn check(
-        check: F,
+        check: Admission<F>,
         inner: S,
         request: Request<B>,
         config: Arc<LayerConfig>,
@@ -277,7 +278,7 @@ where
 
 impl<F, S, B, M, ResB> Future for ResponseFuture<F, S, B, M>
 where
-    F: Future<Output = Result<Decision, StoreError>>,
+    F: Future<Output = Result<Decision, StoreError>> + Unpin,
     S: Service<Request<B>, Response = Response<ResB>>,
     M: BodyMode<ResB>,
 {
@@ -311,7 +312,7 @@ fn poll_full<F, S, B, M, ResB>(
     cx: &mut Context<'_>,
 ) -> Poll<Result<Response<M::Body>, S::Error>>
 where
-    F: Future<Output = Result<Decision, StoreError>>,
+    F: Future<Output = Result<Decision, StoreError>> + Unpin,
     S: Service<Request<B>, Response = Response<ResB>>,
     M: BodyMode<ResB>,
 {

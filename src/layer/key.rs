@@ -1,29 +1,31 @@
 //! Turning a request into the key its quota is counted under.
 
-use http::Request;
-
-/// Picks the key a request is counted under: a client IP, an API key, a user
-/// id, or one constant for a global limit.
+/// Picks the key a request of type `R` is counted under: a client IP, an
+/// API key, a user id, a tenant, or one constant for a global limit.
 ///
-/// Any `Fn(&Request<B>) -> Option<K>` is a `KeyExtractor`. `None` means the
-/// request carries no key; what happens then is set with
+/// Any `Fn(&R) -> Option<K>` is a `KeyExtractor<R>`, for HTTP requests and
+/// for any other request type a tower `Service` takes (a job, an outbound
+/// call). `None` means the request carries no key; what happens then is
+/// set with
 /// [`SlidingWindowLayer::on_missing_key`](crate::SlidingWindowLayer::on_missing_key).
-pub trait KeyExtractor<B> {
+/// The ready-made extractors in [`extract`](crate::extract) read
+/// `http::Request`s of any body.
+pub trait KeyExtractor<R> {
     /// The key type: anything the store can hash and compare
     /// (`String`, `&'static str`, `IpAddr`, `u64`, …).
     type Key;
 
     /// The request's key, if it has one.
-    fn extract(&self, request: &Request<B>) -> Option<Self::Key>;
+    fn extract(&self, request: &R) -> Option<Self::Key>;
 }
 
-impl<F, B, K> KeyExtractor<B> for F
+impl<F, R, K> KeyExtractor<R> for F
 where
-    F: Fn(&Request<B>) -> Option<K>,
+    F: Fn(&R) -> Option<K>,
 {
     type Key = K;
 
-    fn extract(&self, request: &Request<B>) -> Option<K> {
+    fn extract(&self, request: &R) -> Option<K> {
         self(request)
     }
 }
@@ -31,8 +33,11 @@ where
 /// What the layer does with a request whose key extractor returned `None`.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub enum MissingKey {
-    /// Answer `400 Bad Request` (gRPC: `INVALID_ARGUMENT`) without calling the
-    /// inner service, so that unkeyed requests cannot slip past the limit.
+    /// Refuse it without calling the inner service, so that unkeyed
+    /// requests cannot slip past the limit: `400 Bad Request` (gRPC:
+    /// `INVALID_ARGUMENT`), or under
+    /// [`refuse_with_error`](crate::SlidingWindowLayer::refuse_with_error)
+    /// a [`MissingKeyError`](crate::MissingKeyError).
     #[default]
     Reject,
     /// Pass the request through unlimited. Only for extractors whose `None`

@@ -3,10 +3,11 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use http::{HeaderMap, Request, StatusCode};
 use tower_layer::Layer;
 
-use super::body::{InnerBody, WrapBody};
+use super::body::WrapBody;
+use super::error_mode::RefuseWithError;
+use super::http_options::CountOnly;
 use super::key::MissingKey;
 use super::plan::{PlanByKey, PlanByRequest, SinglePolicy};
 use super::rejection::Rejection;
@@ -43,14 +44,14 @@ use crate::store::MemoryStore;
 /// [`MemoryStore`] (see [`Store`](crate::Store)).
 #[derive(Clone, Debug)]
 pub struct SlidingWindowLayer<E, St = MemoryStore, P = SinglePolicy, M = WrapBody, W = Weights> {
-    extractor: E,
-    store: St,
-    plan: P,
-    config: Arc<LayerConfig>,
+    pub(super) extractor: E,
+    pub(super) store: St,
+    pub(super) plan: P,
+    pub(super) config: Arc<LayerConfig>,
     /// The store's bindings, shared by every service this layer makes.
-    bindings: Arc<Bindings>,
-    body: M,
-    weights: W,
+    pub(super) bindings: Arc<Bindings>,
+    pub(super) body: M,
+    pub(super) weights: W,
 }
 
 /// What every service of one layer shares, behind one `Arc`.
@@ -61,17 +62,19 @@ pub(crate) struct LayerConfig {
     /// Whether accepted responses carry the headers: as asked, else unless
     /// in shadow mode.
     pub(crate) headers_on_success: bool,
-    headers_asked: Option<bool>,
+    pub(super) headers_asked: Option<bool>,
     /// Judge and record, but let every request through.
     pub(crate) shadow: bool,
     /// Whether accepted requests carry their decision: as asked, else only
     /// in shadow mode, where it is how a handler learns what would happen.
     pub(crate) decision_extension: bool,
-    extension_asked: Option<bool>,
+    pub(super) extension_asked: Option<bool>,
     pub(crate) missing_key: MissingKey,
     pub(crate) rejection: Rejection,
     pub(crate) count_only: Option<CountOnly>,
     pub(crate) quota_unit: QuotaUnit,
+    /// How far ahead a refused request waits for its turn, if at all.
+    pub(crate) wait: Option<Duration>,
 }
 
 impl LayerConfig {
@@ -81,24 +84,6 @@ impl LayerConfig {
     /// reference count.
     pub(crate) fn read_after_response(&self) -> bool {
         self.headers_on_success
-    }
-}
-
-type ResponseMatches = dyn Fn(StatusCode, &HeaderMap) -> bool + Send + Sync;
-
-/// The predicate of [`SlidingWindowLayer::count_only`].
-#[derive(Clone)]
-pub(crate) struct CountOnly(Arc<ResponseMatches>);
-
-impl CountOnly {
-    pub(crate) fn matches(&self, status: StatusCode, headers: &HeaderMap) -> bool {
-        (self.0)(status, headers)
-    }
-}
-
-impl std::fmt::Debug for CountOnly {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("CountOnly(..)")
     }
 }
 
@@ -135,6 +120,7 @@ impl<E> SlidingWindowLayer<E> {
                 missing_key: MissingKey::default(),
                 rejection: Rejection::default(),
                 count_only: None,
+                wait: None,
             }),
         }
     }
@@ -203,34 +189,87 @@ impl<E, St, P, M, W> SlidingWindowLayer<E, St, P, M, W> {
         }
     }
 
-    /// Answers in the inner service's own body type instead of a
-    /// [`ResponseBody`](crate::layer::ResponseBody) around it; the layer builds its
-    /// own answers (429, 503, 400) from `Bytes`, so the body type must
-    /// implement `From<Bytes>`, as `axum::body::Body` does.
+    /// Refused calls fail with an error instead of an HTTP answer, for a
+    /// service of any request type: a job consumer, a client of another
+    /// service, a tonic or HTTP client.
     ///
-    /// On axum this saves an allocation per request: axum boxes every
-    /// response body that is not already its own `Body`. tonic's body type
-    /// has no `From<Bytes>`, so tonic servers keep the default (the compiler
-    /// says `InnerBody: BodyMode<…>` is not satisfied at `.layer()`).
+    /// The service's error is then `tower::BoxError`, as from tower's
+    /// `timeout` and `load_shed`: a refused call fails with
+    /// [`RateLimited`](crate::RateLimited) (with the exact
+    /// [`retry_after`](crate::RateLimited::retry_after) and the
+    /// [`Decision`](crate::Decision)), a keyless one with
+    /// [`MissingKeyError`](crate::MissingKeyError) unless
+    /// [`MissingKey::Allow`], a store failure the failure policy does not
+    /// let through with the [`StoreError`](crate::StoreError), and the
+    /// inner service's own errors pass through unchanged, to be found with
+    /// `downcast_ref`. The HTTP options (headers, rejection style, body
+    /// type, decision extension, `count_only`) are not offered after this
+    /// call, and any set before it is ignored.
     ///
     /// ```
-    /// # #[cfg(feature = "axum")] {
-    /// use axum::{routing::get, Router};
-    /// use tower_sliding_window::{extract::PeerIp, Limit, SlidingWindowLayer};
+    /// use tower::{service_fn, BoxError, Service, ServiceBuilder, ServiceExt};
+    /// use tower_sliding_window::{Limit, RateLimited, SlidingWindowLayer};
     ///
-    /// let app: Router = Router::new()
-    ///     .route("/", get(|| async { "hello" }))
-    ///     .layer(SlidingWindowLayer::new(Limit::per_second(10), PeerIp::new()).inner_body());
+    /// /// A job for the background workers: tenants share them fairly.
+    /// struct Job {
+    ///     tenant: String,
+    ///     pages: u32,
+    /// }
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() {
+    /// let per_tenant = SlidingWindowLayer::new(Limit::per_minute(100), |job: &Job| Some(job.tenant.clone()))
+    ///     .cost(|job: &Job| job.pages) // pages per minute, not jobs
+    ///     .refuse_with_error();
+    /// let mut worker = ServiceBuilder::new()
+    ///     .layer(per_tenant)
+    ///     .service(service_fn(|job: Job| async move { Ok::<_, BoxError>(job.pages) }));
+    ///
+    /// let big = Job { tenant: "acme".into(), pages: 80 };
+    /// assert_eq!(worker.ready().await.unwrap().call(big).await.unwrap(), 80);
+    /// let another = Job { tenant: "acme".into(), pages: 30 };
+    /// let error = worker.ready().await.unwrap().call(another).await.unwrap_err();
+    /// assert!(error.is::<RateLimited>()); // 80 + 30 pages is over 100 a minute
     /// # }
     /// ```
-    pub fn inner_body(self) -> SlidingWindowLayer<E, St, P, InnerBody, W> {
+    pub fn refuse_with_error(self) -> SlidingWindowLayer<E, St, P, RefuseWithError, W> {
+        self.with_mode(RefuseWithError)
+    }
+
+    /// A refused request whose turn comes within `bound` of its arrival
+    /// waits for it, on tokio's timer, and is judged again (and again,
+    /// while its turn stays within the bound); any other is refused at
+    /// once. Refusals no wait can cure (a cost above a limit's `max`, a
+    /// full store) and store failures are never waited on. For outbound
+    /// calls held to a provider's limits, where "not yet" should mean
+    /// "in a moment", and for servers that would rather delay a burst than
+    /// refuse it (as nginx's `limit_req … delay`).
+    ///
+    /// A waiting request holds what it holds (its connection, its memory,
+    /// a concurrency permit) for up to `bound`, and a waiting client is
+    /// not told why it waits: keep the bound short where requests are
+    /// cheap to send. Shadow mode never waits. A request that waits is
+    /// judged each time as a new one: if others take the turn first, it
+    /// waits again within the same bound, so it is not served in order of
+    /// arrival.
+    ///
+    /// Waiting needs a tokio runtime with its timer, as `#[tokio::main]`
+    /// builds. The store judges on its own clock: under tokio's paused
+    /// time in tests, give the store a [`TokioClock`](crate::TokioClock)
+    /// so that the sleeps and the store see one time.
+    pub fn wait_up_to(mut self, bound: Duration) -> Self {
+        Arc::make_mut(&mut self.config).wait = Some(bound);
+        self
+    }
+
+    pub(super) fn with_mode<M2>(self, mode: M2) -> SlidingWindowLayer<E, St, P, M2, W> {
         SlidingWindowLayer {
             extractor: self.extractor,
             store: self.store,
             plan: self.plan,
             config: self.config,
             bindings: self.bindings,
-            body: InnerBody,
+            body: mode,
             weights: self.weights,
         }
     }
@@ -239,22 +278,23 @@ impl<E, St, P, M, W> SlidingWindowLayer<E, St, P, M, W> {
     /// per tier, or limits read per customer); the layer's own policy is
     /// then unused. The closure may build its policy on every request: equal
     /// values share windows. See [`Plan`](crate::Plan).
-    pub fn plan<K, F>(self, choose: F) -> SlidingWindowLayer<E, St, PlanByKey<F>, M, W>
+    pub fn plan<K, F>(self, choose: F) -> SlidingWindowLayer<E, St, PlanByKey<K>, M, W>
     where
-        F: Fn(&K) -> Policy,
+        F: Fn(&K) -> Policy + Send + Sync + 'static,
     {
-        self.with_plan(PlanByKey(choose))
+        self.with_plan(PlanByKey(Arc::new(choose)))
     }
 
-    /// Like [`plan`](SlidingWindowLayer::plan), choosing from the request too.
-    pub fn plan_by_request<B, K, F>(
+    /// Like [`plan`](SlidingWindowLayer::plan), choosing from the request
+    /// (of type `R`) too.
+    pub fn plan_by_request<R, K, F>(
         self,
         choose: F,
-    ) -> SlidingWindowLayer<E, St, PlanByRequest<F>, M, W>
+    ) -> SlidingWindowLayer<E, St, PlanByRequest<R, K>, M, W>
     where
-        F: Fn(&Request<B>, &K) -> Policy,
+        F: Fn(&R, &K) -> Policy + Send + Sync + 'static,
     {
-        self.with_plan(PlanByRequest(choose))
+        self.with_plan(PlanByRequest(Arc::new(choose)))
     }
 
     fn with_plan<P2>(self, plan: P2) -> SlidingWindowLayer<E, St, P2, M, W> {
@@ -267,24 +307,6 @@ impl<E, St, P, M, W> SlidingWindowLayer<E, St, P, M, W> {
             body: self.body,
             weights: self.weights,
         }
-    }
-
-    /// Whether accepted responses carry `RateLimit-Policy` and `RateLimit`
-    /// (default `true`, and `false` in [shadow mode](Self::shadow_mode)).
-    /// Rejections always carry them.
-    ///
-    /// What they cost: an accepted request's future keeps its decision and
-    /// a reference to the layer's configuration until the response is in,
-    /// and the response gets two header values. Without them, a request
-    /// the memory store let through, with nothing to settle (no
-    /// [`settle`](Self::settle) or [`count_only`](Self::count_only)), is
-    /// awaited as the inner service's own future, with nothing else kept
-    /// beside it.
-    pub fn rate_limit_headers(mut self, on: bool) -> Self {
-        let config = Arc::make_mut(&mut self.config);
-        config.headers_asked = Some(on);
-        config.headers_on_success = on;
-        self
     }
 
     /// Shadow mode, for rolling a new limit out: every request is judged
@@ -310,66 +332,10 @@ impl<E, St, P, M, W> SlidingWindowLayer<E, St, P, M, W> {
         self
     }
 
-    /// Whether accepted requests carry their [`Decision`](crate::Decision)
-    /// in their extensions for handlers to read (`Extension<Decision>` in
-    /// axum). Off by default, since it costs an allocation per request
-    /// that most services never read; on by default in
-    /// [shadow mode](Self::shadow_mode), where it tells a handler what
-    /// enforcement would have done.
-    pub fn decision_extension(mut self, on: bool) -> Self {
-        let config = Arc::make_mut(&mut self.config);
-        config.extension_asked = Some(on);
-        config.decision_extension = on;
-        self
-    }
-
     /// What to do with requests the extractor finds no key in (default
     /// [`MissingKey::Reject`]).
     pub fn on_missing_key(mut self, missing: MissingKey) -> Self {
         Arc::make_mut(&mut self.config).missing_key = missing;
-        self
-    }
-
-    /// How refused HTTP requests are answered (default
-    /// [`Rejection::plain_text`]).
-    pub fn rejection(mut self, rejection: Rejection) -> Self {
-        Arc::make_mut(&mut self.config).rejection = rejection;
-        self
-    }
-
-    /// Counts a request only when its response matches `counts` (given the
-    /// status and headers), e.g. failed logins only:
-    /// `.count_only(|status, _| status == StatusCode::UNAUTHORIZED)`.
-    ///
-    /// Each request reserves its cost when it arrives, so a key over its
-    /// limit is refused before reaching the service, and requests in flight
-    /// at once never get past the limit together (ten at once against a
-    /// limit of three admit three). The limit therefore also bounds the
-    /// requests in flight, whatever their outcome. A response that does not
-    /// match gives the reservation back, in one store call (a Redis round
-    /// trip) made before the response is handed on; a response future
-    /// dropped before that, an `Err` from the inner service, and a request
-    /// a failure policy let through keep it. The predicate sees the
-    /// response as the inner service made it; gRPC failures travel as HTTP
-    /// 200 with the status in trailers, which it cannot see. With [`settle`](SlidingWindowLayer::settle) too, a
-    /// matching response is settled by it. `RateLimit` shows the quota
-    /// after any give-back.
-    pub fn count_only<F>(mut self, counts: F) -> Self
-    where
-        F: Fn(StatusCode, &HeaderMap) -> bool + Send + Sync + 'static,
-    {
-        Arc::make_mut(&mut self.config).count_only = Some(CountOnly(Arc::new(counts)));
-        self
-    }
-
-    /// What `RateLimit-Policy` says the quota counts (default requests, as
-    /// no parameter): [`QuotaUnit::ContentBytes`] for a
-    /// [`cost`](Self::cost) in bytes. Only the units the draft registers
-    /// are offered; tokens and other units go as the default.
-    pub fn quota_unit(mut self, unit: QuotaUnit) -> Self {
-        let config = Arc::make_mut(&mut self.config);
-        config.quota_unit = unit;
-        config.own = Arc::new(PolicyView::own(config.own.policy.clone(), unit));
         self
     }
 
@@ -427,12 +393,12 @@ impl<E, St, P, M, C, S> SlidingWindowLayer<E, St, P, M, Weights<C, S>> {
     /// per unit (8 bytes each, up to its largest limit per key): for limits
     /// in the thousands of units, the sliding counter keeps two integers
     /// whatever the cost.
-    pub fn cost<B, F>(self, cost: F) -> SlidingWindowLayer<E, St, P, M, Weights<CostFn<F>, S>>
+    pub fn cost<R, F>(self, cost: F) -> SlidingWindowLayer<E, St, P, M, Weights<CostFn<R>, S>>
     where
-        F: Fn(&Request<B>) -> u32 + Clone + Send + Sync + 'static,
+        F: Fn(&R) -> u32 + Send + Sync + 'static,
     {
         self.with_weights(|weights| Weights {
-            cost: CostFn(cost),
+            cost: CostFn(Arc::new(cost)),
             settle: weights.settle,
         })
     }
@@ -456,12 +422,12 @@ impl<E, St, P, M, C, S> SlidingWindowLayer<E, St, P, M, Weights<C, S>> {
     /// (logged as a `tracing` warning), and for requests a failure policy
     /// let through. The closure names the inner service's body type
     /// (`axum::body::Body` on axum): `.settle(|res: &http::Response<Body>| …)`.
-    pub fn settle<ResB, F>(
+    pub fn settle<Res, F>(
         self,
         settle: F,
-    ) -> SlidingWindowLayer<E, St, P, M, Weights<C, SettleFn<F>>>
+    ) -> SlidingWindowLayer<E, St, P, M, Weights<C, SettleFn<Res>>>
     where
-        F: Fn(&http::Response<ResB>) -> Option<u32> + Send + Sync + 'static,
+        F: Fn(&Res) -> Option<u32> + Send + Sync + 'static,
     {
         self.with_weights(|weights| Weights {
             cost: weights.cost,

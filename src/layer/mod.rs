@@ -1,10 +1,14 @@
-//! The tower middleware: [`SlidingWindowLayer`], its service and future,
+//! The tower middleware: [`SlidingWindowLayer`], its service and futures,
 //! the body types it answers with, the plans that choose a policy per
-//! request, and the HTTP and gRPC answers it writes.
+//! request, the HTTP and gRPC answers it writes, and the errors it fails
+//! calls with in error mode.
 
 mod body;
+mod error_mode;
+mod errors;
 mod future;
 mod header_text;
+mod http_options;
 mod key;
 #[allow(clippy::module_inception)]
 mod layer;
@@ -13,9 +17,12 @@ mod rejection;
 mod response;
 mod service;
 mod view;
+mod wait;
 mod weights;
 
-pub use self::body::{BodyMode, InnerBody, ResponseBody, WrapBody};
+pub use self::body::{BodyMode, HttpMode, InnerBody, ResponseBody, WrapBody};
+pub use self::error_mode::{ErrorFuture, RefuseWithError};
+pub use self::errors::{MissingKeyError, RateLimited};
 pub use self::future::ResponseFuture;
 pub use self::key::{KeyExtractor, MissingKey};
 pub use self::layer::SlidingWindowLayer;

@@ -1,9 +1,9 @@
 //! Choosing the policy per request: one for everyone, or plans per key.
 
 use std::borrow::Cow;
+use std::sync::Arc;
 
-use http::Request;
-
+use super::weights::shared_closure;
 use crate::policy::Policy;
 
 /// Picks the [`Policy`] a request is judged by, from its key (and the
@@ -55,46 +55,42 @@ use crate::policy::Policy;
 /// });
 /// # Ok::<(), tower_sliding_window::ConfigError>(())
 /// ```
-pub trait Plan<B, K> {
+pub trait Plan<R, K> {
     /// The policy for this request; `default` is the layer's own, and
     /// returning it borrowed is the cheapest choice.
-    fn policy<'a>(&'a self, request: &Request<B>, key: &K, default: &'a Policy) -> Cow<'a, Policy>;
+    fn policy<'a>(&'a self, request: &R, key: &K, default: &'a Policy) -> Cow<'a, Policy>;
 }
 
 /// Every request is judged by the layer's own policy.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct SinglePolicy;
 
-impl<B, K> Plan<B, K> for SinglePolicy {
-    fn policy<'a>(&'a self, _: &Request<B>, _: &K, default: &'a Policy) -> Cow<'a, Policy> {
+impl<R, K> Plan<R, K> for SinglePolicy {
+    fn policy<'a>(&'a self, _: &R, _: &K, default: &'a Policy) -> Cow<'a, Policy> {
         Cow::Borrowed(default)
     }
 }
 
-/// Plans chosen by the key, from a closure; see
+/// Plans chosen by the key of type `K`, from a shared closure; see
 /// [`SlidingWindowLayer::plan`](crate::SlidingWindowLayer::plan).
-#[derive(Clone, Copy, Debug)]
-pub struct PlanByKey<F>(pub(crate) F);
+pub struct PlanByKey<K>(pub(crate) Arc<dyn Fn(&K) -> Policy + Send + Sync>);
 
-impl<B, K, F> Plan<B, K> for PlanByKey<F>
-where
-    F: Fn(&K) -> Policy,
-{
-    fn policy<'a>(&'a self, _: &Request<B>, key: &K, _: &'a Policy) -> Cow<'a, Policy> {
+impl<R, K> Plan<R, K> for PlanByKey<K> {
+    fn policy<'a>(&'a self, _: &R, key: &K, _: &'a Policy) -> Cow<'a, Policy> {
         Cow::Owned((self.0)(key))
     }
 }
 
-/// Plans chosen from the request and its key, from a closure; see
+/// Plans chosen from the request of type `R` and its key of type `K`, from
+/// a shared closure; see
 /// [`SlidingWindowLayer::plan_by_request`](crate::SlidingWindowLayer::plan_by_request).
-#[derive(Clone, Copy, Debug)]
-pub struct PlanByRequest<F>(pub(crate) F);
+pub struct PlanByRequest<R, K>(pub(crate) Arc<dyn Fn(&R, &K) -> Policy + Send + Sync>);
 
-impl<B, K, F> Plan<B, K> for PlanByRequest<F>
-where
-    F: Fn(&Request<B>, &K) -> Policy,
-{
-    fn policy<'a>(&'a self, request: &Request<B>, key: &K, _: &'a Policy) -> Cow<'a, Policy> {
+impl<R, K> Plan<R, K> for PlanByRequest<R, K> {
+    fn policy<'a>(&'a self, request: &R, key: &K, _: &'a Policy) -> Cow<'a, Policy> {
         Cow::Owned((self.0)(request, key))
     }
 }
+
+shared_closure!(PlanByKey<K>);
+shared_closure!(PlanByRequest<R, K>);

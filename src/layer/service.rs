@@ -11,13 +11,14 @@ use std::task::{Context, Poll, Waker};
 use http::{Request, Response};
 use tower::Service;
 
-use super::body::{BodyMode, WrapBody};
+use super::body::{BodyMode, HttpMode, WrapBody};
 use super::future::{admit, Chosen, ResponseFuture, Settler};
 use super::key::{KeyExtractor, MissingKey};
 use super::layer::LayerConfig;
 use super::plan::{Plan, SinglePolicy};
 use super::response::{is_grpc, missing_key};
 use super::view::PolicyView;
+use super::wait::Admission;
 use super::weights::{Weigh, Weights};
 use crate::algorithm::Decision;
 use crate::store::Store;
@@ -31,8 +32,8 @@ use crate::store::Store;
 /// policy.
 #[derive(Debug)]
 pub struct SlidingWindow<S, E, St, P = SinglePolicy, M = WrapBody, W = Weights> {
-    inner: S,
-    shared: Arc<Shared<E, St, P, W>>,
+    pub(super) inner: S,
+    pub(super) shared: Arc<Shared<E, St, P, W>>,
     body: PhantomData<fn() -> M>,
 }
 
@@ -42,12 +43,12 @@ pub struct SlidingWindow<S, E, St, P = SinglePolicy, M = WrapBody, W = Weights> 
 /// increment (and a decrement when dropped). The price: the service is
 /// `Send` only if its extractor and plan are also `Sync`, as an `Arc` asks.
 #[derive(Debug)]
-struct Shared<E, St, P, W> {
-    extractor: E,
-    store: St,
+pub(super) struct Shared<E, St, P, W> {
+    pub(super) extractor: E,
+    pub(super) store: St,
     plan: P,
-    weights: W,
-    config: Arc<LayerConfig>,
+    pub(super) weights: W,
+    pub(super) config: Arc<LayerConfig>,
     bindings: Arc<Bindings>,
 }
 
@@ -132,15 +133,89 @@ impl<S, E, St, P, M, W> SlidingWindow<S, E, St, P, M, W> {
     }
 }
 
+impl<E, St, P, W> Shared<E, St, P, W> {
+    /// The policy `request` is judged by, bound to the store, and which it
+    /// is to the layer.
+    #[inline(always)]
+    pub(super) fn choose<R>(&self, request: &R, key: &E::Key) -> (Cow<'_, St::Binding>, Chosen)
+    where
+        E: KeyExtractor<R>,
+        St: Store<E::Key>,
+        P: Plan<R, E::Key>,
+    {
+        let config = &self.config;
+        let own = &config.own.policy;
+        match self.plan.policy(request, key, own) {
+            // The layer's own policy, as every request under no plan and
+            // most under one get: known by its address before its value,
+            // whether the plan lent it or built it anew.
+            policy if std::ptr::eq(&*policy, own) || *policy == *own => {
+                (self.own_binding::<E::Key>(), Chosen::Layer)
+            }
+            policy => {
+                let binding = Cow::Owned(self.store.bind(&policy));
+                let view = PolicyView::planned(policy.into_owned(), config.quota_unit);
+                (binding, Chosen::Plan(Box::new(view)))
+            }
+        }
+    }
+
+    /// Asks the store to admit a request of `cost` units for `key`: its
+    /// admission (waiting if the layer waits), and, if `used` reads what a
+    /// response used, what settles the request once its response is in.
+    #[inline(always)]
+    pub(super) fn reserve<K, Res, U>(
+        &self,
+        key: K,
+        binding: Cow<'_, St::Binding>,
+        cost: u32,
+        used: Option<U>,
+    ) -> (Admission<St::Future>, Option<Settler<Res, St::Future>>)
+    where
+        K: Clone + Send + 'static,
+        St: Store<K>,
+        U: FnOnce(&Res) -> Option<u32> + Send + 'static,
+    {
+        let config = &self.config;
+        let waits = config.wait.filter(|_| !config.shadow);
+        if used.is_none() && waits.is_none() {
+            let check = self.store.decide_cost_bound(key, &binding, cost);
+            return (Admission::once(check), None);
+        }
+        let binding = binding.into_owned();
+        let check = self.store.decide_cost_bound(key.clone(), &binding, cost);
+        let admission = match waits {
+            Some(bound) => {
+                let (store, key, binding) = (self.store.clone(), key.clone(), binding.clone());
+                let again = move || store.decide_cost_bound(key.clone(), &binding, cost);
+                Admission::waiting(check, Box::new(again), bound)
+            }
+            None => Admission::once(check),
+        };
+        let settler = used.map(|used| {
+            let store = self.store.clone();
+            let settle: Settler<Res, St::Future> =
+                Box::new(move |response: &Res, admitted: &Decision| {
+                    let used = used(response)?;
+                    admitted
+                        .needs_settling(cost, used)
+                        .then(|| store.settle_bound(key, &binding, admitted, cost, used))
+                });
+            settle
+        });
+        (admission, settler)
+    }
+}
+
 impl<S, E, St, P, M, W, B, ResB> Service<Request<B>> for SlidingWindow<S, E, St, P, M, W>
 where
     S: Service<Request<B>, Response = Response<ResB>> + Clone,
-    E: KeyExtractor<B>,
+    E: KeyExtractor<Request<B>>,
     E::Key: Clone + Send + 'static,
     St: Store<E::Key>,
-    P: Plan<B, E::Key>,
-    M: BodyMode<ResB>,
-    W: Weigh<B, ResB> + Clone + Send + 'static,
+    P: Plan<Request<B>, E::Key>,
+    M: HttpMode + BodyMode<ResB>,
+    W: Weigh<Request<B>, Response<ResB>> + Clone + Send + 'static,
 {
     type Response = Response<M::Body>;
     type Error = S::Error;
@@ -159,30 +234,17 @@ where
                 MissingKey::Reject => ResponseFuture::answer(missing_key(is_grpc(&request))),
             };
         };
-        let own = &config.own.policy;
-        let (binding, chosen) = match shared.plan.policy(&request, &key, own) {
-            // The layer's own policy, as every request under no plan and
-            // most under one get: known by its address before its value,
-            // whether the plan lent it or built it anew.
-            policy if std::ptr::eq(&*policy, own) || *policy == *own => {
-                (shared.own_binding::<E::Key>(), Chosen::Layer)
-            }
-            policy => {
-                let binding = Cow::Owned(shared.store.bind(&policy));
-                let view = PolicyView::planned(policy.into_owned(), config.quota_unit);
-                (binding, Chosen::Plan(Box::new(view)))
-            }
-        };
+        let (binding, chosen) = shared.choose(&request, &key);
         let cost = shared.weights.cost(&request);
-        let (mut check, settler) = if config.count_only.is_some() || shared.weights.settles() {
-            // Reserved now, settled once the response says what it used.
-            let binding = binding.into_owned();
-            let check = shared.store.decide_cost_bound(key.clone(), &binding, cost);
-            let settler = settle_after_response(shared, key, binding, cost);
-            (check, Some(settler))
-        } else {
-            (shared.store.decide_cost_bound(key, &binding, cost), None)
-        };
+        let used = (config.count_only.is_some() || shared.weights.settles()).then(|| {
+            let (config, weights) = (Arc::clone(config), shared.weights.clone());
+            // `count_only`: a response that does not match gives its unit back.
+            move |response: &Response<ResB>| match &config.count_only {
+                Some(counts) if !counts.matches(response.status(), response.headers()) => Some(0),
+                _ => weights.settle(response),
+            }
+        });
+        let (mut check, settler) = shared.reserve(key, binding, cost, used);
         // A store that answers at once (the memory store always does) lets
         // the request go straight on to the service that was polled ready.
         let mut cx = Context::from_waker(Waker::noop());
@@ -213,34 +275,4 @@ where
         let inner = std::mem::replace(&mut self.inner, clone);
         ResponseFuture::check(check, inner, request, Arc::clone(config), chosen, settler)
     }
-}
-
-/// What settles a reserved request once its response is known: the store
-/// call giving back or charging the difference, if there is one.
-fn settle_after_response<E, St, P, W, K, B, ResB>(
-    shared: &Shared<E, St, P, W>,
-    key: K,
-    binding: St::Binding,
-    cost: u32,
-) -> Settler<Response<ResB>, St::Future>
-where
-    St: Store<K>,
-    W: Weigh<B, ResB> + Clone + Send + 'static,
-    K: Send + 'static,
-{
-    let (store, config, weights) = (
-        shared.store.clone(),
-        Arc::clone(&shared.config),
-        shared.weights.clone(),
-    );
-    Box::new(move |response: &Response<ResB>, admitted: &Decision| {
-        // `count_only`: a response that does not match gives its unit back.
-        let used = match &config.count_only {
-            Some(counts) if !counts.matches(response.status(), response.headers()) => Some(0),
-            _ => weights.settle(response),
-        }?;
-        admitted
-            .needs_settling(cost, used)
-            .then(|| store.settle_bound(key, &binding, admitted, cost, used))
-    })
 }

@@ -4,16 +4,36 @@
 
 use std::sync::Arc;
 
-use http::{Request, Response};
+/// Gives a wrapper around a shared closure `Clone` (a reference count, so
+/// the closure itself need not be `Clone`) and a `Debug` that names it.
+/// Holding the closure shared rather than by its own type keeps the
+/// layer's type nameable in a struct field.
+macro_rules! shared_closure {
+    ($name:ident<$($param:ident),+>) => {
+        impl<$($param),+> Clone for $name<$($param),+> {
+            fn clone(&self) -> Self {
+                Self(std::sync::Arc::clone(&self.0))
+            }
+        }
 
-/// A request's cost in units, and what its response says it really used.
-pub trait Weigh<B, ResB> {
+        impl<$($param),+> std::fmt::Debug for $name<$($param),+> {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str(concat!(stringify!($name), "(..)"))
+            }
+        }
+    };
+}
+pub(crate) use shared_closure;
+
+/// A request's cost in units, and what its response says it really used,
+/// for requests of type `R` and responses of type `Res`.
+pub trait Weigh<R, Res> {
     /// The units `request` reserves.
-    fn cost(&self, request: &Request<B>) -> u32;
+    fn cost(&self, request: &R) -> u32;
 
     /// The units the request behind `response` really used; `None` keeps
     /// the reservation.
-    fn settle(&self, response: &Response<ResB>) -> Option<u32>;
+    fn settle(&self, response: &Res) -> Option<u32>;
 
     /// Whether [`settle`](Weigh::settle) can answer anything but `None`:
     /// responses are looked at only then.
@@ -33,52 +53,49 @@ pub struct Weights<C = OneUnit, S = OneUnit> {
 pub struct OneUnit;
 
 /// The cost closure given to
-/// [`SlidingWindowLayer::cost`](crate::SlidingWindowLayer::cost).
-#[derive(Clone, Copy, Debug)]
-pub struct CostFn<F>(pub(crate) F);
+/// [`SlidingWindowLayer::cost`](crate::SlidingWindowLayer::cost), for
+/// requests of type `R`.
+pub struct CostFn<R>(pub(crate) Arc<dyn Fn(&R) -> u32 + Send + Sync>);
 
 /// The settling closure given to
-/// [`SlidingWindowLayer::settle`](crate::SlidingWindowLayer::settle),
-/// shared: each settled request holds it, so cloning it costs a count.
-#[derive(Debug)]
-pub struct SettleFn<F>(pub(crate) Arc<F>);
+/// [`SlidingWindowLayer::settle`](crate::SlidingWindowLayer::settle), for
+/// responses of type `Res`.
+pub struct SettleFn<Res>(pub(crate) Arc<dyn Fn(&Res) -> Option<u32> + Send + Sync>);
 
-impl<F> Clone for SettleFn<F> {
-    fn clone(&self) -> Self {
-        Self(Arc::clone(&self.0))
-    }
-}
+shared_closure!(CostFn<R>);
+shared_closure!(SettleFn<Res>);
 
-/// One half of [`Weights`]: what a request costs.
-pub trait RequestCost<B> {
+/// One half of [`Weights`]: what a request of type `R` costs.
+pub trait RequestCost<R> {
     /// The units `request` reserves.
-    fn cost(&self, request: &Request<B>) -> u32;
+    fn cost(&self, request: &R) -> u32;
 }
 
-impl<B> RequestCost<B> for OneUnit {
+impl<R> RequestCost<R> for OneUnit {
     #[inline]
-    fn cost(&self, _: &Request<B>) -> u32 {
+    fn cost(&self, _: &R) -> u32 {
         1
     }
 }
 
-impl<B, F: Fn(&Request<B>) -> u32> RequestCost<B> for CostFn<F> {
-    fn cost(&self, request: &Request<B>) -> u32 {
+impl<R> RequestCost<R> for CostFn<R> {
+    fn cost(&self, request: &R) -> u32 {
         (self.0)(request)
     }
 }
 
-/// The other half of [`Weights`]: what a response settles its request at.
-pub trait ResponseSettle<ResB> {
+/// The other half of [`Weights`]: what a response of type `Res` settles
+/// its request at.
+pub trait ResponseSettle<Res> {
     /// The units really used; `None` keeps the reservation.
-    fn settle(&self, response: &Response<ResB>) -> Option<u32>;
+    fn settle(&self, response: &Res) -> Option<u32>;
 
     /// Whether `settle` can answer anything but `None`.
     fn settles(&self) -> bool;
 }
 
-impl<ResB> ResponseSettle<ResB> for OneUnit {
-    fn settle(&self, _: &Response<ResB>) -> Option<u32> {
+impl<Res> ResponseSettle<Res> for OneUnit {
+    fn settle(&self, _: &Res) -> Option<u32> {
         None
     }
 
@@ -88,8 +105,8 @@ impl<ResB> ResponseSettle<ResB> for OneUnit {
     }
 }
 
-impl<ResB, F: Fn(&Response<ResB>) -> Option<u32>> ResponseSettle<ResB> for SettleFn<F> {
-    fn settle(&self, response: &Response<ResB>) -> Option<u32> {
+impl<Res> ResponseSettle<Res> for SettleFn<Res> {
+    fn settle(&self, response: &Res) -> Option<u32> {
         (self.0)(response)
     }
 
@@ -98,13 +115,13 @@ impl<ResB, F: Fn(&Response<ResB>) -> Option<u32>> ResponseSettle<ResB> for Settl
     }
 }
 
-impl<B, ResB, C: RequestCost<B>, S: ResponseSettle<ResB>> Weigh<B, ResB> for Weights<C, S> {
+impl<R, Res, C: RequestCost<R>, S: ResponseSettle<Res>> Weigh<R, Res> for Weights<C, S> {
     #[inline]
-    fn cost(&self, request: &Request<B>) -> u32 {
+    fn cost(&self, request: &R) -> u32 {
         self.cost.cost(request)
     }
 
-    fn settle(&self, response: &Response<ResB>) -> Option<u32> {
+    fn settle(&self, response: &Res) -> Option<u32> {
         self.settle.settle(response)
     }
 

@@ -1,0 +1,87 @@
+//! Waiting for a turn: a store's decision that, under
+//! [`wait_up_to`](crate::SlidingWindowLayer::wait_up_to), sleeps through a
+//! refusal a short wait cures and asks again.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::task::{ready, Context, Poll};
+use std::time::Duration;
+
+use tokio::time::{sleep_until, Instant, Sleep};
+
+use crate::algorithm::Decision;
+use crate::store::StoreError;
+
+/// Asks the store again for the same request: its key, policy and cost.
+pub(crate) type AskAgain<F> = Box<dyn FnMut() -> F + Send>;
+
+/// A request's admission: the store's pending decision `F`, and, if the
+/// layer waits, what waiting needs.
+pub(crate) struct Admission<F> {
+    check: F,
+    wait: Option<Box<Wait<F>>>,
+}
+
+struct Wait<F> {
+    again: AskAgain<F>,
+    /// No turn later than this is waited for: the request's arrival plus
+    /// the layer's bound (`None` past the timer's range).
+    deadline: Option<Instant>,
+    sleep: Option<Pin<Box<Sleep>>>,
+}
+
+impl<F> Admission<F> {
+    /// The store's decision, taken as it comes.
+    pub(crate) fn once(check: F) -> Self {
+        Self { check, wait: None }
+    }
+
+    /// The store's decision, waited on for up to `bound` from now.
+    pub(crate) fn waiting(check: F, again: AskAgain<F>, bound: Duration) -> Self {
+        let wait = Wait {
+            again,
+            deadline: Instant::now().checked_add(bound),
+            sleep: None,
+        };
+        Self {
+            check,
+            wait: Some(Box::new(wait)),
+        }
+    }
+}
+
+impl<F> Future for Admission<F>
+where
+    F: Future<Output = Result<Decision, StoreError>> + Unpin,
+{
+    type Output = F::Output;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<F::Output> {
+        let this = self.get_mut();
+        loop {
+            if let Some(wait) = &mut this.wait {
+                if let Some(sleep) = &mut wait.sleep {
+                    ready!(sleep.as_mut().poll(cx));
+                    wait.sleep = None;
+                    this.check = (wait.again)();
+                }
+            }
+            let outcome = ready!(Pin::new(&mut this.check).poll(cx));
+            let (Some(wait), Ok(decision)) = (&mut this.wait, &outcome) else {
+                return Poll::Ready(outcome);
+            };
+            if !decision.wait_helps() {
+                return Poll::Ready(outcome);
+            }
+            // A refusal always names a wait of at least a microsecond, so
+            // that a store answering zero cannot make this spin.
+            let retry_after = decision.retry_after().max(Duration::from_micros(1));
+            match Instant::now().checked_add(retry_after) {
+                Some(turn) if wait.deadline.is_none_or(|deadline| turn <= deadline) => {
+                    wait.sleep = Some(Box::pin(sleep_until(turn)));
+                }
+                _ => return Poll::Ready(outcome),
+            }
+        }
+    }
+}

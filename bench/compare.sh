@@ -4,9 +4,11 @@
 # that both meet the same machine. Only the paired rounds run (criterion's
 # part is skipped): compare each contender's ratio to its peers, which is
 # what travels between the two builds. A bench the old revision lacks is
-# copied in from the working tree (it must build against the old API).
+# copied in from the working tree (it must build against the old API);
+# with SAME_BENCH=1 every bench named is, so that rows added since REV run
+# on both sides.
 #
-# Usage: bash bench/compare.sh REV [BENCH...]   (default: every bench)
+# Usage: [SAME_BENCH=1] bash bench/compare.sh REV [BENCH...]   (default: every bench)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 rev=${1:?usage: bash bench/compare.sh REV [BENCH...]}
@@ -17,7 +19,9 @@ old=$(mktemp -d /tmp/tsw-compare.XXXXXX)
 trap 'git worktree remove --force "$old"' EXIT
 git worktree add --detach -q "$old" "$rev"
 for bench in "${benches[@]}"; do
-  if [ ! -e "$old/benches/$bench.rs" ]; then
+  if [ "${SAME_BENCH:-0}" = 1 ] && [ -e "$old/benches/$bench.rs" ]; then
+    cp "benches/$bench.rs" "benches/report.rs" "$old/benches/"
+  elif [ ! -e "$old/benches/$bench.rs" ]; then
     cp "benches/$bench.rs" "$old/benches/$bench.rs"
     printf '\n[[bench]]\nname = "%s"\nharness = false\n' "$bench" >> "$old/Cargo.toml"
   fi

@@ -96,6 +96,16 @@ fn unserved_routers() -> Vec<(&'static str, Router)> {
                     .rate_limit_headers(false),
             ),
         ),
+        // A cost closure, called through a shared pointer on every request.
+        (
+            "ours, one limit, cost, inner body, headers off",
+            bare().layer(
+                SlidingWindowLayer::new(Limit::per_second(huge), PeerIp::new())
+                    .cost(|_: &Request<Body>| 1)
+                    .inner_body()
+                    .rate_limit_headers(false),
+            ),
+        ),
         // A peer that also writes two headers on every response (its own
         // `x-ratelimit-limit` and `x-ratelimit-remaining`), for context: the
         // performance target (BENCHMARKS.md) names the plain tower_governor
@@ -113,13 +123,14 @@ fn unserved_routers() -> Vec<(&'static str, Router)> {
 
 /// The bare router first; the two peers last: tower_governor with its
 /// headers, then the plain one.
-const IDS: [&str; 8] = [
+const IDS: [&str; 9] = [
     "bare router",
     "ours, headers on",
     "ours, headers off",
     "ours, inner body, headers on",
     "ours, inner body, headers off",
     "ours, one limit, inner body, headers off",
+    "ours, one limit, cost, inner body, headers off",
     "tower_governor, headers",
     "tower_governor",
 ];
@@ -151,7 +162,7 @@ fn main() {
         for id in IDS.iter().skip(1) {
             if let Some(s) = found.get(*id) {
                 let added = s.1 - bare;
-                println!("  {id:<34} {added:>9.1} {:>7.2}", added / governor_added);
+                println!("  {id:<48} {added:>9.1} {:>7.2}", added / governor_added);
             }
         }
     }

@@ -6,6 +6,9 @@ use tower::ServiceBuilder;
 use crate::layer::SlidingWindowLayer;
 use crate::limit::Limit;
 
+/// A builder with `layer` added on top of its layers `L`.
+type WithLayer<Layer, L> = ServiceBuilder<Stack<Layer, L>>;
+
 mod sealed {
     pub trait Sealed {}
     impl<L> Sealed for tower::ServiceBuilder<L> {}
@@ -41,7 +44,7 @@ pub trait ServiceBuilderExt<L>: sealed::Sealed + Sized {
     fn sliding_window_layer<E, St, P, M, W>(
         self,
         layer: SlidingWindowLayer<E, St, P, M, W>,
-    ) -> ServiceBuilder<Stack<SlidingWindowLayer<E, St, P, M, W>, L>>;
+    ) -> WithLayer<SlidingWindowLayer<E, St, P, M, W>, L>;
 }
 
 impl<L> ServiceBuilderExt<L> for ServiceBuilder<L> {
@@ -56,7 +59,7 @@ impl<L> ServiceBuilderExt<L> for ServiceBuilder<L> {
     fn sliding_window_layer<E, St, P, M, W>(
         self,
         layer: SlidingWindowLayer<E, St, P, M, W>,
-    ) -> ServiceBuilder<Stack<SlidingWindowLayer<E, St, P, M, W>, L>> {
+    ) -> WithLayer<SlidingWindowLayer<E, St, P, M, W>, L> {
         self.layer(layer)
     }
 }

@@ -8,6 +8,11 @@
 //! `RateLimit-Policy` headers, or for gRPC requests a trailers-only response
 //! with status `RESOURCE_EXHAUSTED`. Its error type is the inner service's,
 //! so axum's `Router::layer` and tonic's `Server::layer` take it as is.
+//! For services of any other request type (jobs, clients of other
+//! services), [`refuse_with_error`](SlidingWindowLayer::refuse_with_error)
+//! fails refused calls with [`RateLimited`] instead, and
+//! [`wait_up_to`](SlidingWindowLayer::wait_up_to) lets a refused call wait
+//! for its turn.
 //!
 //! # Quick start: axum
 //!
@@ -44,6 +49,48 @@
 //!     .await
 //! # }
 //! ```
+//!
+//! # Any service: jobs, clients, calls that wait their turn
+//!
+//! Key extractors, costs, settles and plans are closures over the
+//! service's own request and response types. An outbound client held to a
+//! provider's published limits, shared by every instance through one
+//! store, waits for its turn rather than fail (see `examples/outbound.rs`,
+//! and a job consumer at
+//! [`refuse_with_error`](SlidingWindowLayer::refuse_with_error)):
+//!
+//! ```
+//! use std::time::Duration;
+//! use tower::{service_fn, BoxError, ServiceBuilder, ServiceExt};
+//! use tower_sliding_window::{Limit, RateLimited, SlidingWindowLayer};
+//!
+//! struct Completion {
+//!     api_key: String,
+//!     max_tokens: u32,
+//! }
+//!
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> Result<(), BoxError> {
+//! let tokens_per_minute = SlidingWindowLayer::new(Limit::per_minute(10_000), |c: &Completion| Some(c.api_key.clone()))
+//!     .cost(|c: &Completion| c.max_tokens) // reserved, then settled from the answer
+//!     .settle(|tokens_used: &u32| Some(*tokens_used))
+//!     .refuse_with_error()
+//!     .wait_up_to(Duration::from_secs(30));
+//! let provider = service_fn(|c: Completion| async move { Ok::<u32, BoxError>(c.max_tokens / 2) });
+//! let client = ServiceBuilder::new().layer(tokens_per_minute).service(provider);
+//!
+//! match client.oneshot(Completion { api_key: "sk-1".into(), max_tokens: 512 }).await {
+//!     Ok(used) => assert_eq!(used, 256),
+//!     Err(e) if e.is::<RateLimited>() => println!("no turn within 30 s: {e}"),
+//!     Err(e) => return Err(e), // the provider's own error, unchanged
+//! }
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! A tonic client's `Channel` is wrapped like any service: keep the HTTP
+//! mode there, and its callers see `Code::ResourceExhausted` as from a
+//! server (error mode would reach them as `Code::Unknown`).
 //!
 //! # Testing with a manual clock
 //!
@@ -125,7 +172,9 @@
 //!
 //! Stores read a [`Clock`]: [`SystemClock`] (monotonic) by default, or a
 //! [`ManualClock`] that tests move by hand, so a scenario spanning minutes
-//! runs in microseconds. Windows are counted in whole microseconds.
+//! runs in microseconds. Windows are counted in whole microseconds. A layer
+//! that waits sleeps on tokio's timer: under tokio's paused time, a store
+//! on a [`TokioClock`] sees the time the sleeps see.
 //!
 //! # Differences from `tower::limit::RateLimit` and `tower_governor`
 //!
@@ -133,7 +182,10 @@
 //!   and makes callers wait in `poll_ready` instead of refusing. axum needs
 //!   `Buffer` in front of it, and then one limit is shared by every client.
 //!   Here state lives in a shared store keyed per client, clones share it,
-//!   `poll_ready` never waits, and refusals are real 429 responses.
+//!   `poll_ready` never waits, and refusals are real 429 responses; a call
+//!   that should wait ([`wait_up_to`](SlidingWindowLayer::wait_up_to))
+//!   waits in its own future, for its own key, on a limit every instance
+//!   shares, for exactly as long as its turn is away.
 //! * `tower_governor` (GCRA through `governor`) allows bursts by design and
 //!   keeps state in one process. Refusals come out of the service as errors
 //!   that axum users turn into responses. Its smart IP extractor takes the

@@ -16,7 +16,7 @@ use tower::util::ServiceFn;
 use tower::{service_fn, BoxError, Service, ServiceBuilder, ServiceExt};
 use tower_sliding_window::extract::HeaderKey;
 use tower_sliding_window::layer::{
-    CostFn, PlanByKey, RefuseWithError, SettleFn, Weights, WrapBody,
+    CostFn, PlanByKey, RefuseWithError, SettleFn, SinglePolicy, Weights, WrapBody,
 };
 use tower_sliding_window::{
     Algorithm, Limit, ManualClock, MemoryStore, MissingKey, MissingKeyError, Origin, Policy,
@@ -263,16 +263,13 @@ async fn plans_choose_by_the_key_of_any_request() {
     assert_eq!(free, [true, false]);
 }
 
+type ByTenant = fn(&Job) -> Option<&'static str>;
+
 /// The clock of the store and the sleeps of the layer are both tokio's,
 /// paused: the test runs in microseconds and the times are exact.
 fn waiting_layer(
     bound: Duration,
-) -> SlidingWindowLayer<
-    fn(&Job) -> Option<&'static str>,
-    MemoryStore<TokioClock>,
-    tower_sliding_window::layer::SinglePolicy,
-    RefuseWithError,
-> {
+) -> SlidingWindowLayer<ByTenant, MemoryStore<TokioClock>, SinglePolicy, RefuseWithError> {
     SlidingWindowLayer::new(
         two_per_ten_seconds(),
         tenant as fn(&Job) -> Option<&'static str>,
@@ -408,17 +405,13 @@ fn hello(_: http::Request<String>) -> Ready<Result<http::Response<String>, Infal
     ready(Ok(http::Response::new(String::from("hello"))))
 }
 
+/// Costs read from the request's body, settled from the response.
+type Costed = Weights<CostFn<http::Request<String>>, SettleFn<http::Response<String>>>;
+
 /// A service kept in a struct field with its layer's type written out:
 /// a named extractor, plans, costs and settling, with no boxing.
 struct App {
-    limited: SlidingWindow<
-        Hello,
-        HeaderKey,
-        MemoryStore,
-        PlanByKey<String>,
-        WrapBody,
-        Weights<CostFn<http::Request<String>>, SettleFn<http::Response<String>>>,
-    >,
+    limited: SlidingWindow<Hello, HeaderKey, MemoryStore, PlanByKey<String>, WrapBody, Costed>,
 }
 
 #[tokio::test]

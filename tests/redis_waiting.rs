@@ -48,7 +48,8 @@ async fn two_clients_waiting_on_one_redis_limit_never_exceed_it() {
         }
     }
     while let Some(call) = calls.join_next().await {
-        call.unwrap().expect("every call waits for its turn, none fails");
+        call.unwrap()
+            .expect("every call waits for its turn, none fails");
     }
 
     let mut started = started.lock().unwrap().clone();

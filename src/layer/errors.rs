@@ -18,7 +18,7 @@ use crate::algorithm::{Decision, Origin};
 ///
 /// # #[tokio::main(flavor = "current_thread")]
 /// # async fn main() {
-/// let layer = SlidingWindowLayer::new(Limit::per_minute(1), |tenant: &&str| Some(*tenant))
+/// let layer = SlidingWindowLayer::new(Limit::per_minute(1), |tenant: &&'static str| Some(*tenant))
 ///     .refuse_with_error();
 /// let mut svc = ServiceBuilder::new()
 ///     .layer(layer)

@@ -313,7 +313,8 @@ impl<E, St, P, M, W> SlidingWindowLayer<E, St, P, M, W> {
     /// and recorded exactly as enforcement would record it (a request that
     /// would be refused is not recorded), so the figures predict
     /// enforcement, but **nothing is refused**: no 429, no `Retry-After`,
-    /// no gRPC error, and a store that fails lets requests through too.
+    /// no gRPC error, no error in error mode, no wait, and a store that
+    /// fails lets requests through too.
     ///
     /// What would have been refused shows: a `tracing` event (feature
     /// `tracing`), the `metrics` counter
@@ -383,13 +384,16 @@ impl<E, St, P, M, C, S> SlidingWindowLayer<E, St, P, M, Weights<C, S>> {
     /// penalty) and records nothing; a cost larger than any one limit's
     /// `max` can never pass and is answered `413 Content Too Large` (gRPC
     /// `INVALID_ARGUMENT`) with `RateLimit-Policy` but no `Retry-After`,
-    /// whatever the [`rejection`](Self::rejection) style. The `RateLimit`
-    /// header's remaining quota is in units.
+    /// whatever the rejection style (in error mode, a
+    /// [`RateLimited`](crate::RateLimited) of origin
+    /// [`TooCostly`](crate::Origin::TooCostly), never waited on). The
+    /// `RateLimit` header's remaining quota is in units.
     ///
     /// A cost read from the request is chosen by the client: clamp it
     /// (`.clamp(1, most)`), or a client asking for 0 passes a spent limit.
-    /// The closure names the request's body type (`axum::body::Body` on
-    /// axum, `tonic::body::Body` on tonic). The sliding log keeps one stamp
+    /// The closure names the request type: any type in error mode,
+    /// `http::Request<axum::body::Body>` on axum,
+    /// `http::Request<tonic::body::Body>` on tonic. The sliding log keeps one stamp
     /// per unit (8 bytes each, up to its largest limit per key): for limits
     /// in the thousands of units, the sliding counter keeps two integers
     /// whatever the cost.
@@ -420,8 +424,10 @@ impl<E, St, P, M, C, S> SlidingWindowLayer<E, St, P, M, Weights<C, S>> {
     /// future is dropped before the response (the client went away), when
     /// the inner service answers `Err`, when the store fails to settle
     /// (logged as a `tracing` warning), and for requests a failure policy
-    /// let through. The closure names the inner service's body type
-    /// (`axum::body::Body` on axum): `.settle(|res: &http::Response<Body>| …)`.
+    /// let through. The closure names the inner service's response type:
+    /// any type in error mode (an outbound client settles from the
+    /// provider's reported usage), `.settle(|res: &http::Response<Body>| …)`
+    /// on axum.
     pub fn settle<Res, F>(
         self,
         settle: F,

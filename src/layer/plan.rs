@@ -84,7 +84,9 @@ impl<R, K> Plan<R, K> for PlanByKey<K> {
 /// Plans chosen from the request of type `R` and its key of type `K`, from
 /// a shared closure; see
 /// [`SlidingWindowLayer::plan_by_request`](crate::SlidingWindowLayer::plan_by_request).
-pub struct PlanByRequest<R, K>(pub(crate) Arc<dyn Fn(&R, &K) -> Policy + Send + Sync>);
+pub struct PlanByRequest<R, K>(pub(crate) Arc<ChooseByRequest<R, K>>);
+
+type ChooseByRequest<R, K> = dyn Fn(&R, &K) -> Policy + Send + Sync;
 
 impl<R, K> Plan<R, K> for PlanByRequest<R, K> {
     fn policy<'a>(&'a self, request: &R, key: &K, _: &'a Policy) -> Cow<'a, Policy> {

@@ -28,8 +28,27 @@ use crate::store::Store;
 ///
 /// `poll_ready` only asks the inner service: the decision is made when the
 /// request arrives, so the service never parks a caller waiting for quota
-/// and axum can treat it as always ready. Clones share the layer's store and
-/// policy.
+/// and axum can treat it as always ready (a call under
+/// [`wait_up_to`](crate::SlidingWindowLayer::wait_up_to) waits in its own
+/// future). Clones share the layer's store and policy.
+///
+/// It is a `Service<http::Request<B>>` in the HTTP modes and a
+/// `Service<R>` for any `R` in [error mode](crate::SlidingWindowLayer::refuse_with_error).
+/// Its type can be written out, for a struct field:
+///
+/// ```
+/// use tower::util::BoxCloneService;
+/// use tower_sliding_window::extract::HeaderKey;
+/// use tower_sliding_window::layer::{CostFn, PlanByKey, WrapBody, Weights};
+/// use tower_sliding_window::{MemoryStore, SlidingWindow};
+///
+/// type Inner = BoxCloneService<http::Request<String>, http::Response<String>, std::convert::Infallible>;
+///
+/// struct Api {
+///     // Per API key, a plan per customer, requests costed by their body.
+///     limited: SlidingWindow<Inner, HeaderKey, MemoryStore, PlanByKey<String>, WrapBody, Weights<CostFn<http::Request<String>>>>,
+/// }
+/// ```
 #[derive(Debug)]
 pub struct SlidingWindow<S, E, St, P = SinglePolicy, M = WrapBody, W = Weights> {
     pub(super) inner: S,
@@ -133,6 +152,9 @@ impl<S, E, St, P, M, W> SlidingWindow<S, E, St, P, M, W> {
     }
 }
 
+/// A request's admission, and what settles it once its response is in.
+type Reservation<F, Res> = (Admission<F>, Option<Settler<Res, F>>);
+
 impl<E, St, P, W> Shared<E, St, P, W> {
     /// The policy `request` is judged by, bound to the store, and which it
     /// is to the layer.
@@ -170,7 +192,7 @@ impl<E, St, P, W> Shared<E, St, P, W> {
         binding: Cow<'_, St::Binding>,
         cost: u32,
         used: Option<U>,
-    ) -> (Admission<St::Future>, Option<Settler<Res, St::Future>>)
+    ) -> Reservation<St::Future, Res>
     where
         K: Clone + Send + 'static,
         St: Store<K>,

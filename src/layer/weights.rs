@@ -60,7 +60,9 @@ pub struct CostFn<R>(pub(crate) Arc<dyn Fn(&R) -> u32 + Send + Sync>);
 /// The settling closure given to
 /// [`SlidingWindowLayer::settle`](crate::SlidingWindowLayer::settle), for
 /// responses of type `Res`.
-pub struct SettleFn<Res>(pub(crate) Arc<dyn Fn(&Res) -> Option<u32> + Send + Sync>);
+pub struct SettleFn<Res>(pub(crate) Arc<UnitsUsed<Res>>);
+
+type UnitsUsed<Res> = dyn Fn(&Res) -> Option<u32> + Send + Sync;
 
 shared_closure!(CostFn<R>);
 shared_closure!(SettleFn<Res>);

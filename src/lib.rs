@@ -210,6 +210,9 @@
 //! * `redis`: [`RedisStore`], for Redis 6+ and Redis Cluster.
 //! * `axum`, `tonic`: [`extract::PeerIp`] and [`extract::ClientIp`] read the
 //!   peer address those servers record.
+//! * `tonic-tls`: they also read tonic's `TlsConnectInfo`, all tonic records
+//!   when TLS is ended before it (tokio-rustls streams); tonic's own
+//!   `tls_config` needs only `tonic`. It forces no crypto provider.
 //! * `tracing`: events for refusals and store failures.
 //! * `metrics`: decision counters through the `metrics` facade, labelled by
 //!   policy ([`Policy::label`]; `unnamed` for an unnamed policy a plan

@@ -3,6 +3,8 @@
 use std::net::{IpAddr, SocketAddr};
 
 use http::Request;
+#[cfg(feature = "tonic-tls")]
+use tonic::transport::server::{TcpConnectInfo, TlsConnectInfo};
 
 use super::ip::{check_prefix, key_for, DEFAULT_IPV6_PREFIX};
 use crate::error::ConfigError;
@@ -13,9 +15,12 @@ use crate::layer::KeyExtractor;
 /// It finds the address where servers record it, without an interceptor:
 /// axum's `ConnectInfo<SocketAddr>` (feature `axum`; serve with
 /// `into_make_service_with_connect_info::<SocketAddr>()`), tonic's
-/// `TcpConnectInfo` (feature `tonic`), or a plain `SocketAddr` extension
-/// that any other server can insert. IPv6 addresses are keyed by their /64
-/// (see [`ipv6_prefix`](PeerIp::ipv6_prefix)).
+/// `TcpConnectInfo` (feature `tonic`, enough under tonic's own TLS too), the
+/// `TlsConnectInfo` that is all tonic records when TLS is ended before it, on
+/// tokio-rustls streams through `serve_with_incoming` (feature `tonic-tls`,
+/// which leaves the crypto provider to your tonic features), or a plain
+/// `SocketAddr` extension that any other server can insert. IPv6 addresses
+/// are keyed by their /64 (see [`ipv6_prefix`](PeerIp::ipv6_prefix)).
 ///
 /// Without the matching feature (or, in axum, without
 /// `into_make_service_with_connect_info`) it finds no address: every request
@@ -80,6 +85,16 @@ pub(super) fn peer_addr<B>(request: &Request<B>) -> Option<IpAddr> {
         if let Some(addr) = info.remote_addr() {
             return Some(addr.ip());
         }
+    }
+    // On TLS streams it did not make, tonic records only this wrapped form
+    // (its own TLS records the bare one above too): without this, a server
+    // that ends TLS before tonic had no keys.
+    #[cfg(feature = "tonic-tls")]
+    if let Some(addr) = extensions
+        .get::<TlsConnectInfo<TcpConnectInfo>>()
+        .and_then(|info| info.get_ref().remote_addr())
+    {
+        return Some(addr.ip());
     }
     extensions.get::<SocketAddr>().map(SocketAddr::ip)
 }

@@ -62,6 +62,14 @@ fn worker() -> impl Service<
     service_fn(|_: Job| ready(Ok::<_, Infallible>(Instant::now())))
 }
 
+/// One call once the service is ready.
+async fn call<S>(svc: &mut S, job: Job) -> Result<S::Response, BoxError>
+where
+    S: Service<Job, Error = BoxError>,
+{
+    svc.ready().await?.call(job).await
+}
+
 fn refusal(error: &BoxError) -> &RateLimited {
     error
         .downcast_ref::<RateLimited>()
@@ -77,17 +85,11 @@ async fn a_refusal_fails_the_call_with_its_exact_retry_after() {
         .refuse_with_error();
     let mut svc = ServiceBuilder::new().layer(layer).service(worker());
 
-    svc.ready().await.unwrap().call(job("acme")).await.unwrap();
+    call(&mut svc, job("acme")).await.unwrap();
     clock.advance(Duration::from_millis(3_250));
-    svc.ready().await.unwrap().call(job("acme")).await.unwrap();
+    call(&mut svc, job("acme")).await.unwrap();
     clock.advance(Duration::from_millis(1_000));
-    let error = svc
-        .ready()
-        .await
-        .unwrap()
-        .call(job("acme"))
-        .await
-        .unwrap_err();
+    let error = call(&mut svc, job("acme")).await.unwrap_err();
     let refused = refusal(&error);
     // The first stamp leaves the window just past 10 s after it was made.
     assert_eq!(refused.retry_after(), Duration::from_micros(5_750_001));
@@ -95,12 +97,7 @@ async fn a_refusal_fails_the_call_with_its_exact_retry_after() {
     assert!(!refused.decision().is_allowed());
     assert!(error.to_string().contains("2/10s"), "{error}");
     // Another tenant has quota of its own.
-    svc.ready()
-        .await
-        .unwrap()
-        .call(job("initech"))
-        .await
-        .unwrap();
+    call(&mut svc, job("initech")).await.unwrap();
 }
 
 #[derive(Debug, PartialEq)]
@@ -142,51 +139,16 @@ async fn costs_are_read_from_any_request_and_settled_from_any_response() {
     let mut svc = ServiceBuilder::new().layer(layer).service(half);
 
     // Reserves 8, settles at 4: 6 left.
-    assert_eq!(
-        svc.ready()
-            .await
-            .unwrap()
-            .call(heavy("acme", 8))
-            .await
-            .unwrap(),
-        4
-    );
+    assert_eq!(call(&mut svc, heavy("acme", 8)).await.unwrap(), 4);
     // Reserves 6, settles at 3: 3 left.
-    svc.ready()
-        .await
-        .unwrap()
-        .call(heavy("acme", 6))
-        .await
-        .unwrap();
-    let error = svc
-        .ready()
-        .await
-        .unwrap()
-        .call(heavy("acme", 4))
-        .await
-        .unwrap_err();
+    call(&mut svc, heavy("acme", 6)).await.unwrap();
+    let error = call(&mut svc, heavy("acme", 4)).await.unwrap_err();
     assert!(!refusal(&error).decision().is_allowed());
     // Reserves 3, settles at 1: 2 left.
-    svc.ready()
-        .await
-        .unwrap()
-        .call(heavy("acme", 3))
-        .await
-        .unwrap();
-    let error = svc
-        .ready()
-        .await
-        .unwrap()
-        .call(heavy("acme", 3))
-        .await
-        .unwrap_err();
+    call(&mut svc, heavy("acme", 3)).await.unwrap();
+    let error = call(&mut svc, heavy("acme", 3)).await.unwrap_err();
     assert!(error.is::<RateLimited>());
-    svc.ready()
-        .await
-        .unwrap()
-        .call(heavy("acme", 2))
-        .await
-        .unwrap();
+    call(&mut svc, heavy("acme", 2)).await.unwrap();
 }
 
 #[tokio::test]
@@ -204,12 +166,7 @@ async fn a_keyless_call_fails_with_an_error_of_its_own_unless_allowed() {
         .layer(layer.on_missing_key(MissingKey::Allow))
         .service(worker());
     for _ in 0..3 {
-        open.ready()
-            .await
-            .unwrap()
-            .call(keyless.clone())
-            .await
-            .unwrap();
+        call(&mut open, keyless.clone()).await.unwrap();
     }
 }
 

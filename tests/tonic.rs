@@ -3,7 +3,7 @@
 use std::net::SocketAddr;
 
 use tokio_stream::wrappers::TcpListenerStream;
-use tonic::transport::{Endpoint, Server};
+use tonic::transport::{Channel, Endpoint, Server};
 use tonic::Code;
 use tonic_health::pb::health_client::HealthClient;
 use tonic_health::pb::HealthCheckRequest;
@@ -12,6 +12,20 @@ use tower_sliding_window::{Limit, SlidingWindowLayer};
 
 fn everyone<B>(_: &http::Request<B>) -> Option<&'static str> {
     Some("everyone")
+}
+
+async fn channel(addr: SocketAddr) -> Channel {
+    Endpoint::from_shared(format!("http://{addr}"))
+        .unwrap()
+        .connect()
+        .await
+        .unwrap()
+}
+
+fn check() -> HealthCheckRequest {
+    HealthCheckRequest {
+        service: String::new(),
+    }
 }
 
 #[tokio::test]
@@ -31,15 +45,8 @@ async fn tonic_client_sees_resource_exhausted() {
             .unwrap();
     });
 
-    let channel = Endpoint::from_shared(format!("http://{addr}"))
-        .unwrap()
-        .connect()
-        .await
-        .unwrap();
+    let channel = channel(addr).await;
     let mut client = HealthClient::new(channel);
-    let check = || HealthCheckRequest {
-        service: String::new(),
-    };
     assert!(client.check(check()).await.is_ok());
     assert!(client.check(check()).await.is_ok());
     let status = client.check(check()).await.unwrap_err();
@@ -65,18 +72,11 @@ async fn a_wrapped_tonic_client_sees_resource_exhausted() {
             .unwrap();
     });
 
-    let channel = Endpoint::from_shared(format!("http://{addr}"))
-        .unwrap()
-        .connect()
-        .await
-        .unwrap();
+    let channel = channel(addr).await;
     let limited = tower::ServiceBuilder::new()
         .layer(SlidingWindowLayer::new(Limit::per_minute(2), Global))
         .service(channel);
     let mut client = HealthClient::new(limited);
-    let check = || HealthCheckRequest {
-        service: String::new(),
-    };
     assert!(client.check(check()).await.is_ok());
     assert!(client.check(check()).await.is_ok());
     let status = client.check(check()).await.unwrap_err();

@@ -33,11 +33,7 @@ mod sealed {
 pub trait ServiceBuilderExt<L>: sealed::Sealed + Sized {
     /// Adds a [`SlidingWindowLayer`] allowing `limit` per key, with keys
     /// taken by `extractor`, on a private in-memory store.
-    fn sliding_window<E>(
-        self,
-        limit: Limit,
-        extractor: E,
-    ) -> ServiceBuilder<Stack<SlidingWindowLayer<E>, L>>;
+    fn sliding_window<E>(self, limit: Limit, extractor: E) -> WithLayer<SlidingWindowLayer<E>, L>;
 
     /// Adds a configured [`SlidingWindowLayer`], whatever its store, plans,
     /// mode and costs.
@@ -48,11 +44,7 @@ pub trait ServiceBuilderExt<L>: sealed::Sealed + Sized {
 }
 
 impl<L> ServiceBuilderExt<L> for ServiceBuilder<L> {
-    fn sliding_window<E>(
-        self,
-        limit: Limit,
-        extractor: E,
-    ) -> ServiceBuilder<Stack<SlidingWindowLayer<E>, L>> {
+    fn sliding_window<E>(self, limit: Limit, extractor: E) -> WithLayer<SlidingWindowLayer<E>, L> {
         self.layer(SlidingWindowLayer::new(limit, extractor))
     }
 

@@ -209,3 +209,10 @@ pub(crate) fn store_failed(err: &StoreError, failure: crate::store::FailurePolic
     #[cfg(not(feature = "tracing"))]
     let _ = (err, failure);
 }
+
+/// A layer that waits was called outside a tokio runtime, where it has no
+/// timer to wait on: its refusals are answered at once.
+pub(crate) fn cannot_wait() {
+    #[cfg(feature = "tracing")]
+    tracing::warn!("rate-limit wait_up_to: no tokio runtime to wait in; refusing at once");
+}

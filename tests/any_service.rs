@@ -394,3 +394,66 @@ async fn a_configured_service_has_a_type_a_struct_field_can_name() {
     let refused = app.limited.clone().oneshot(request("ab")).await.unwrap();
     assert_eq!(refused.status(), 429);
 }
+
+/// A call waiting for its turn holds none of the inner service's capacity:
+/// behind a `Buffer` of one slot (as a tonic `Channel` is a buffer), a call
+/// for another key goes through while the first waits, though the waiting
+/// caller keeps its service.
+#[tokio::test(start_paused = true)]
+async fn a_waiting_call_holds_no_slot_of_a_buffer_behind_it() {
+    let layer = SlidingWindowLayer::new(Limit::new(1, Duration::from_secs(10)).unwrap(), tenant)
+        .algorithm(Algorithm::SlidingLog)
+        .store(MemoryStore::with_clock(TokioClock::new()))
+        .refuse_with_error()
+        .wait_up_to(Duration::from_secs(60));
+    let buffered = tower::buffer::Buffer::new(worker(), 1);
+    let mut svc = ServiceBuilder::new().layer(layer).service(buffered);
+    let start = Instant::now();
+    call(&mut svc, job("acme")).await.unwrap();
+    let mut waiter = svc.clone();
+    let waiting = tokio::spawn(async move { call(&mut waiter, job("acme")).await });
+    tokio::task::yield_now().await;
+    let other = call(&mut svc, job("initech")).await.unwrap();
+    assert_eq!(other - start, Duration::ZERO);
+    let waited = waiting.await.unwrap().unwrap();
+    assert!(is_at(waited - start, 10), "{:?}", waited - start);
+}
+
+/// A call that waited and was let through is settled against the
+/// decision that let it through.
+#[tokio::test(start_paused = true)]
+async fn a_call_that_waited_is_settled_from_its_response() {
+    let layer = SlidingWindowLayer::new(Limit::new(10, Duration::from_secs(10)).unwrap(), tenant)
+        .algorithm(Algorithm::SlidingLog)
+        .store(MemoryStore::with_clock(TokioClock::new()))
+        .cost(|job: &Job| job.weight)
+        .settle(|used: &u32| Some(*used))
+        .refuse_with_error()
+        .wait_up_to(Duration::from_secs(60));
+    let half = service_fn(|job: Job| ready(Ok::<_, Infallible>(job.weight / 2)));
+    let mut svc = ServiceBuilder::new().layer(layer).service(half);
+    let start = Instant::now();
+    // Reserves 10, settles at 5: 5 left.
+    call(&mut svc, heavy("acme", 10)).await.unwrap();
+    // 8 do not fit until the first 10 stamps leave the window, 10 s on;
+    // then it reserves 8 and settles at 4.
+    assert_eq!(call(&mut svc, heavy("acme", 8)).await.unwrap(), 4);
+    assert!(is_at(start.elapsed(), 10), "{:?}", start.elapsed());
+    // 6 are left at once: the 4 the settle gave back among them.
+    let six = call(&mut svc, heavy("acme", 6)).await.unwrap();
+    assert_eq!(six, 3);
+    assert!(is_at(start.elapsed(), 10), "{:?}", start.elapsed());
+}
+
+/// Shadow mode refuses nothing and makes nothing wait, in error mode too.
+#[tokio::test(start_paused = true)]
+async fn shadow_mode_lets_refused_calls_through_at_once() {
+    let svc = ServiceBuilder::new()
+        .layer(waiting_layer(Duration::from_secs(60)).shadow_mode(true))
+        .service(worker());
+    let start = Instant::now();
+    for _ in 0..3 {
+        svc.clone().oneshot(job("acme")).await.unwrap();
+    }
+    assert_eq!(start.elapsed(), Duration::ZERO);
+}

@@ -9,11 +9,11 @@ use pin_project_lite::pin_project;
 use tower::{BoxError, Service};
 
 use super::errors::{MissingKeyError, RateLimited};
-use super::future::{Chosen, Settler};
+use super::future::{judge, Chosen, Settler, Verdict};
 use super::key::{KeyExtractor, MissingKey};
 use super::layer::LayerConfig;
 use super::plan::Plan;
-use super::service::SlidingWindow;
+use super::service::{unready, SlidingWindow};
 use super::wait::Admission;
 use super::weights::Weigh;
 use crate::algorithm::Decision;
@@ -66,10 +66,7 @@ where
                 Err(error) => ErrorFuture::failed(error),
             };
         }
-        // The ready service goes with the request; the clone left behind
-        // will be polled before it is called.
-        let clone = self.inner.clone();
-        let inner = std::mem::replace(&mut self.inner, clone);
+        let inner = unready(&mut self.inner);
         ErrorFuture {
             state: State::Check {
                 check,
@@ -85,33 +82,17 @@ where
     }
 }
 
-/// What a request let through is called with, or the error it fails
-/// with; `Ok(None)` for one a failed store let through in shadow mode,
-/// which has nothing to settle.
+/// What a request let through is called with (see [`Verdict::Pass`]), or
+/// the error it fails with.
 fn verdict(
     outcome: Result<Decision, StoreError>,
     config: &LayerConfig,
     chosen: &Chosen,
 ) -> Result<Option<Decision>, BoxError> {
-    let events = &chosen.get(config).events;
-    match outcome {
-        Ok(mut decision) => {
-            decision.shadow = config.shadow;
-            observe::decided(events, &decision);
-            if decision.is_allowed() || config.shadow {
-                Ok(Some(decision))
-            } else {
-                Err(RateLimited::new(decision).into())
-            }
-        }
-        Err(error) => {
-            observe::unavailable(events, &error);
-            if config.shadow {
-                Ok(None)
-            } else {
-                Err(error.into())
-            }
-        }
+    match judge(outcome, config, chosen) {
+        Verdict::Pass(decision) => Ok(decision),
+        Verdict::Refuse(decision) => Err(RateLimited::new(decision).into()),
+        Verdict::Unavailable(error) => Err(error.into()),
     }
 }
 
@@ -146,6 +127,11 @@ pin_project! {
         Check {
             check: Admission<F>,
             pending: Option<Box<Pending<F, S, R>>>,
+        },
+        /// Let through; waiting for the inner service to be ready.
+        Ready {
+            pending: Option<Box<Pending<F, S, R>>>,
+            decision: Option<Decision>,
         },
         /// Let through; waiting for the inner service.
         Call {
@@ -205,18 +191,35 @@ where
                     let Some(pending) = pending.take() else {
                         unreachable!("a pending check still holds the service and request")
                     };
+                    match verdict(outcome, &pending.config, &pending.chosen) {
+                        Ok(decision) => state.set(State::Ready {
+                            pending: Some(pending),
+                            decision,
+                        }),
+                        Err(error) => state.set(State::Failed { error: Some(error) }),
+                    }
+                }
+                StateProj::Ready { pending, decision } => {
+                    let Some(waiting) = pending else {
+                        unreachable!("a call being readied holds the service and request")
+                    };
+                    ready!(waiting.inner.poll_ready(cx)).map_err(Into::into)?;
+                    let Some(pending) = pending.take() else {
+                        unreachable!("a call being readied holds the service and request")
+                    };
                     let Pending {
                         mut inner,
                         request,
-                        config,
-                        chosen,
                         settler,
+                        ..
                     } = *pending;
-                    let next = match verdict(outcome, &config, &chosen) {
-                        Ok(decision) => Self::called(inner.call(request), decision, settler),
-                        Err(error) => Self::failed(error),
-                    };
-                    state.set(next.state);
+                    let decision = *decision;
+                    let call = inner.call(request);
+                    state.set(State::Call {
+                        call,
+                        decision,
+                        settler,
+                    });
                 }
                 StateProj::Call {
                     call,

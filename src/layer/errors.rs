@@ -40,14 +40,12 @@ impl RateLimited {
         Self { decision }
     }
 
-    /// How long until the call would be let through, exactly; zero when
-    /// no wait would ([`Origin::TooCostly`], [`Origin::StoreFull`]).
+    /// How long until the call would be let through, exactly, as the
+    /// HTTP modes' `Retry-After` says it. Zero for a call that costs more
+    /// than a limit's `max` ([`Origin::TooCostly`]), which no wait lets
+    /// through: check [`Decision::wait_helps`] before retrying after it.
     pub fn retry_after(&self) -> Duration {
-        if self.decision.wait_helps() {
-            self.decision.retry_after()
-        } else {
-            Duration::ZERO
-        }
+        self.decision.retry_after()
     }
 
     /// The store's decision, with the limit that refused and its quota.

@@ -86,13 +86,15 @@ pin_project! {
 pin_project! {
     #[project = StateProj]
     enum State<F, S, SF, B, R> {
-        /// Waiting for a store that could not answer at once; holds what is
+        /// Waiting for a store that could not answer at once (or for a
+        /// turn), then for the inner service to be ready; holds what is
         /// needed to go on either way, boxed so that the common states keep
         /// the future small.
         Check {
             #[pin]
             check: Admission<F>,
             pending: Option<Box<(S, Request<B>)>>,
+            verdict: Option<Verdict>,
         },
         /// The request was let through; waiting for the inner service.
         Call {
@@ -151,6 +153,7 @@ where
         let state = State::Check {
             check,
             pending: Some(Box::new((inner, request))),
+            verdict: None,
         };
         Self::full(state, Some(config), chosen, settler)
     }
@@ -170,7 +173,8 @@ where
         chosen: Chosen,
         settler: Option<Settler<S::Response, F>>,
     ) -> Self {
-        let state = next_state(outcome, inner, request, &config, &chosen);
+        let verdict = judge(outcome, &config, &chosen);
+        let state = next_state(verdict, inner, request, &config, &chosen);
         Self::full(state, Some(config), chosen, settler)
     }
 
@@ -227,10 +231,51 @@ pub(crate) fn admit<B>(
     }
 }
 
-/// What follows a decision: calling the inner service, or answering.
+/// What the layer makes of the store's answer, in either mode, once
+/// recorded in events and metrics.
+pub(crate) enum Verdict {
+    /// Call the inner service, with the decision that let the request
+    /// through (none for a failed store in shadow mode).
+    Pass(Option<Decision>),
+    /// The limits refused it.
+    Refuse(Decision),
+    /// The store failed, and its failure policy let nothing through.
+    Unavailable(StoreError),
+}
+
+/// Judges the store's answer for a request under the layer's `config`.
+pub(crate) fn judge(
+    outcome: Result<Decision, StoreError>,
+    config: &LayerConfig,
+    chosen: &Chosen,
+) -> Verdict {
+    let events = &chosen.get(config).events;
+    match outcome {
+        Ok(mut decision) => {
+            decision.shadow = config.shadow;
+            observe::decided(events, &decision);
+            if decision.is_allowed() || config.shadow {
+                Verdict::Pass(Some(decision))
+            } else {
+                Verdict::Refuse(decision)
+            }
+        }
+        Err(err) => {
+            observe::unavailable(events, &err);
+            // Nothing is refused in shadow mode, not even by a failure.
+            if config.shadow {
+                Verdict::Pass(None)
+            } else {
+                Verdict::Unavailable(err)
+            }
+        }
+    }
+}
+
+/// What follows a verdict: calling the inner service, or answering.
 #[inline(always)]
 fn next_state<F, S, B>(
-    outcome: Result<Decision, StoreError>,
+    verdict: Verdict,
     inner: &mut S,
     mut request: Request<B>,
     config: &LayerConfig,
@@ -239,40 +284,26 @@ fn next_state<F, S, B>(
 where
     S: Service<Request<B>>,
 {
-    let view = chosen.get(config);
-    match outcome {
-        Ok(mut decision) => {
-            if decision.is_allowed() || config.shadow {
-                admit(&mut request, &mut decision, config, chosen);
-                State::Call {
-                    call: inner.call(request),
-                    decision: Some(decision),
-                }
-            } else {
-                observe::decided(&view.events, &decision);
-                State::Answer {
-                    response: Some(Box::new(rejection(
-                        &decision,
-                        view.headers(),
-                        &config.rejection,
-                        is_grpc(&request),
-                    ))),
-                }
+    let answer = match verdict {
+        Verdict::Pass(decision) => {
+            if let (Some(decision), true) = (decision, config.decision_extension) {
+                request.extensions_mut().insert(decision);
             }
+            return State::Call {
+                call: inner.call(request),
+                decision,
+            };
         }
-        Err(err) => {
-            observe::unavailable(&view.events, &err);
-            if config.shadow {
-                // Nothing is refused in shadow mode, not even by a failure.
-                return State::Call {
-                    call: inner.call(request),
-                    decision: None,
-                };
-            }
-            State::Answer {
-                response: Some(Box::new(store_unavailable(is_grpc(&request)))),
-            }
-        }
+        Verdict::Refuse(decision) => rejection(
+            &decision,
+            chosen.get(config).headers(),
+            &config.rejection,
+            is_grpc(&request),
+        ),
+        Verdict::Unavailable(_) => store_unavailable(is_grpc(&request)),
+    };
+    State::Answer {
+        response: Some(Box::new(answer)),
     }
 }
 
@@ -318,16 +349,27 @@ where
 {
     loop {
         match state.as_mut().project() {
-            StateProj::Check { check, pending } => {
-                let outcome = ready!(check.poll(cx));
-                let Some(pending) = pending.take() else {
-                    unreachable!("a pending check still holds the service and request")
-                };
+            StateProj::Check {
+                check,
+                pending,
+                verdict,
+            } => {
                 let Some(config) = config.as_deref() else {
                     unreachable!("a pending check keeps the layer's configuration")
                 };
+                if verdict.is_none() {
+                    *verdict = Some(judge(ready!(check.poll(cx)), config, chosen));
+                }
+                // The service came unpolled (see `SlidingWindow::call`): it
+                // is made ready only for a request that will be passed on.
+                if let (Some(Verdict::Pass(_)), Some(pending)) = (&verdict, pending.as_mut()) {
+                    ready!(pending.0.poll_ready(cx))?;
+                }
+                let (Some(pending), Some(verdict)) = (pending.take(), verdict.take()) else {
+                    unreachable!("a pending check holds its request until it is left")
+                };
                 let (mut inner, request) = *pending;
-                let next = next_state(outcome, &mut inner, request, config, chosen);
+                let next = next_state(verdict, &mut inner, request, config, chosen);
                 state.set(next);
             }
             StateProj::Call { call, decision } => {

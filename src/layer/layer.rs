@@ -245,16 +245,20 @@ impl<E, St, P, M, W> SlidingWindowLayer<E, St, P, M, W> {
     /// "in a moment", and for servers that would rather delay a burst than
     /// refuse it (as nginx's `limit_req … delay`).
     ///
-    /// A waiting request holds what it holds (its connection, its memory,
-    /// a concurrency permit) for up to `bound`, and a waiting client is
-    /// not told why it waits: keep the bound short where requests are
-    /// cheap to send. Shadow mode never waits. A request that waits is
-    /// judged each time as a new one: if others take the turn first, it
-    /// waits again within the same bound, so it is not served in order of
-    /// arrival.
+    /// A waiting request holds its own resources (its connection, its
+    /// memory, its caller) for up to `bound`, though none of the inner
+    /// service's capacity (a `Buffer` slot, a concurrency permit, taken only
+    /// once it may pass), and a waiting client is not told why it waits:
+    /// keep the bound short where requests are cheap to send, and below
+    /// the deadlines callers set (a gRPC client's `grpc-timeout` runs on
+    /// while its call waits). Shadow mode never waits. A request that
+    /// waits is judged each time as a new one: if others take the turn
+    /// first, it waits again within the same bound, so it is not served in
+    /// order of arrival.
     ///
     /// Waiting needs a tokio runtime with its timer, as `#[tokio::main]`
-    /// builds. The store judges on its own clock: under tokio's paused
+    /// builds; called outside any tokio runtime, the layer refuses at once
+    /// (with a `tracing` warning). The store judges on its own clock: under tokio's paused
     /// time in tests, give the store a [`TokioClock`](crate::TokioClock)
     /// so that the sleeps and the store see one time.
     pub fn wait_up_to(mut self, bound: Duration) -> Self {
@@ -319,9 +323,9 @@ impl<E, St, P, M, W> SlidingWindowLayer<E, St, P, M, W> {
     /// What would have been refused shows: a `tracing` event (feature
     /// `tracing`), the `metrics` counter
     /// `tower_sliding_window_decisions_total{outcome="shadow_rejected"}`
-    /// (feature `metrics`), and the [`Decision`](crate::Decision) in the
-    /// request's extensions, whose
-    /// [`is_shadow`](crate::Decision::is_shadow) is true. Accepted
+    /// (feature `metrics`), and, in the HTTP modes, the
+    /// [`Decision`](crate::Decision) in the request's extensions, whose
+    /// [`is_shadow`](crate::Decision::is_shadow) is true. Accepted HTTP
     /// responses carry no `RateLimit` headers, which would advertise a
     /// limit that is not enforced, unless
     /// [`rate_limit_headers(true)`](Self::rate_limit_headers) asks for them.

@@ -34,7 +34,9 @@ use crate::store::Store;
 ///
 /// It is a `Service<http::Request<B>>` in the HTTP modes and a
 /// `Service<R>` for any `R` in [error mode](crate::SlidingWindowLayer::refuse_with_error).
-/// Its type can be written out, for a struct field:
+/// Its type can be written out, for a struct field, but for a closure
+/// key extractor: key by a named extractor, or by a function cast to its
+/// pointer type (`fn(&Job) -> Option<String>`).
 ///
 /// ```
 /// use tower::util::BoxCloneService;
@@ -96,7 +98,7 @@ impl<E, St, P, W> Shared<E, St, P, W> {
             .get_or_init(|| Box::new(self.store.bind(&self.config.own.policy)));
         match own.downcast_ref::<St::Binding>() {
             Some(binding) => Cow::Borrowed(binding),
-            // An extractor with another key type for another body type.
+            // An extractor with another key type for another request type.
             None => Cow::Owned(self.store.bind(&self.config.own.policy)),
         }
     }
@@ -291,10 +293,19 @@ where
                 settler,
             );
         }
-        // Otherwise the ready service goes with the request into the future;
-        // the clone left behind will be polled before it is called.
-        let clone = self.inner.clone();
-        let inner = std::mem::replace(&mut self.inner, clone);
+        let inner = unready(&mut self.inner);
         ResponseFuture::check(check, inner, request, Arc::clone(config), chosen, settler)
     }
+}
+
+/// For a request that waits for the store (or for its turn): a clone of
+/// the inner service for it, to be made ready only once it may pass, and
+/// another in place of the ready one, which is dropped. So the capacity
+/// that readiness reserved (a `Buffer`'s slot, a concurrency permit) is
+/// given back while the request waits, rather than held by it or by this
+/// service's caller; the next `poll_ready` reserves it anew.
+pub(super) fn unready<S: Clone>(ready: &mut S) -> S {
+    let waiting = ready.clone();
+    *ready = waiting.clone();
+    waiting
 }

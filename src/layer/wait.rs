@@ -10,6 +10,7 @@ use std::time::Duration;
 use tokio::time::{sleep_until, Instant, Sleep};
 
 use crate::algorithm::Decision;
+use crate::observe;
 use crate::store::StoreError;
 
 /// Asks the store again for the same request: its key, policy and cost.
@@ -36,8 +37,13 @@ impl<F> Admission<F> {
         Self { check, wait: None }
     }
 
-    /// The store's decision, waited on for up to `bound` from now.
+    /// The store's decision, waited on for up to `bound` from now: taken
+    /// as it comes outside a tokio runtime, which has no timer to sleep on.
     pub(crate) fn waiting(check: F, again: AskAgain<F>, bound: Duration) -> Self {
+        if tokio::runtime::Handle::try_current().is_err() {
+            observe::cannot_wait();
+            return Self::once(check);
+        }
         let wait = Wait {
             again,
             deadline: Instant::now().checked_add(bound),
@@ -70,12 +76,12 @@ where
             let (Some(wait), Ok(decision)) = (&mut this.wait, &outcome) else {
                 return Poll::Ready(outcome);
             };
-            if !decision.wait_helps() {
+            // A refusal that names no wait is not waited on: asking again at
+            // once would only spin.
+            let retry_after = decision.retry_after();
+            if !decision.wait_helps() || retry_after.is_zero() {
                 return Poll::Ready(outcome);
             }
-            // A refusal always names a wait of at least a microsecond, so
-            // that a store answering zero cannot make this spin.
-            let retry_after = decision.retry_after().max(Duration::from_micros(1));
             match Instant::now().checked_add(retry_after) {
                 Some(turn) if wait.deadline.is_none_or(|deadline| turn <= deadline) => {
                     wait.sleep = Some(Box::pin(sleep_until(turn)));

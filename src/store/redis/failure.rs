@@ -10,9 +10,11 @@ use crate::policy::Policy;
 use crate::store::StoreError;
 
 /// The rule a [`RedisStore`](super::RedisStore) applies when a call fails or
-/// exceeds its timeout. Whatever the rule, the service never returns an
-/// error and never panics; the [`Origin`](crate::Origin) of the decision
-/// says which rule answered.
+/// exceeds its timeout. Whatever the rule, an HTTP layer never returns an
+/// error and never panics (under
+/// [`refuse_with_error`](crate::SlidingWindowLayer::refuse_with_error),
+/// `FailClosed` fails the call with the [`StoreError`]); the
+/// [`Origin`](crate::Origin) of the decision says which rule answered.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub enum FailurePolicy {
     /// Let the request through unjudged (the industry default: the limiter
@@ -20,7 +22,8 @@ pub enum FailurePolicy {
     /// store over is then unlimited — see SECURITY.md.
     #[default]
     FailOpen,
-    /// Refuse the request with `503 Service Unavailable` (gRPC `UNAVAILABLE`).
+    /// Refuse the request with `503 Service Unavailable` (gRPC
+    /// `UNAVAILABLE`), or in error mode fail it with the [`StoreError`].
     FailClosed,
     /// Judge the request with a local [`MemoryStore`](crate::MemoryStore), so
     /// each instance still enforces the limit on its own share of traffic

@@ -1,4 +1,6 @@
-//! The axum and tonic examples, served on 127.0.0.1:0 and called by real clients.
+//! The examples, run here: axum and tonic served on 127.0.0.1:0 and called by
+//! real clients, the token gateway on a manual clock, the outbound clients
+//! on real time.
 
 #[cfg(feature = "axum")]
 #[path = "../examples/axum/app.rs"]
@@ -6,6 +8,9 @@ mod axum_app;
 
 #[path = "../examples/tokens.rs"]
 mod tokens;
+
+#[path = "../examples/outbound.rs"]
+mod outbound;
 
 #[cfg(feature = "tonic")]
 #[path = "../examples/tonic/server.rs"]
@@ -135,4 +140,24 @@ async fn the_token_gateway_reserves_and_settles() {
     assert!(left.unwrap().starts_with("\"60s\";r=0;"));
     let (status, _, _) = tokens::call(&app, "alice", 1, 1).await;
     assert_eq!(status.as_u16(), 429);
+}
+
+/// The outbound example's run, on Redis with `--features redis` (as the
+/// suite runs) or a shared memory store: every call answered, and its final
+/// line names a peak within the provider's limits, the requests' reached.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_outbound_clients_keep_to_the_providers_limits() {
+    let last = outbound::run()
+        .await
+        .unwrap_or_else(|error| panic!("the outbound example failed: {error}"));
+    assert!(last.starts_with("ok: 9 calls in "), "{last}");
+    let peak: Vec<u32> = last
+        .split_once("at most ")
+        .and_then(|(_, peak)| peak.strip_suffix(" tokens a window"))
+        .expect(&last)
+        .split(" requests and ")
+        .map(|n| n.parse().expect(&last))
+        .collect();
+    assert_eq!(peak[0], 4, "{last}");
+    assert!(peak[1] <= 1_000, "{last}");
 }

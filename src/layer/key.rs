@@ -10,6 +10,13 @@
 /// [`SlidingWindowLayer::on_missing_key`](crate::SlidingWindowLayer::on_missing_key).
 /// The ready-made extractors in [`extract`](crate::extract) read
 /// `http::Request`s of any body.
+///
+/// A closure that returns a borrowed key (`Some(job.tenant)` with a
+/// `&'static str` field) can trip a limitation of the compiler once the
+/// service's future runs inside `tokio::spawn(async move { … })`
+/// ("implementation of `Clone` is not general enough"): a `fn` item
+/// (`fn tenant(job: &Job) -> Option<&'static str>`) or an owned key
+/// (`String`) avoids it.
 pub trait KeyExtractor<R> {
     /// The key type: anything the store can hash and compare
     /// (`String`, `&'static str`, `IpAddr`, `u64`, …).

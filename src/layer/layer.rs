@@ -256,6 +256,13 @@ impl<E, St, P, M, W> SlidingWindowLayer<E, St, P, M, W> {
     /// first, it waits again within the same bound, so it is not served in
     /// order of arrival.
     ///
+    /// Of stacked layers, let only the outermost wait. An outer layer
+    /// counts a call as it lets it through; an inner one that then holds
+    /// the call back sends it later than the outer one counted it, and a
+    /// provider that counts calls as they arrive can see more than the
+    /// outer limit. `examples/outbound.rs` has the inner layer refuse at
+    /// once, the outer give the call back, and the caller wait the turn.
+    ///
     /// Waiting needs a tokio runtime with its timer, as `#[tokio::main]`
     /// builds; called outside any tokio runtime, the layer refuses at once
     /// (with a `tracing` warning). The store judges on its own clock: under tokio's paused

@@ -93,8 +93,9 @@ pin_project! {
         Check {
             #[pin]
             check: Admission<F>,
-            pending: Option<Box<(S, Request<B>)>>,
-            verdict: Option<Verdict>,
+            // With the verdict, once the store has answered, while the
+            // service gets ready.
+            pending: Option<Box<(S, Request<B>, Option<Verdict>)>>,
         },
         /// The request was let through; waiting for the inner service.
         Call {
@@ -152,8 +153,7 @@ where
     ) -> Self {
         let state = State::Check {
             check,
-            pending: Some(Box::new((inner, request))),
-            verdict: None,
+            pending: Some(Box::new((inner, request, None))),
         };
         Self::full(state, Some(config), chosen, settler)
     }
@@ -349,26 +349,24 @@ where
 {
     loop {
         match state.as_mut().project() {
-            StateProj::Check {
-                check,
-                pending,
-                verdict,
-            } => {
+            StateProj::Check { check, pending } => {
                 let Some(config) = config.as_deref() else {
                     unreachable!("a pending check keeps the layer's configuration")
+                };
+                let Some((inner, _, verdict)) = pending.as_deref_mut() else {
+                    unreachable!("a pending check holds its request until it is left")
                 };
                 if verdict.is_none() {
                     *verdict = Some(judge(ready!(check.poll(cx)), config, chosen));
                 }
                 // The service came unpolled (see `SlidingWindow::call`): it
                 // is made ready only for a request that will be passed on.
-                if let (Some(Verdict::Pass(_)), Some(pending)) = (&verdict, pending.as_mut()) {
-                    ready!(pending.0.poll_ready(cx))?;
+                if let Some(Verdict::Pass(_)) = verdict {
+                    ready!(inner.poll_ready(cx))?;
                 }
-                let (Some(pending), Some(verdict)) = (pending.take(), verdict.take()) else {
-                    unreachable!("a pending check holds its request until it is left")
+                let Some((mut inner, request, Some(verdict))) = pending.take().map(|p| *p) else {
+                    unreachable!("a pending check has its verdict once the store answered")
                 };
-                let (mut inner, request) = *pending;
                 let next = next_state(verdict, &mut inner, request, config, chosen);
                 state.set(next);
             }

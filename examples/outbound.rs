@@ -25,7 +25,7 @@ const TOKENS: u32 = 1_000;
 /// is judged a moment before the provider receives it, and that moment
 /// varies from call to call (a Redis round trip, a busy scheduler).
 const MARGIN: Duration = Duration::from_millis(100);
-/// The longest a call waits for its turn before it fails.
+/// The longest any one wait for a turn may last.
 const PATIENCE: Duration = Duration::from_secs(10);
 /// Each client's calls in turn, (prompt words, max_tokens): B starts with
 /// two large ones, A comes up a moment later with small ones.
@@ -258,6 +258,7 @@ pub async fn run() -> Result<String, BoxError> {
     Ok(format!("ok: {calls} calls in {elapsed:.1}s; {seen}"))
 }
 
+// Unused where tests/examples.rs includes this file for `run`.
 #[allow(dead_code)]
 #[tokio::main]
 async fn main() -> ExitCode {

@@ -81,7 +81,7 @@
 //!
 //! match client.oneshot(Completion { api_key: "sk-1".into(), max_tokens: 512 }).await {
 //!     Ok(used) => assert_eq!(used, 256),
-//!     Err(e) if e.is::<RateLimited>() => println!("no turn within 30 s: {e}"),
+//!     Err(e) if e.is::<RateLimited>() => println!("no turn within 30 s, or too big: {e}"),
 //!     Err(e) => return Err(e), // the provider's own error, unchanged
 //! }
 //! # Ok(())
@@ -185,7 +185,7 @@
 //!   `poll_ready` never waits, and refusals are real 429 responses; a call
 //!   that should wait ([`wait_up_to`](SlidingWindowLayer::wait_up_to))
 //!   waits in its own future, for its own key, on a limit every instance
-//!   shares, for exactly as long as its turn is away.
+//!   shares, until its turn (to tokio's millisecond).
 //! * `tower_governor` (GCRA through `governor`) allows bursts by design and
 //!   keeps state in one process. Refusals come out of the service as errors
 //!   that axum users turn into responses. Its smart IP extractor takes the

@@ -210,9 +210,15 @@ pub(crate) fn store_failed(err: &StoreError, failure: crate::store::FailurePolic
     let _ = (err, failure);
 }
 
-/// A layer that waits was called outside a tokio runtime, where it has no
-/// timer to wait on: its refusals are answered at once.
+/// A layer that waits was polled outside a tokio runtime, where it has no
+/// timer to wait on: its refusals are answered at once. Said once a
+/// process, as a program without a runtime would say it on every refusal.
 pub(crate) fn cannot_wait() {
     #[cfg(feature = "tracing")]
-    tracing::warn!("rate-limit wait_up_to: no tokio runtime to wait in; refusing at once");
+    {
+        static SAID: std::sync::Once = std::sync::Once::new();
+        SAID.call_once(|| {
+            tracing::warn!("rate-limit wait_up_to: no tokio runtime to wait in; refusing at once");
+        });
+    }
 }

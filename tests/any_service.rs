@@ -7,7 +7,7 @@ mod failing_store;
 
 use std::convert::Infallible;
 use std::fmt;
-use std::future::{ready, Ready};
+use std::future::{ready, Future, Ready};
 use std::time::Duration;
 
 use failing_store::FailingStore;
@@ -456,4 +456,74 @@ async fn shadow_mode_lets_refused_calls_through_at_once() {
         svc.clone().oneshot(job("acme")).await.unwrap();
     }
     assert_eq!(start.elapsed(), Duration::ZERO);
+}
+
+/// The same in HTTP mode: a request delayed for its turn holds no slot.
+#[tokio::test(start_paused = true)]
+async fn a_delayed_http_request_holds_no_slot_of_a_buffer_behind_it() {
+    let layer = SlidingWindowLayer::new(
+        Limit::new(1, Duration::from_secs(10)).unwrap(),
+        HeaderKey::new("x-client").unwrap(),
+    )
+    .algorithm(Algorithm::SlidingLog)
+    .store(MemoryStore::with_clock(TokioClock::new()))
+    .wait_up_to(Duration::from_secs(60));
+    let hello = service_fn(|_: http::Request<String>| {
+        ready(Ok::<_, Infallible>(http::Response::new(String::new())))
+    });
+    let svc = ServiceBuilder::new()
+        .layer(layer)
+        .service(tower::buffer::Buffer::new(hello, 1));
+    let request = |client: &str| {
+        http::Request::builder()
+            .header("x-client", client)
+            .body(String::new())
+            .unwrap()
+    };
+    let start = Instant::now();
+    svc.clone().oneshot(request("alice")).await.unwrap();
+    let mut waiter = svc.clone();
+    let waiting = tokio::spawn(async move {
+        waiter.ready().await?.call(request("alice")).await?;
+        Ok::<_, BoxError>(Instant::now())
+    });
+    tokio::task::yield_now().await;
+    let mut other = svc.clone();
+    let bob = other.ready().await.unwrap().call(request("bob")).await;
+    assert_eq!(bob.unwrap().status(), 200);
+    assert_eq!(start.elapsed(), Duration::ZERO);
+    let waited = waiting.await.unwrap().unwrap();
+    assert!(is_at(waited - start, 10), "{:?}", waited - start);
+}
+
+/// Polled outside any tokio runtime, a layer that waits has no timer to
+/// sleep on: it refuses at once rather than panic.
+#[test]
+fn outside_a_tokio_runtime_a_waiting_layer_refuses_at_once() {
+    let layer = SlidingWindowLayer::new(Limit::per_minute(1), tenant)
+        .store(MemoryStore::with_clock(ManualClock::new()))
+        .refuse_with_error()
+        .wait_up_to(Duration::from_secs(120));
+    let mut svc = ServiceBuilder::new()
+        .layer(layer)
+        .service(worker_without_timer());
+    let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+    let mut poll_once = |job| {
+        let mut call = std::pin::pin!(svc.call(job));
+        call.as_mut().poll(&mut cx)
+    };
+    assert!(matches!(
+        poll_once(job("acme")),
+        std::task::Poll::Ready(Ok(()))
+    ));
+    match poll_once(job("acme")) {
+        std::task::Poll::Ready(Err(error)) => assert!(error.is::<RateLimited>(), "{error}"),
+        _ => panic!("a refusal outside a runtime is answered at once"),
+    }
+}
+
+fn worker_without_timer(
+) -> impl Service<Job, Response = (), Error = Infallible, Future = Ready<Result<(), Infallible>>> + Clone
+{
+    service_fn(|_: Job| ready(Ok::<_, Infallible>(())))
 }

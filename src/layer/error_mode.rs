@@ -13,7 +13,7 @@ use super::future::{judge, Chosen, Settler, Verdict};
 use super::key::{KeyExtractor, MissingKey};
 use super::layer::LayerConfig;
 use super::plan::Plan;
-use super::service::{unready, SlidingWindow};
+use super::service::{for_later, SlidingWindow};
 use super::wait::Admission;
 use super::weights::Weigh;
 use crate::algorithm::Decision;
@@ -66,7 +66,7 @@ where
                 Err(error) => ErrorFuture::failed(error),
             };
         }
-        let inner = unready(&mut self.inner);
+        let inner = for_later(&mut self.inner, config.waits().is_some());
         ErrorFuture {
             state: State::Check {
                 check,

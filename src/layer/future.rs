@@ -359,8 +359,9 @@ where
                 if verdict.is_none() {
                     *verdict = Some(judge(ready!(check.poll(cx)), config, chosen));
                 }
-                // The service came unpolled (see `SlidingWindow::call`): it
-                // is made ready only for a request that will be passed on.
+                // Under a layer that waits, the service came unpolled (see
+                // `for_later`): it is made ready only for a request that
+                // will be passed on. A ready one is ready again at once.
                 if let Some(Verdict::Pass(_)) = verdict {
                     ready!(inner.poll_ready(cx))?;
                 }

@@ -85,6 +85,12 @@ impl LayerConfig {
     pub(crate) fn read_after_response(&self) -> bool {
         self.headers_on_success
     }
+
+    /// How far ahead a refused request waits for its turn: never in
+    /// shadow mode, which delays nothing.
+    pub(crate) fn waits(&self) -> Option<Duration> {
+        self.wait.filter(|_| !self.shadow)
+    }
 }
 
 impl<E> SlidingWindowLayer<E> {
@@ -264,8 +270,11 @@ impl<E, St, P, M, W> SlidingWindowLayer<E, St, P, M, W> {
     /// once, the outer give the call back, and the caller wait the turn.
     ///
     /// Waiting needs a tokio runtime with its timer, as `#[tokio::main]`
-    /// builds; called outside any tokio runtime, the layer refuses at once
-    /// (with a `tracing` warning). The store judges on its own clock: under tokio's paused
+    /// builds: polled outside any tokio runtime, the layer refuses at once
+    /// (with a `tracing` warning, once), and in a runtime built without
+    /// `enable_time` tokio panics at the first wait. A call let through
+    /// after waiting whose inner service then fails to get ready keeps its
+    /// reservation. The store judges on its own clock: under tokio's paused
     /// time in tests, give the store a [`TokioClock`](crate::TokioClock)
     /// so that the sleeps and the store see one time.
     pub fn wait_up_to(mut self, bound: Duration) -> Self {

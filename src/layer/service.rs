@@ -201,7 +201,7 @@ impl<E, St, P, W> Shared<E, St, P, W> {
         U: FnOnce(&Res) -> Option<u32> + Send + 'static,
     {
         let config = &self.config;
-        let waits = config.wait.filter(|_| !config.shadow);
+        let waits = config.waits();
         if used.is_none() && waits.is_none() {
             let check = self.store.decide_cost_bound(key, &binding, cost);
             return (Admission::once(check), None);
@@ -293,19 +293,25 @@ where
                 settler,
             );
         }
-        let inner = unready(&mut self.inner);
+        let inner = for_later(&mut self.inner, config.waits().is_some());
         ResponseFuture::check(check, inner, request, Arc::clone(config), chosen, settler)
     }
 }
 
-/// For a request that waits for the store (or for its turn): a clone of
-/// the inner service for it, to be made ready only once it may pass, and
-/// another in place of the ready one, which is dropped. So the capacity
-/// that readiness reserved (a `Buffer`'s slot, a concurrency permit) is
-/// given back while the request waits, rather than held by it or by this
-/// service's caller; the next `poll_ready` reserves it anew.
-pub(super) fn unready<S: Clone>(ready: &mut S) -> S {
-    let waiting = ready.clone();
-    *ready = waiting.clone();
-    waiting
+/// The inner service for a request the store could not judge at once, to
+/// be called once the store lets it through; a clone stays behind, to be
+/// polled ready before the next call.
+///
+/// A layer that does not wait hands on the ready service. One that waits
+/// hands on an unpolled clone (made ready once the request may pass) and
+/// drops the ready one: what its readiness reserved (a `Buffer`'s slot, a
+/// concurrency permit) is given back for the wait rather than held by it.
+pub(super) fn for_later<S: Clone>(ready: &mut S, waits: bool) -> S {
+    let clone = ready.clone();
+    if waits {
+        *ready = clone.clone();
+        clone
+    } else {
+        std::mem::replace(ready, clone)
+    }
 }

@@ -37,13 +37,8 @@ impl<F> Admission<F> {
         Self { check, wait: None }
     }
 
-    /// The store's decision, waited on for up to `bound` from now: taken
-    /// as it comes outside a tokio runtime, which has no timer to sleep on.
+    /// The store's decision, waited on for up to `bound` from now.
     pub(crate) fn waiting(check: F, again: AskAgain<F>, bound: Duration) -> Self {
-        if tokio::runtime::Handle::try_current().is_err() {
-            observe::cannot_wait();
-            return Self::once(check);
-        }
         let wait = Wait {
             again,
             deadline: Instant::now().checked_add(bound),
@@ -95,6 +90,11 @@ where
             // once would only spin.
             let retry_after = decision.retry_after();
             if !decision.wait_helps() || retry_after.is_zero() {
+                return Poll::Ready(outcome);
+            }
+            // Outside a tokio runtime there is no timer to sleep on.
+            if tokio::runtime::Handle::try_current().is_err() {
+                observe::cannot_wait();
                 return Poll::Ready(outcome);
             }
             match Instant::now().checked_add(retry_after) {

@@ -214,9 +214,12 @@
 //!   when TLS is ended before it (tokio-rustls streams); tonic's own
 //!   `tls_config` needs only `tonic`. It forces no crypto provider.
 //! * `tracing`: events for refusals and store failures.
-//! * `metrics`: decision counters through the `metrics` facade, labelled by
-//!   policy ([`Policy::label`]; `unnamed` for an unnamed policy a plan
-//!   chose), never by key.
+//! * `metrics`: decision counters (`tower_sliding_window_decisions_total`,
+//!   `…_store_errors_total`) and the waits of
+//!   [`wait_up_to`](SlidingWindowLayer::wait_up_to)
+//!   (`tower_sliding_window_wait_seconds`) through the `metrics` facade,
+//!   labelled by policy ([`Policy::label`]; `unnamed` for an unnamed policy
+//!   a plan chose), never by key.
 #![forbid(unsafe_code)]
 #![warn(missing_docs, unreachable_pub)]
 #![cfg_attr(docsrs, feature(doc_cfg))]

@@ -20,6 +20,10 @@
 //! * `tower_sliding_window_denied_locally_total{policy}` for refusals the
 //!   Redis store's deny cache answered without a call (they count among the
 //!   decisions too).
+//!
+//! Histogram: `tower_sliding_window_wait_seconds{policy}`, how long each
+//! request a layer made [wait](crate::SlidingWindowLayer::wait_up_to) slept
+//! before its last judgement (requests that did not wait are not in it).
 
 use crate::algorithm::{Decision, Origin};
 #[cfg(feature = "redis")]
@@ -56,6 +60,8 @@ pub(crate) struct PolicyEvents {
     decisions: [metrics::Key; OUTCOMES.len()],
     #[cfg(feature = "metrics")]
     store_errors: metrics::Key,
+    #[cfg(feature = "metrics")]
+    waits: metrics::Key,
 }
 
 impl PolicyEvents {
@@ -80,16 +86,34 @@ impl PolicyEvents {
                 "tower_sliding_window_store_errors_total",
                 vec![policy_label()],
             ),
+            #[cfg(feature = "metrics")]
+            waits: metrics::Key::from_parts(
+                "tower_sliding_window_wait_seconds",
+                vec![policy_label()],
+            ),
         }
     }
 }
 
+#[cfg(feature = "metrics")]
+static METADATA: metrics::Metadata<'static> =
+    metrics::Metadata::new(module_path!(), metrics::Level::INFO, Some(module_path!()));
+
 /// Adds one to the counter under `key`, in whichever recorder is installed.
 #[cfg(feature = "metrics")]
 fn count(key: &metrics::Key) {
-    static METADATA: metrics::Metadata<'static> =
-        metrics::Metadata::new(module_path!(), metrics::Level::INFO, Some(module_path!()));
     metrics::with_recorder(|recorder| recorder.register_counter(key, &METADATA)).increment(1);
+}
+
+/// A request waited `waited` in all for its turn before its last judgement.
+pub(crate) fn waited(policy: &PolicyEvents, waited: std::time::Duration) {
+    #[cfg(feature = "metrics")]
+    metrics::with_recorder(|recorder| recorder.register_histogram(&policy.waits, &METADATA))
+        .record(waited.as_secs_f64());
+    #[cfg(feature = "tracing")]
+    tracing::debug!(policy = &*policy.label, waited = ?waited, "request waited for its turn");
+    #[cfg(not(any(feature = "metrics", feature = "tracing")))]
+    let _ = (policy, waited);
 }
 
 /// A decision was made (by the limits or a rule standing in for them).

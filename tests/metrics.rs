@@ -2,6 +2,7 @@
 #![cfg(feature = "metrics")]
 
 use std::convert::Infallible;
+use std::time::Duration;
 
 use http::{Request, Response};
 use metrics_util::debugging::{DebugValue, DebuggingRecorder};
@@ -79,10 +80,36 @@ async fn decisions_and_store_errors_are_counted_by_policy_label() {
         assert_eq!(response.status(), 200);
     }
 
+    // A request that waits for its turn: counted once, its wait recorded.
+    let waiting = ServiceBuilder::new()
+        .layer(
+            SlidingWindowLayer::new(Limit::new(1, Duration::from_millis(100)).unwrap(), key)
+                .named("waiting")
+                .algorithm(Algorithm::SlidingLog)
+                .wait_up_to(Duration::from_secs(5)),
+        )
+        .service(service_fn(|_: Request<()>| async {
+            Ok::<_, Infallible>(Response::new(()))
+        }));
+    for _ in 0..2 {
+        let response = waiting.clone().oneshot(Request::new(())).await.unwrap();
+        assert_eq!(response.status(), 200);
+    }
+
     let mut counts = Vec::new();
+    let mut waits = Vec::new();
     for (composite, _, _, value) in snapshotter.snapshot().into_vec() {
-        assert_eq!(composite.kind(), MetricKind::Counter);
         let key = composite.key();
+        if let DebugValue::Histogram(values) = &value {
+            assert_eq!(key.name(), "tower_sliding_window_wait_seconds");
+            let policy: Vec<_> = key.labels().map(|l| l.value().to_owned()).collect();
+            waits.push((
+                policy,
+                values.iter().map(|v| v.into_inner()).collect::<Vec<_>>(),
+            ));
+            continue;
+        }
+        assert_eq!(composite.kind(), MetricKind::Counter);
         let labels: Vec<String> = key
             .labels()
             .map(|l| format!("{}={}", l.key(), l.value()))
@@ -126,10 +153,22 @@ async fn decisions_and_store_errors_are_counted_by_policy_label() {
                 50
             ),
             (
+                "tower_sliding_window_decisions_total".to_owned(),
+                "policy=waiting,outcome=allowed".to_owned(),
+                2
+            ),
+            (
                 "tower_sliding_window_store_errors_total".to_owned(),
                 "policy=login".to_owned(),
                 1
             ),
         ]
     );
+    // The second request slept until the first left the window.
+    assert_eq!(waits.len(), 1, "{waits:?}");
+    assert_eq!(waits[0].0, ["waiting"]);
+    let [slept] = waits[0].1[..] else {
+        panic!("one wait recorded: {waits:?}")
+    };
+    assert!((0.05..=0.101).contains(&slept), "{slept}");
 }

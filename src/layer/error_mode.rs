@@ -9,7 +9,7 @@ use pin_project_lite::pin_project;
 use tower::{BoxError, Service};
 
 use super::errors::{MissingKeyError, RateLimited};
-use super::future::{judge, Chosen, Settler, Verdict};
+use super::future::{judge, waited, Chosen, Settler, Verdict};
 use super::key::{KeyExtractor, MissingKey};
 use super::layer::LayerConfig;
 use super::plan::Plan;
@@ -187,10 +187,11 @@ where
         loop {
             match state.as_mut().project() {
                 StateProj::Check { check, pending } => {
-                    let outcome = ready!(Pin::new(check).poll(cx));
+                    let outcome = ready!(Pin::new(&mut *check).poll(cx));
                     let Some(pending) = pending.take() else {
                         unreachable!("a pending check still holds the service and request")
                     };
+                    waited(check, &pending.config, &pending.chosen);
                     match verdict(outcome, &pending.config, &pending.chosen) {
                         Ok(decision) => state.set(State::Ready {
                             pending: Some(pending),

@@ -272,6 +272,15 @@ pub(crate) fn judge(
     }
 }
 
+/// Reports how long a request the admission let through or refused had
+/// waited, if it had.
+pub(crate) fn waited<F>(admission: &Admission<F>, config: &LayerConfig, chosen: &Chosen) {
+    let waited = admission.waited();
+    if !waited.is_zero() {
+        observe::waited(&chosen.get(config).events, waited);
+    }
+}
+
 /// What follows a verdict: calling the inner service, or answering.
 #[inline(always)]
 fn next_state<F, S, B>(
@@ -349,7 +358,7 @@ where
 {
     loop {
         match state.as_mut().project() {
-            StateProj::Check { check, pending } => {
+            StateProj::Check { mut check, pending } => {
                 let Some(config) = config.as_deref() else {
                     unreachable!("a pending check keeps the layer's configuration")
                 };
@@ -357,7 +366,9 @@ where
                     unreachable!("a pending check holds its request until it is left")
                 };
                 if verdict.is_none() {
-                    *verdict = Some(judge(ready!(check.poll(cx)), config, chosen));
+                    let outcome = ready!(check.as_mut().poll(cx));
+                    waited(&check, config, chosen);
+                    *verdict = Some(judge(outcome, config, chosen));
                 }
                 // Under a layer that waits, the service came unpolled (see
                 // `for_later`): it is made ready only for a request that

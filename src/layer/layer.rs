@@ -260,7 +260,9 @@ impl<E, St, P, M, W> SlidingWindowLayer<E, St, P, M, W> {
     /// while its call waits). Shadow mode never waits. A request that
     /// waits is judged each time as a new one: if others take the turn
     /// first, it waits again within the same bound, so it is not served in
-    /// order of arrival.
+    /// order of arrival. How long requests waited shows in the `metrics`
+    /// histogram `tower_sliding_window_wait_seconds{policy}` (feature
+    /// `metrics`) and a `tracing` event (feature `tracing`).
     ///
     /// Of stacked layers, let only the outermost wait. An outer layer
     /// counts a call as it lets it through; an inner one that then holds

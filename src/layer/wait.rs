@@ -29,6 +29,8 @@ struct Wait<F> {
     /// the layer's bound (`None` past the timer's range).
     deadline: Option<Instant>,
     sleep: Option<Pin<Box<Sleep>>>,
+    /// The sleeps so far, for the operators' figures.
+    waited: Duration,
 }
 
 impl<F> Admission<F> {
@@ -43,11 +45,19 @@ impl<F> Admission<F> {
             again,
             deadline: Instant::now().checked_add(bound),
             sleep: None,
+            waited: Duration::ZERO,
         };
         Self {
             check,
             wait: Some(Box::new(wait)),
         }
+    }
+
+    /// How long the request slept for its turns.
+    pub(crate) fn waited(&self) -> Duration {
+        self.wait
+            .as_ref()
+            .map_or(Duration::ZERO, |wait| wait.waited)
     }
 }
 
@@ -100,6 +110,7 @@ where
             match Instant::now().checked_add(retry_after) {
                 Some(turn) if self.deadline.is_none_or(|deadline| turn <= deadline) => {
                     self.sleep = Some(Box::pin(sleep_until(turn)));
+                    self.waited += retry_after;
                 }
                 _ => return Poll::Ready(outcome),
             }

@@ -224,8 +224,22 @@ pub(crate) fn admit<B>(
     config: &LayerConfig,
     chosen: &Chosen,
 ) {
+    record(decision, config, chosen);
+    carry(request, decision, config);
+}
+
+/// Marks a decision the store made as judged in shadow mode or not, and
+/// counts it in events and metrics.
+#[inline(always)]
+fn record(decision: &mut Decision, config: &LayerConfig, chosen: &Chosen) {
     decision.shadow = config.shadow;
     observe::decided(&chosen.get(config).events, decision);
+}
+
+/// Puts a let-through request's decision in its extensions, if the layer
+/// is to.
+#[inline(always)]
+fn carry<B>(request: &mut Request<B>, decision: &Decision, config: &LayerConfig) {
     if config.decision_extension {
         request.extensions_mut().insert(*decision);
     }
@@ -249,11 +263,9 @@ pub(crate) fn judge(
     config: &LayerConfig,
     chosen: &Chosen,
 ) -> Verdict {
-    let events = &chosen.get(config).events;
     match outcome {
         Ok(mut decision) => {
-            decision.shadow = config.shadow;
-            observe::decided(events, &decision);
+            record(&mut decision, config, chosen);
             if decision.is_allowed() || config.shadow {
                 Verdict::Pass(Some(decision))
             } else {
@@ -261,7 +273,7 @@ pub(crate) fn judge(
             }
         }
         Err(err) => {
-            observe::unavailable(events, &err);
+            observe::unavailable(&chosen.get(config).events, &err);
             // Nothing is refused in shadow mode, not even by a failure.
             if config.shadow {
                 Verdict::Pass(None)
@@ -295,8 +307,8 @@ where
 {
     let answer = match verdict {
         Verdict::Pass(decision) => {
-            if let (Some(decision), true) = (decision, config.decision_extension) {
-                request.extensions_mut().insert(decision);
+            if let Some(decision) = decision {
+                carry(&mut request, &decision, config);
             }
             return State::Call {
                 call: inner.call(request),

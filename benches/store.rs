@@ -6,6 +6,7 @@
 
 mod report;
 
+use std::borrow::Cow;
 use std::collections::HashMap;
 use std::hint::black_box;
 use std::net::{IpAddr, Ipv4Addr};
@@ -17,7 +18,9 @@ use std::time::{Duration, Instant};
 use criterion::{Criterion, Throughput};
 use governor::{Quota, RateLimiter};
 use tower_sliding_window::store::MemoryBinding;
-use tower_sliding_window::{Algorithm, Clock, Limit, MemoryStore, Policy, SystemClock};
+use tower_sliding_window::{
+    bound_key, Algorithm, Clock, Limit, MemoryStore, Policy, SystemClock, DEFAULT_KEY_BOUND,
+};
 
 const KEYS: u64 = 100_000;
 
@@ -32,6 +35,7 @@ struct Ours<C: Clock> {
     store: MemoryStore<C>,
     by_number: MemoryBinding<u64>,
     by_ip: MemoryBinding<IpAddr>,
+    by_text: MemoryBinding<String>,
 }
 
 impl<C: Clock> Ours<C> {
@@ -39,6 +43,7 @@ impl<C: Clock> Ours<C> {
         Self {
             by_number: store.bind(&policy),
             by_ip: store.bind(&policy),
+            by_text: store.bind(&policy),
             store,
         }
     }
@@ -48,6 +53,32 @@ impl<C: Clock> Limiter for Ours<C> {
     fn check(&self, key: u64) -> bool {
         self.store
             .decide_bound_now(key, &self.by_number)
+            .is_allowed()
+    }
+}
+
+/// [`Ours`] keyed by text made from the `u64` key, as a layer keyed by an
+/// API key header keys its store; `bounded` passes the text through
+/// [`bound_key`] as [`HeaderKey`](tower_sliding_window::extract::HeaderKey)
+/// does, which keeps text this short as it is.
+struct OursByText<C: Clock> {
+    ours: Ours<C>,
+    bounded: bool,
+}
+
+impl<C: Clock> Limiter for OursByText<C> {
+    fn check(&self, key: u64) -> bool {
+        let mut text = String::with_capacity(24);
+        text.push_str("key-");
+        text.push_str(itoa::Buffer::new().format(key));
+        if self.bounded {
+            if let Cow::Owned(digest) = bound_key(&text, DEFAULT_KEY_BOUND) {
+                text = digest;
+            }
+        }
+        self.ours
+            .store
+            .decide_bound_now(text, &self.ours.by_text)
             .is_allowed()
     }
 }
@@ -290,11 +321,18 @@ fn contenders(keys: u64, threads: u64) -> Vec<(&'static str, Box<dyn Limiter>)> 
             "governor check_key, IP",
             Box::new(GovernorByIp(governor_by_ip)),
         ));
+        for (name, bounded) in [
+            ("ours counter, text key", false),
+            ("ours counter, text key bounded", true),
+        ] {
+            let ours = ours(Algorithm::SlidingCounter, packable, Duration::from_secs(1));
+            contenders.push((name, Box::new(OursByText { ours, bounded })));
+        }
     }
     contenders
 }
 
-const IDS: [&str; 12] = [
+const IDS: [&str; 14] = [
     "governor check_key",
     "ours counter",
     "ours counter, wide",
@@ -307,6 +345,8 @@ const IDS: [&str; 12] = [
     "ours log, 4 in window",
     "ours log, 4 in window, IP",
     "governor check_key, IP",
+    "ours counter, text key",
+    "ours counter, text key bounded",
 ];
 
 fn single_thread(c: &mut Criterion, group_name: &str, keys: u64) {

@@ -225,6 +225,7 @@
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
 pub mod algorithm;
+mod bounded_key;
 mod builder;
 mod clock;
 mod error;
@@ -237,6 +238,7 @@ mod state;
 pub mod store;
 
 pub use crate::algorithm::{Algorithm, Decision, Origin};
+pub use crate::bounded_key::{bound_key, DEFAULT_KEY_BOUND, DIGEST_LEN};
 pub use crate::builder::ServiceBuilderExt;
 pub use crate::clock::{Clock, ManualClock, SystemClock, TokioClock, UnixClock};
 pub use crate::error::ConfigError;

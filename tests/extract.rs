@@ -7,7 +7,7 @@ use std::net::{IpAddr, SocketAddr};
 use http::Request;
 use proptest::prelude::*;
 use tower_sliding_window::extract::{ClientIp, ForwardedHeader, Global, HeaderKey, PeerIp};
-use tower_sliding_window::KeyExtractor;
+use tower_sliding_window::{Algorithm, KeyExtractor, Limit, ManualClock, MemoryStore, Policy};
 
 fn ip(text: &str) -> IpAddr {
     text.parse().unwrap()
@@ -207,6 +207,60 @@ fn header_keys_are_injective_even_for_binary_values() {
     assert_ne!(with(b"\xff"), with(b"%FF"), "escaping cannot collide");
     assert_eq!(key.extract(&Request::new(())), None);
     assert!(HeaderKey::new("bad header").is_err());
+}
+
+#[test]
+fn long_header_values_are_digested_into_keys_of_their_own() {
+    let key = HeaderKey::new("x-api-key").unwrap();
+    let with = |value: &str| {
+        let request = Request::get("/")
+            .header("x-api-key", value)
+            .body(())
+            .unwrap();
+        key.extract(&request).unwrap()
+    };
+    let long = "k".repeat(64 * 1024);
+    let mut one_byte_apart = long.clone();
+    one_byte_apart.replace_range(40_000..40_001, "j");
+    assert_eq!(with(&long).len(), tower_sliding_window::DIGEST_LEN);
+    assert!(with(&long).starts_with("sha256:"));
+    assert_ne!(with(&long), with(&one_byte_apart));
+    assert_eq!(with(&long), with(&long.clone()), "equal values share a key");
+    // The bound counts escaped bytes: 128 are kept, 129 are not.
+    assert_eq!(with(&"k".repeat(128)), "k".repeat(128));
+    assert!(with(&"k".repeat(129)).starts_with("sha256:"));
+    // A short value that spells a digest cannot pose as one.
+    assert_ne!(with(&with(&long)), with(&long));
+    let short = HeaderKey::new("x-api-key").unwrap().max_len(8);
+    let request = Request::get("/")
+        .header("x-api-key", "123456789")
+        .body(())
+        .unwrap();
+    assert!(short.extract(&request).unwrap().starts_with("sha256:"));
+}
+
+#[test]
+fn long_keys_keep_their_own_windows_in_a_store() {
+    let store = MemoryStore::with_clock(ManualClock::new());
+    let policy = Policy::new(Algorithm::SlidingLog, [Limit::per_minute(2)]).unwrap();
+    let key = |value: &str| {
+        let request = Request::get("/")
+            .header("x-api-key", value)
+            .body(())
+            .unwrap();
+        HeaderKey::new("x-api-key")
+            .unwrap()
+            .extract(&request)
+            .unwrap()
+    };
+    let long = "k".repeat(64 * 1024);
+    let mut other = long.clone();
+    other.push('k');
+    for _ in 0..2 {
+        assert!(store.decide_now(key(&long), &policy).is_allowed());
+    }
+    assert!(!store.decide_now(key(&long), &policy).is_allowed());
+    assert!(store.decide_now(key(&other), &policy).is_allowed());
 }
 
 #[test]

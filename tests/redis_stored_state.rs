@@ -876,3 +876,45 @@ async fn a_settle_costs_a_script_call_only_when_it_changes_something() {
         );
     }
 }
+
+/// A 64 KB key, as a closure might return a client's header unbounded,
+/// is named by its digest in Redis, and its limits hold exactly: each
+/// algorithm admits its 3 of a minute, then refuses, for this key alone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_64_kb_key_gets_a_short_name_and_exact_limits() {
+    let clock = ManualClock::new();
+    clock.set(Duration::from_secs(1_800_000_000));
+    let redis = store_at(&clock).await;
+    let mut connection = connection().await;
+    let long = "k".repeat(65_536);
+    let mut one_byte_apart = long.clone();
+    one_byte_apart.replace_range(100..101, "j");
+    for algorithm in ALGORITHMS {
+        let policy = policy(algorithm, &[(3, 60_000)]);
+        for _ in 0..3 {
+            assert!(redis
+                .decide(long.as_str(), &policy)
+                .await
+                .unwrap()
+                .is_allowed());
+        }
+        assert!(!redis
+            .decide(long.as_str(), &policy)
+            .await
+            .unwrap()
+            .is_allowed());
+        let other = redis
+            .decide(one_byte_apart.as_str(), &policy)
+            .await
+            .unwrap();
+        assert!(
+            other.is_allowed(),
+            "{algorithm:?}: one byte apart is another key"
+        );
+        let name = redis.key_name(&long.as_str(), &policy);
+        assert!(name.len() < 160, "{algorithm:?}: {name}");
+        assert!(name.contains(":{sha256:"), "{name}");
+        let exists: bool = connection.exists(&name).await.unwrap();
+        assert!(exists, "{algorithm:?}: the state is under {name}");
+    }
+}

@@ -11,6 +11,11 @@
 /// The ready-made extractors in [`extract`](crate::extract) read
 /// `http::Request`s of any body.
 ///
+/// A store keeps every live key, so a key made of text the client
+/// chooses (a header, a query parameter) must be bounded: return
+/// [`bound_key(text, 128)`](crate::bound_key), which keeps short text and
+/// digests long text, rather than the text itself.
+///
 /// A closure that returns a borrowed key (`Some(job.tenant)` with a
 /// `&'static str` field) can trip a limitation of the compiler once the
 /// service's future runs inside `tokio::spawn(async move { … })`

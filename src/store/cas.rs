@@ -45,8 +45,8 @@ pub trait CompareAndSwap: Clone + Send + Sync + 'static {
 /// between every instance on one service and prefix.
 ///
 /// * **Names** are `prefix:{key}:name/signature`, the key escaped as the
-///   Redis store escapes it: one state per (policy value, key). Keys must
-///   implement `Display`.
+///   Redis store escapes it (and digested past 256 bytes): one state per
+///   (policy value, key). Keys must implement `Display`.
 /// * **Time** is [`UnixClock`] by default: every instance must judge on
 ///   one clock, and Unix time is one, as far as the machines' clocks agree.
 /// * **Expiry**: each write asks the service to keep the bytes for as long

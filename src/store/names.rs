@@ -4,8 +4,16 @@
 //! The user's key sits inside a hash tag, so every policy's state for one
 //! client lives in one Redis Cluster slot. It is escaped so that no user
 //! key can end the tag early or make two different keys share a name.
+//! A key whose escaped text runs past [`MAX_KEY_LEN`] bytes is named by its
+//! digest (see [`bound_key`](crate::bound_key)), so a name's length stays
+//! bounded however long the key a client chose.
 
 use std::fmt::{self, Display, Write};
+
+use crate::bounded_key::bound_tail;
+
+/// The longest escaped user key kept as it is in a name, in bytes.
+pub(crate) const MAX_KEY_LEN: usize = 256;
 
 /// Writes text with `%`, `{`, `}` and control bytes percent-encoded; every
 /// other character passes as is. Decoding is unambiguous because `%` itself
@@ -49,9 +57,11 @@ pub(crate) fn key_name(prefix: &str, key: &impl Display, suffix: &str) -> String
     let mut out = String::with_capacity(prefix.len() + suffix.len() + 24);
     out.push_str(prefix);
     out.push_str(":{");
+    let start = out.len();
     // Writing into a String cannot fail; a Display impl that reports an
     // error just leaves its key shorter, still escaped and tagged.
     let _ = write!(Escaping(&mut out), "{key}");
+    bound_tail(&mut out, start, MAX_KEY_LEN);
     out.push_str("}:");
     out.push_str(suffix);
     out

@@ -61,6 +61,12 @@ use crate::policy::Policy;
 ///   inside the policy's longest window, and a ring only for a busier key.
 ///   docs/design.md describes the layouts.
 ///
+/// The store keeps each live key's value as it is, so a key taken from
+/// text a client chooses costs what the client chose: bound it with
+/// [`bound_key`](crate::bound_key) in the key closure, as
+/// [`HeaderKey`](crate::extract::HeaderKey) does, or the cap on keys bounds
+/// their number but not their memory.
+///
 /// Fixed windows (used by the counter) are aligned to the clock's zero.
 #[derive(Clone)]
 pub struct MemoryStore<C = SystemClock> {

@@ -41,4 +41,21 @@ mod tests {
         // The escape character is itself escaped, so these stay apart.
         assert_ne!(key_name("p", &"%7B", &plain), key_name("p", &"{", &plain));
     }
+
+    #[test]
+    fn a_long_key_is_named_by_its_digest_inside_the_tag() {
+        let plain = suffix(None, "l1/1s");
+        let long = "k".repeat(65_536);
+        let name = key_name("p", &long, &plain);
+        assert!(name.starts_with("p:{sha256:"), "{name}");
+        assert!(name.ends_with("}:v3:l1/1s"), "{name}");
+        assert!(name.len() < 100, "{name}");
+        let mut other = long.clone();
+        other.replace_range(30_000..30_001, "j");
+        assert_ne!(key_name("p", &other, &plain), name);
+        assert_eq!(key_name("p", &long, &plain), name);
+        // 256 escaped bytes are kept; escaping counts: 86 braces are 258.
+        assert!(key_name("p", &"k".repeat(256), &plain).contains("{kkk"));
+        assert!(key_name("p", &"{".repeat(86), &plain).starts_with("p:{sha256:"));
+    }
 }

@@ -254,7 +254,10 @@ impl RedisStore {
         self
     }
 
-    /// The Redis key holding `key`'s state under `policy`.
+    /// The Redis key holding `key`'s state under `policy`: `key` escaped
+    /// inside a hash tag, or `sha256:` and its digest when the escaped key
+    /// is longer than 256 bytes (see [`bound_key`](crate::bound_key)), so a
+    /// client-chosen key never makes a long name.
     pub fn key_name(&self, key: &impl Display, policy: &Policy) -> String {
         let suffix = keys::suffix(policy.name(), policy.signature());
         keys::key_name(&self.prefix, key, &suffix)

@@ -249,6 +249,9 @@ pub use crate::layer::{
 pub use crate::limit::Limit;
 pub use crate::policy::Policy;
 pub use crate::state::KeyState;
+#[cfg(feature = "redis-tls")]
+#[cfg_attr(docsrs, doc(cfg(feature = "redis-tls")))]
+pub use crate::store::RedisTls;
 pub use crate::store::{CasStore, CompareAndSwap, MemoryStore, Store, StoreError, StoreErrorKind};
 #[cfg(feature = "redis")]
 #[cfg_attr(docsrs, doc(cfg(feature = "redis")))]

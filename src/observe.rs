@@ -17,6 +17,10 @@
 //!   that enforcement would have refused;
 //! * `tower_sliding_window_store_errors_total{policy}` for requests the
 //!   store failed to judge (answered `503`, or let through in shadow mode);
+//! * `tower_sliding_window_store_failures_total{kind}` for each call the
+//!   Redis store could not make, whatever its failure policy answered, by
+//!   the [kind](crate::StoreErrorKind) of failure: `timeout`, `connection`,
+//!   `authentication`, `tls`, `config`, `malformed` or `other`;
 //! * `tower_sliding_window_denied_locally_total{policy}` for refusals the
 //!   Redis store's deny cache answered without a call (they count among the
 //!   decisions too).
@@ -225,13 +229,80 @@ pub(crate) fn settle_failed(err: &StoreError) {
     let _ = err;
 }
 
-/// A store failed; its failure policy answers instead.
+/// A store failed; its failure policy answers instead. Counted by the
+/// failure's kind; a failure of configuration (credentials, TLS) is an
+/// error event, said at most once per [`LOUD_INTERVAL`], since it lasts
+/// until someone changes the configuration, and every request meets it.
 #[cfg(feature = "redis")]
 pub(crate) fn store_failed(err: &StoreError, failure: crate::store::FailurePolicy) {
+    #[cfg(feature = "metrics")]
+    metrics::counter!("tower_sliding_window_store_failures_total", "kind" => kind_label(err.kind()))
+        .increment(1);
     #[cfg(feature = "tracing")]
-    tracing::warn!(error = %err, ?failure, "rate-limit store failed");
+    if is_configuration(err.kind()) {
+        if loud_turn() {
+            tracing::error!(error = %err, kind = kind_label(err.kind()), ?failure,
+                "rate-limit store refuses this configuration; the failure policy answers every request until it is fixed");
+        }
+    } else {
+        tracing::warn!(error = %err, ?failure, "rate-limit store failed");
+    }
     #[cfg(not(feature = "tracing"))]
     let _ = (err, failure);
+}
+
+/// How often at most a failure of configuration is said as an error event.
+#[cfg(all(feature = "redis", feature = "tracing"))]
+const LOUD_INTERVAL: std::time::Duration = std::time::Duration::from_secs(10);
+
+#[cfg(all(feature = "redis", feature = "tracing"))]
+fn is_configuration(kind: crate::store::StoreErrorKind) -> bool {
+    use crate::store::StoreErrorKind::{Authentication, Config, Tls};
+    matches!(kind, Authentication | Tls | Config)
+}
+
+/// Whether a loud event may be said now: the first time, and then once
+/// each [`LOUD_INTERVAL`] of this process's time.
+#[cfg(all(feature = "redis", feature = "tracing"))]
+fn loud_turn() -> bool {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    use std::sync::OnceLock;
+    static START: OnceLock<std::time::Instant> = OnceLock::new();
+    // Microseconds since START at which the next loud event may be said.
+    static NEXT: AtomicU64 = AtomicU64::new(0);
+    let now = u64::try_from(
+        START
+            .get_or_init(std::time::Instant::now)
+            .elapsed()
+            .as_micros(),
+    )
+    .unwrap_or(u64::MAX);
+    let next = NEXT.load(Ordering::Relaxed);
+    let interval = LOUD_INTERVAL.as_micros() as u64;
+    now >= next
+        && NEXT
+            .compare_exchange(
+                next,
+                now.saturating_add(interval),
+                Ordering::Relaxed,
+                Ordering::Relaxed,
+            )
+            .is_ok()
+}
+
+/// The `kind` label of a store failure.
+#[cfg(all(feature = "redis", any(feature = "metrics", feature = "tracing")))]
+fn kind_label(kind: crate::store::StoreErrorKind) -> &'static str {
+    use crate::store::StoreErrorKind::*;
+    match kind {
+        Timeout => "timeout",
+        Connection => "connection",
+        Malformed => "malformed",
+        Authentication => "authentication",
+        Tls => "tls",
+        Config => "config",
+        Other => "other",
+    }
 }
 
 /// A layer that waits was polled outside a tokio runtime, where it has no

@@ -25,6 +25,17 @@ pub enum StoreErrorKind {
     /// The store answered with something that is not what was asked for:
     /// an unexpected reply, or a key's state that does not read back.
     Malformed,
+    /// The store refused the credentials: a missing or wrong password
+    /// (Redis `NOAUTH`, `WRONGPASS`), or a user without the permissions
+    /// asked for. A configuration error, not an outage: it lasts until the
+    /// configuration changes.
+    Authentication,
+    /// The TLS handshake failed: the server's certificate is not trusted
+    /// or not for its name, or the server wanted a client certificate.
+    Tls,
+    /// The store's configuration cannot work: a bad URL, TLS asked of a
+    /// build without it, certificates that do not read.
+    Config,
     /// Any other failure.
     #[default]
     Other,

@@ -17,6 +17,8 @@ use std::future::Future;
 pub use self::cas::{CasBinding, CasStore, CompareAndSwap};
 pub use self::error::{StoreError, StoreErrorKind};
 pub use self::memory::{MemoryBinding, MemoryStore};
+#[cfg(feature = "redis-tls")]
+pub use self::redis::RedisTls;
 #[cfg(feature = "redis")]
 pub use self::redis::{FailurePolicy, RedisBinding, RedisStore};
 use crate::algorithm::Decision;

@@ -84,3 +84,40 @@ mod redis_cluster {
         drop(cluster);
     }
 }
+
+#[cfg(feature = "redis-tls")]
+#[path = "../support/tls_redis.rs"]
+mod tls_redis;
+
+/// The suite over TLS, on a private server with a CA made at test time.
+#[cfg(feature = "redis-tls")]
+mod redis_tls {
+    use tower_sliding_window::{ManualClock, RedisStore, RedisTls};
+
+    use crate::stores::set_up;
+    use crate::suite;
+    use crate::tls_redis::TlsServer;
+
+    async fn make(server: &TlsServer, clock: ManualClock) -> RedisStore {
+        let tls = RedisTls::new().with_root_ca_pem(server.certificates.ca_pem.clone());
+        let store = RedisStore::connect_tls(&server.url(""), tls)
+            .await
+            .expect("connect over TLS");
+        set_up(store, "tls", &clock)
+    }
+
+    /// One test for the whole suite, so the server is started once.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn whole_suite_over_tls() {
+        let server = tokio::task::spawn_blocking(|| TlsServer::start(&[]))
+            .await
+            .unwrap();
+        macro_rules! run_all {
+            ($server:expr; $($case:ident),*) => {$({
+                let clock = ManualClock::new();
+                suite::$case(make($server, clock.clone()).await, clock).await;
+            })*};
+        }
+        crate::for_each_case!([run_all](&server));
+    }
+}

@@ -29,7 +29,7 @@ pub fn unique_prefix(label: &str) -> String {
 }
 
 /// A port in 20000..30000 that is free, along with its cluster bus port (+10000).
-fn free_port() -> u16 {
+pub fn free_port() -> u16 {
     static NEXT: AtomicU32 = AtomicU32::new(0);
     let base = 20_000 + (std::process::id() * 7) % 9_000;
     loop {
@@ -135,7 +135,12 @@ impl Server {
 
     /// Runs redis-cli against this server; `None` if it could not answer.
     pub fn cli(&self, args: &[&str]) -> Option<String> {
-        let output = Command::new("redis-cli")
+        let mut command = Command::new("redis-cli");
+        // A server started with a password is asked with it.
+        if let Some(at) = self.extra.iter().position(|arg| arg == "--requirepass") {
+            command.env("REDISCLI_AUTH", &self.extra[at + 1]);
+        }
+        let output = command
             .args(["-p", &self.port.to_string()])
             .args(args)
             .output()

@@ -1,13 +1,15 @@
 //! The Redis store: one server-side script call per decision, shared by
 //! every instance of a service, on a single node or a Redis Cluster.
 //!
-//! This file holds the store and its configuration; `call` makes one
+//! This file holds the store and its configuration; `connect` connects
+//! and tells what kind a Redis error is; `call` makes one
 //! decision (the script call, its timeout, the failure policy), `scripts`
 //! the fixed Lua scripts and their arguments, `reply` the reading of their
 //! replies, `deny_cache` the refusals answered locally, `failure` the
 //! failure policy, `keys` the key names.
 
 mod call;
+mod connect;
 mod deny_cache;
 mod failure;
 mod keys;
@@ -18,15 +20,17 @@ use std::fmt::Display;
 use std::sync::Arc;
 use std::time::Duration;
 
-use redis::aio::{ConnectionManager, ConnectionManagerConfig};
-use redis::cluster::ClusterClient;
+use redis::aio::ConnectionManager;
 use redis::cluster_async::ClusterConnection;
 
 pub use self::call::RedisBinding;
+use self::connect::error;
+#[cfg(feature = "redis-tls")]
+pub use self::connect::RedisTls;
 use self::deny_cache::DenyCache;
 pub use self::failure::FailurePolicy;
 use self::failure::{local_micros, LocalClock};
-use super::{MemoryStore, StoreError, StoreErrorKind};
+use super::MemoryStore;
 use crate::clock::Clock;
 use crate::policy::Policy;
 
@@ -140,46 +144,6 @@ impl RedisStore {
     /// How many refused keys the deny cache holds by default.
     pub const DEFAULT_DENY_CACHE: usize = 4096;
 
-    /// Connects to one Redis server, e.g. `redis://127.0.0.1:6379`.
-    ///
-    /// The connection reconnects by itself after failures.
-    ///
-    /// # Errors
-    ///
-    /// [`StoreError`] if the URL is invalid or the server does not answer.
-    pub async fn connect(url: &str) -> Result<Self, StoreError> {
-        let client =
-            redis::Client::open(url).map_err(|e| error(format!("invalid Redis URL {url:?}"), e))?;
-        let config = ConnectionManagerConfig::new()
-            .set_connection_timeout(Some(Duration::from_secs(2)))
-            .set_response_timeout(Some(Duration::from_secs(2)))
-            .set_number_of_retries(2)
-            .set_max_delay(Duration::from_millis(500));
-        let manager = ConnectionManager::new_with_config(client, config)
-            .await
-            .map_err(|e| error(format!("cannot connect to Redis at {url}"), e))?;
-        Ok(Self::from_connection_manager(manager))
-    }
-
-    /// Connects to a Redis Cluster through any of its nodes.
-    ///
-    /// # Errors
-    ///
-    /// [`StoreError`] if a URL is invalid or the cluster does not answer.
-    pub async fn connect_cluster(urls: &[&str]) -> Result<Self, StoreError> {
-        let client = ClusterClient::builder(urls.iter().copied())
-            .connection_timeout(Duration::from_secs(2))
-            .response_timeout(Duration::from_secs(2))
-            .retries(2)
-            .build()
-            .map_err(|e| error(format!("invalid Redis Cluster URLs {urls:?}"), e))?;
-        let connection = client
-            .get_async_connection()
-            .await
-            .map_err(|e| error(format!("cannot connect to Redis Cluster at {urls:?}"), e))?;
-        Ok(Self::from_cluster_connection(connection))
-    }
-
     /// A store over an existing single-node connection.
     pub fn from_connection_manager(manager: ConnectionManager) -> Self {
         Self::build(Connection::Single(manager))
@@ -276,23 +240,4 @@ impl RedisStore {
     fn local_now(&self) -> u64 {
         local_micros(self.clock.as_ref())
     }
-}
-
-fn error(context: String, source: redis::RedisError) -> StoreError {
-    let kind = if source.is_timeout() {
-        StoreErrorKind::Timeout
-    } else if source.is_io_error()
-        || source.is_connection_refusal()
-        || source.is_connection_dropped()
-    {
-        StoreErrorKind::Connection
-    } else if matches!(
-        source.kind(),
-        redis::ErrorKind::Parse | redis::ErrorKind::UnexpectedReturnType
-    ) {
-        StoreErrorKind::Malformed
-    } else {
-        StoreErrorKind::Other
-    };
-    StoreError::new(context, Some(Box::new(source))).with_kind(kind)
 }

@@ -1,0 +1,332 @@
+//! Connecting: to one server or a cluster, over TLS where the URL says
+//! `rediss://`, checked by one round trip before the store is handed out,
+//! and what kind of failure a Redis error is.
+
+use std::time::Duration;
+
+use redis::aio::{ConnectionManager, ConnectionManagerConfig};
+use redis::cluster::ClusterClient;
+
+use super::RedisStore;
+use crate::store::{StoreError, StoreErrorKind};
+
+/// Certificates for `rediss://` connections beyond the defaults: a CA of
+/// your own for a self-hosted Redis, and a client certificate for mutual
+/// TLS (feature `redis-tls`).
+///
+/// Without it, [`RedisStore::connect`] verifies a `rediss://` server
+/// against the platform's root certificates, which is what managed Redis
+/// services need.
+///
+/// ```no_run
+/// # async fn run() -> Result<(), Box<dyn std::error::Error>> {
+/// use tower_sliding_window::{RedisStore, RedisTls};
+///
+/// let tls = RedisTls::new().with_root_ca_pem(std::fs::read("/etc/redis/ca.pem")?);
+/// let store = RedisStore::connect_tls("rediss://:password@redis.internal:6380", tls).await?;
+/// # Ok(()) }
+/// ```
+#[cfg(feature = "redis-tls")]
+#[derive(Clone, Default)]
+pub struct RedisTls {
+    root_ca_pem: Option<Vec<u8>>,
+    client_pem: Option<(Vec<u8>, Vec<u8>)>,
+}
+
+#[cfg(feature = "redis-tls")]
+impl std::fmt::Debug for RedisTls {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // The client key is a secret: say only whether there is one.
+        f.debug_struct("RedisTls")
+            .field("custom_root_ca", &self.root_ca_pem.is_some())
+            .field("client_certificate", &self.client_pem.is_some())
+            .finish()
+    }
+}
+
+#[cfg(feature = "redis-tls")]
+impl RedisTls {
+    /// The platform's root certificates, and no client certificate.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Trusts the CA certificates in `pem` instead of the platform's roots.
+    pub fn with_root_ca_pem(mut self, pem: impl Into<Vec<u8>>) -> Self {
+        self.root_ca_pem = Some(pem.into());
+        self
+    }
+
+    /// Presents this client certificate chain and its private key, both
+    /// PEM, to a server that asks for one (mutual TLS).
+    pub fn with_client_cert_pem(
+        mut self,
+        cert_pem: impl Into<Vec<u8>>,
+        key_pem: impl Into<Vec<u8>>,
+    ) -> Self {
+        self.client_pem = Some((cert_pem.into(), key_pem.into()));
+        self
+    }
+
+    /// A CA file that holds no certificate would trust nobody, and every
+    /// handshake would fail as if the server were at fault: say so here.
+    fn check(&self) -> Result<(), StoreError> {
+        use rustls::pki_types::{pem::PemObject, CertificateDer};
+        let Some(pem) = &self.root_ca_pem else {
+            return Ok(());
+        };
+        let certificates = CertificateDer::pem_slice_iter(pem)
+            .filter(Result::is_ok)
+            .count();
+        if certificates == 0 {
+            let message = "the root CA PEM holds no certificate";
+            return Err(StoreError::new(message, None).with_kind(StoreErrorKind::Config));
+        }
+        Ok(())
+    }
+
+    fn certificates(self) -> redis::TlsCertificates {
+        redis::TlsCertificates {
+            client_tls: self
+                .client_pem
+                .map(|(client_cert, client_key)| redis::ClientTlsConfig {
+                    client_cert,
+                    client_key,
+                }),
+            root_cert: self.root_ca_pem,
+        }
+    }
+}
+
+impl RedisStore {
+    /// Connects to one Redis server, e.g. `redis://127.0.0.1:6379`, or
+    /// `rediss://user:password@host:6380` over TLS (feature `redis-tls`).
+    ///
+    /// It sends `PING` before returning, so a store is only handed out
+    /// once the server answers it: a missing or wrong password, an
+    /// untrusted certificate or an unreachable server fails here, not as
+    /// silent failures on every request later. The connection reconnects
+    /// by itself after failures.
+    ///
+    /// # Errors
+    ///
+    /// [`StoreError`], whose [`kind`](StoreError::kind) tells
+    /// [`Config`](StoreErrorKind::Config) (a bad URL),
+    /// [`Connection`](StoreErrorKind::Connection) or
+    /// [`Timeout`](StoreErrorKind::Timeout) (no server answers),
+    /// [`Tls`](StoreErrorKind::Tls) (the handshake failed) and
+    /// [`Authentication`](StoreErrorKind::Authentication) (a missing or
+    /// wrong password) apart.
+    pub async fn connect(url: &str) -> Result<Self, StoreError> {
+        install_crypto_provider();
+        let client = redis::Client::open(url).map_err(|e| url_error(url, e))?;
+        Self::connect_client(client, url).await
+    }
+
+    /// [`connect`](RedisStore::connect) with the certificates in `tls`, to
+    /// a `rediss://` URL.
+    ///
+    /// # Errors
+    ///
+    /// As [`connect`](RedisStore::connect); a URL that is not `rediss://`,
+    /// or PEM that holds no usable certificate or key, is a
+    /// [`Config`](StoreErrorKind::Config) error.
+    #[cfg(feature = "redis-tls")]
+    pub async fn connect_tls(url: &str, tls: RedisTls) -> Result<Self, StoreError> {
+        install_crypto_provider();
+        tls.check()?;
+        let client = redis::Client::build_with_tls(url, tls.certificates())
+            .map_err(|e| url_error(url, e).with_kind(StoreErrorKind::Config))?;
+        Self::connect_client(client, url).await
+    }
+
+    async fn connect_client(client: redis::Client, url: &str) -> Result<Self, StoreError> {
+        let config = ConnectionManagerConfig::new()
+            .set_connection_timeout(Some(Duration::from_secs(2)))
+            .set_response_timeout(Some(Duration::from_secs(2)))
+            .set_number_of_retries(2)
+            .set_max_delay(Duration::from_millis(500));
+        let failed = |e| error(format!("cannot connect to Redis at {}", redact(url)), e);
+        let mut manager = ConnectionManager::new_with_config(client, config)
+            .await
+            .map_err(failed)?;
+        // Connecting does not authenticate a client that gave no password:
+        // the first command is what a server that requires one refuses.
+        redis::cmd("PING")
+            .query_async::<String>(&mut manager)
+            .await
+            .map_err(failed)?;
+        Ok(Self::from_connection_manager(manager))
+    }
+
+    /// Connects to a Redis Cluster through any of its nodes (`redis://` or,
+    /// with feature `redis-tls`, `rediss://`), checking each one it is
+    /// given with `PING` before returning.
+    ///
+    /// # Errors
+    ///
+    /// [`StoreError`] if a URL is invalid or the cluster does not answer,
+    /// with the kinds [`connect`](RedisStore::connect) gives.
+    pub async fn connect_cluster(urls: &[&str]) -> Result<Self, StoreError> {
+        Self::connect_cluster_with(urls, ClusterClient::builder(urls.iter().copied())).await
+    }
+
+    /// [`connect_cluster`](RedisStore::connect_cluster) over TLS with the
+    /// certificates in `tls`. The nodes a cluster announces are verified
+    /// under the names (or addresses) it announces them by.
+    ///
+    /// # Errors
+    ///
+    /// As [`connect_cluster`](RedisStore::connect_cluster).
+    #[cfg(feature = "redis-tls")]
+    pub async fn connect_cluster_tls(urls: &[&str], tls: RedisTls) -> Result<Self, StoreError> {
+        tls.check()?;
+        let builder = ClusterClient::builder(urls.iter().copied()).certs(tls.certificates());
+        Self::connect_cluster_with(urls, builder).await
+    }
+
+    async fn connect_cluster_with(
+        urls: &[&str],
+        builder: redis::cluster::ClusterClientBuilder,
+    ) -> Result<Self, StoreError> {
+        install_crypto_provider();
+        let shown: Vec<String> = urls.iter().map(|url| redact(url)).collect();
+        let client = builder
+            .connection_timeout(Duration::from_secs(2))
+            .response_timeout(Duration::from_secs(2))
+            .retries(2)
+            .build()
+            .map_err(|e| {
+                error(format!("invalid Redis Cluster URLs {shown:?}"), e)
+                    .with_kind(StoreErrorKind::Config)
+            })?;
+        // Connecting pings every node given, so a node that refuses the
+        // password or the handshake fails here.
+        let connection = client
+            .get_async_connection()
+            .await
+            .map_err(|e| error(format!("cannot connect to Redis Cluster at {shown:?}"), e))?;
+        Ok(Self::from_cluster_connection(connection))
+    }
+}
+
+/// Makes ring rustls's process-wide provider, unless the application chose
+/// one first: redis-rs builds its TLS configuration from that default, and
+/// rustls cannot pick one by itself when both of its providers are built in.
+fn install_crypto_provider() {
+    #[cfg(feature = "redis-tls")]
+    if rustls::crypto::CryptoProvider::get_default().is_none() {
+        // Losing a race to another installer leaves theirs: fine too.
+        let _ = rustls::crypto::ring::default_provider().install_default();
+    }
+}
+
+/// An error for a URL redis-rs would not take.
+fn url_error(url: &str, e: redis::RedisError) -> StoreError {
+    let hint = if url.starts_with("rediss://") && !cfg!(feature = "redis-tls") {
+        " (rediss:// needs the crate's `redis-tls` feature)"
+    } else {
+        ""
+    };
+    error(format!("invalid Redis URL {:?}{hint}", redact(url)), e).with_kind(StoreErrorKind::Config)
+}
+
+/// `url` with its password, if any, replaced: errors end up in logs.
+fn redact(url: &str) -> String {
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return url.to_owned();
+    };
+    match rest.split_once('@') {
+        Some((credentials, host)) if credentials.contains(':') => {
+            let user = credentials.split(':').next().unwrap_or_default();
+            format!("{scheme}://{user}:***@{host}")
+        }
+        _ => url.to_owned(),
+    }
+}
+
+/// A [`StoreError`] for a Redis error, of the kind its cause says.
+pub(super) fn error(context: String, source: redis::RedisError) -> StoreError {
+    let kind = kind_of(&source);
+    StoreError::new(context, Some(Box::new(source))).with_kind(kind)
+}
+
+fn kind_of(source: &redis::RedisError) -> StoreErrorKind {
+    use redis::{ErrorKind, ServerErrorKind};
+    // A cluster's first connections report any node's failure as an I/O
+    // error whose text alone names the cause.
+    let text = source.to_string();
+    let says = |words: &[&str]| words.iter().any(|word| text.contains(word));
+    if matches!(
+        source.kind(),
+        ErrorKind::AuthenticationFailed | ErrorKind::Server(ServerErrorKind::NoPerm)
+    ) || matches!(source.code(), Some("NOAUTH" | "WRONGPASS"))
+        || says(&["NOAUTH", "WRONGPASS", "Password authentication failed"])
+    {
+        StoreErrorKind::Authentication
+    } else if is_tls_failure(source) || says(&["InvalidCertificate", "certificate"]) {
+        StoreErrorKind::Tls
+    } else if source.kind() == ErrorKind::InvalidClientConfig {
+        StoreErrorKind::Config
+    } else if source.is_timeout() {
+        StoreErrorKind::Timeout
+    } else if source.is_io_error()
+        || source.is_connection_refusal()
+        || source.is_connection_dropped()
+    {
+        StoreErrorKind::Connection
+    } else if matches!(
+        source.kind(),
+        ErrorKind::Parse | ErrorKind::UnexpectedReturnType
+    ) {
+        StoreErrorKind::Malformed
+    } else {
+        StoreErrorKind::Other
+    }
+}
+
+/// Whether a rustls error is behind `source`: the TLS handshake failed.
+/// The I/O error that carries it hides it from `source()`, so each I/O
+/// error met is opened too.
+fn is_tls_failure(source: &redis::RedisError) -> bool {
+    #[cfg(feature = "redis-tls")]
+    {
+        let mut next: Option<&(dyn std::error::Error + 'static)> = Some(source);
+        while let Some(err) = next {
+            let inner = err
+                .downcast_ref::<std::io::Error>()
+                .and_then(std::io::Error::get_ref);
+            if err.is::<rustls::Error>() || inner.is_some_and(|e| e.is::<rustls::Error>()) {
+                return true;
+            }
+            next = err.source();
+        }
+    }
+    let _ = source;
+    false
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn passwords_are_kept_out_of_messages() {
+        assert_eq!(redact("redis://127.0.0.1:6379"), "redis://127.0.0.1:6379");
+        assert_eq!(
+            redact("rediss://app:s3cret@host:6380/0"),
+            "rediss://app:***@host:6380/0"
+        );
+        assert_eq!(redact("redis://:s3cret@host"), "redis://:***@host");
+        assert_eq!(redact("not a url"), "not a url");
+    }
+
+    #[test]
+    fn a_bad_url_is_a_config_error() {
+        let err = redis::Client::open("redis://host:notaport").unwrap_err();
+        assert_eq!(
+            url_error("redis://host:notaport", err).kind(),
+            StoreErrorKind::Config
+        );
+    }
+}

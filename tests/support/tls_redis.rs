@@ -1,0 +1,96 @@
+//! A private redis-server speaking TLS, with certificates made at test
+//! time: a CA, and a server certificate it signs for 127.0.0.1 and
+//! localhost. The server also listens in plain text on its `port`, for
+//! redis-cli and for telling when it is up.
+
+#![allow(dead_code)]
+
+use std::path::PathBuf;
+
+use rcgen::{BasicConstraints, CertificateParams, CertifiedIssuer, DnType, IsCa, KeyPair};
+
+use crate::redis_server::{free_port, Server};
+
+/// A CA and a certificate it signed, each as PEM.
+pub struct Certificates {
+    pub ca_pem: String,
+    pub cert_pem: String,
+    pub key_pem: String,
+}
+
+/// A fresh CA and a server certificate for 127.0.0.1 and localhost.
+pub fn make_certificates(ca_name: &str) -> Certificates {
+    let mut ca_params = CertificateParams::new(Vec::<String>::new()).unwrap();
+    ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    ca_params
+        .distinguished_name
+        .push(DnType::CommonName, ca_name);
+    let ca = CertifiedIssuer::self_signed(ca_params, KeyPair::generate().unwrap()).unwrap();
+    let key = KeyPair::generate().unwrap();
+    let params = CertificateParams::new(vec!["127.0.0.1".into(), "localhost".into()]).unwrap();
+    let cert = params.signed_by(&key, &ca).unwrap();
+    Certificates {
+        ca_pem: ca.pem(),
+        cert_pem: cert.pem(),
+        key_pem: key.serialize_pem(),
+    }
+}
+
+/// A redis-server with TLS on `tls_port`, and its certificates.
+pub struct TlsServer {
+    pub server: Server,
+    pub tls_port: u16,
+    pub certificates: Certificates,
+    dir: PathBuf,
+}
+
+impl TlsServer {
+    /// Starts one; `extra` are more redis-server arguments.
+    pub fn start(extra: &[&str]) -> Self {
+        let certificates = make_certificates("tsw test CA");
+        let dir =
+            std::env::temp_dir().join(format!("tsw-tls-{}-{}", std::process::id(), free_port()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let write = |name: &str, pem: &str| {
+            let path = dir.join(name);
+            std::fs::write(&path, pem).unwrap();
+            path.to_str().unwrap().to_owned()
+        };
+        let cert = write("server.pem", &certificates.cert_pem);
+        let key = write("server.key", &certificates.key_pem);
+        let ca = write("ca.pem", &certificates.ca_pem);
+        let tls_port = free_port();
+        let port = tls_port.to_string();
+        let mut args = vec![
+            "--tls-port",
+            &port,
+            "--tls-cert-file",
+            &cert,
+            "--tls-key-file",
+            &key,
+            "--tls-ca-cert-file",
+            &ca,
+            "--tls-auth-clients",
+            "no",
+        ];
+        args.extend_from_slice(extra);
+        let server = Server::start_with(&args);
+        Self {
+            server,
+            tls_port,
+            certificates,
+            dir,
+        }
+    }
+
+    /// `rediss://` to the TLS port, with `credentials@` if given.
+    pub fn url(&self, credentials: &str) -> String {
+        format!("rediss://{credentials}127.0.0.1:{}", self.tls_port)
+    }
+}
+
+impl Drop for TlsServer {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}

@@ -97,7 +97,12 @@ impl KeyState {
     /// cost above some limit's `max` is refused with
     /// [`Origin::TooCostly`].
     pub fn decide(&mut self, policy: &Policy, now: Duration, cost: u32) -> Decision {
-        let now = micros(now);
+        self.decide_micros(policy, micros(now), cost)
+    }
+
+    /// [`decide`](KeyState::decide) at `now` µs.
+    #[inline]
+    pub(crate) fn decide_micros(&mut self, policy: &Policy, now: u64, cost: u32) -> Decision {
         if !policy.judges_cost(cost) {
             return if cost == 0 {
                 self.peek_at(policy, now).costing_nothing()
@@ -127,8 +132,8 @@ impl KeyState {
         self.peek_at(policy, micros(now))
     }
 
-    fn peek_at(&self, policy: &Policy, now: u64) -> Decision {
-        self.clone().decide(policy, Duration::from_micros(now), 1)
+    pub(crate) fn peek_at(&self, policy: &Policy, now: u64) -> Decision {
+        self.clone().decide_micros(policy, now, 1)
     }
 
     /// Settles a request that `admitted` (this state's decision) counted
@@ -145,6 +150,18 @@ impl KeyState {
         cost: u32,
         used: u32,
     ) -> Decision {
+        self.settle_micros(policy, micros(now), admitted, cost, used)
+    }
+
+    /// [`settle`](KeyState::settle) at `now` µs.
+    pub(crate) fn settle_micros(
+        &mut self,
+        policy: &Policy,
+        now: u64,
+        admitted: &Decision,
+        cost: u32,
+        used: u32,
+    ) -> Decision {
         if !admitted.needs_settling(cost, used) {
             return *admitted;
         }
@@ -156,7 +173,7 @@ impl KeyState {
         }
         let settled = Settlement {
             at: admitted.at_micros,
-            now: micros(now),
+            now,
             cost,
             used,
         };
@@ -181,8 +198,14 @@ impl KeyState {
     /// whose clocks may read a little behind one another should keep the
     /// bytes a few seconds longer, as the crate's stores do.
     pub fn idle_after(&self, policy: &Policy, now: Duration) -> Duration {
+        Duration::from_micros(self.idle_from_micros(policy).saturating_sub(micros(now)))
+    }
+
+    /// From when (µs) the state judges as a fresh one would under
+    /// `policy`: at once for a state of another algorithm.
+    pub(crate) fn idle_from_micros(&self, policy: &Policy) -> u64 {
         if self.algorithm() != policy.algorithm() {
-            return Duration::ZERO;
+            return 0;
         }
         let limits = policy.limits();
         let idle_from = match &self.counts {
@@ -191,12 +214,19 @@ impl KeyState {
             Counts::Bucket(bucket) => bucket.idle_from_micros(limits),
             Counts::Log(log) => log.idle_from_micros(policy.longest_window_micros()),
         };
-        let idle_from = idle_from.max(self.penalty_until);
-        Duration::from_micros(idle_from.saturating_sub(micros(now)))
+        idle_from.max(self.penalty_until)
+    }
+
+    /// Lets a log give back ring slots that stamps outside `policy`'s
+    /// longest window no longer need, for a store that keeps states long.
+    pub(crate) fn shed(&mut self, policy: &Policy) {
+        if let Counts::Log(log) = &mut self.counts {
+            log.view().shed_slots(policy.longest_window_micros());
+        }
     }
 
     /// Whether nothing is recorded: no count, stamp or penalty.
-    fn is_fresh(&self) -> bool {
+    pub(crate) fn is_fresh(&self) -> bool {
         let empty = match &self.counts {
             Counts::Counter(counter) => counter.parts().next().is_none(),
             Counts::Fixed(fixed) => fixed.parts().next().is_none(),

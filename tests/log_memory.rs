@@ -1,6 +1,5 @@
-//! What the memory store's sliding log holds per key: its entry alone for
-//! a key well below its limit (two stamps fit there beside the key), its
-//! largest limit's
+//! What the memory store's sliding log holds per key: its entry and a ring
+//! of four slots for a key well below its limit, its largest limit's
 //! worth for a key at the limit, 8 bytes a stamp, no allocation once a
 //! key's stamps have the room they need, the ring given back when the
 //! key's traffic falls again, and exact decisions throughout.
@@ -21,26 +20,23 @@ use live_bytes::{allocations, live_bytes};
 const KEYS: u64 = 1_000;
 const MAX: u32 = 100;
 
-/// Bytes a key may take beside its stamps (counted, as all here, in the
-/// sizes asked of the allocator): its entry in the map with the map's
-/// spare room, as a key with no ring takes. The ring holds stamps only: a
-/// header of four words beside them would not fit.
-const PER_KEY: isize = 80;
+/// Bytes a key may take beside its ring's slots (counted, as all here, in
+/// the sizes asked of the allocator): its entry in the map (the key, its
+/// policy and its `KeyState`) with the map's spare room. The ring holds
+/// stamps only: a header beside them would not fit.
+const PER_KEY: isize = 128;
 
-/// Bytes a key may take with no ring: its entry (32 bytes for a `u64` key)
-/// and the map's spare room. A ring would add at least 32 (its first four
-/// slots, one allocation).
-const INLINE_PER_KEY: isize = 80;
+/// Bytes a `u64` key with a ring of its first four slots may take.
+const SMALL_PER_KEY: isize = PER_KEY + 32;
 
-/// Bytes an IP-address key may take with no ring: its entry (the address,
-/// its policy and two stamps) and the map's spare room. A ring would add
-/// at least 32.
-const INLINE_PER_IP_KEY: isize = 112;
+/// Bytes an IP-address key with a ring of its first four slots may take:
+/// its address makes its entry larger.
+const SMALL_PER_IP_KEY: isize = SMALL_PER_KEY + 32;
 
 #[test]
 fn a_log_key_holds_the_stamps_its_window_needs() {
     u64_keys_grow_a_ring_only_at_their_limit();
-    ip_keys_hold_two_stamps_beside_them();
+    ip_keys_hold_two_stamps_in_a_small_ring();
 }
 
 /// A fresh store on a manual clock, and a log of `MAX` a second.
@@ -56,9 +52,9 @@ fn store_with_log() -> (ManualClock, MemoryStore<ManualClock>, Policy) {
 }
 
 /// Larger keys, IP addresses here, keep two stamps inside their window in
-/// their entries too: requests 600 ms apart under a window of a second,
-/// each decision exact and none allocating once the keys are in.
-fn ip_keys_hold_two_stamps_beside_them() {
+/// a ring of four: requests 600 ms apart under a window of a second, each
+/// decision exact and none allocating once the keys are in.
+fn ip_keys_hold_two_stamps_in_a_small_ring() {
     let (clock, store, policy) = store_with_log();
     let before = live_bytes();
     let mut steady_from = 0;
@@ -83,21 +79,21 @@ fn ip_keys_hold_two_stamps_beside_them() {
     );
     println!("an IP key with two stamps inside its window holds {per_key} bytes");
     assert!(
-        per_key <= INLINE_PER_IP_KEY,
+        per_key <= SMALL_PER_IP_KEY,
         "{per_key} bytes an IP key with two stamps"
     );
 }
 
-/// `u64` keys: two stamps in the entry, a ring at the limit, and the ring
-/// given back when the traffic falls.
+/// `u64` keys: a small ring, a ring of their limit at the limit, and the
+/// ring given back when the traffic falls.
 fn u64_keys_grow_a_ring_only_at_their_limit() {
     let (clock, store, policy) = store_with_log();
     let before = live_bytes();
 
     // Each key is seen every 2 s, so only the newest stamp is ever inside
     // its window of 1 s; 301 requests a key would fill a ring of 100 three
-    // times over. The stamps stay in the key's entry, and its decisions
-    // allocate nothing.
+    // times over. The stamps stay in the key's first four slots, and its
+    // decisions allocate nothing.
     let mut steady_from = 0;
     for round in 0..301 {
         if round == 200 {
@@ -117,8 +113,8 @@ fn u64_keys_grow_a_ring_only_at_their_limit() {
         "allocations in steady traffic"
     );
 
-    // Then every key reaches its limit within 100 ms: each key moves to a
-    // ring, which grows to its limit, and every count stays exact.
+    // Then every key reaches its limit within 100 ms: each key's ring grows
+    // to its limit, and every count stays exact.
     for sent in 1..=MAX {
         for key in 0..KEYS {
             let decision = store.decide_now(key, &policy);
@@ -164,7 +160,7 @@ fn u64_keys_grow_a_ring_only_at_their_limit() {
          below it again, {after}"
     );
     assert!(
-        sparse <= INLINE_PER_KEY,
+        sparse <= SMALL_PER_KEY,
         "{sparse} bytes a key below its limit"
     );
     assert!(
@@ -172,7 +168,7 @@ fn u64_keys_grow_a_ring_only_at_their_limit() {
         "{full} bytes a key at its limit"
     );
     assert!(
-        after <= INLINE_PER_KEY,
+        after <= SMALL_PER_KEY,
         "{after} bytes a key below its limit again"
     );
 }

@@ -160,29 +160,13 @@ pub(crate) fn settle(slots: &mut [Slot], settled: &Settlement, limits: &[Limit])
     }
 }
 
-/// [`decide`] for exactly `N` limits held inline, as a store's packed
-/// entry unpacks them: a single limit goes straight to [`decide_one`].
-/// Like `decide`, it rolls the slots even when it refuses.
-#[inline]
-pub(crate) fn decide_inline<const N: usize>(
-    slots: &mut [Slot; N],
-    now: u64,
-    limits: &[Limit],
-    cost: impl Units,
-) -> Decision {
-    match (N, slots.first_mut(), limits.first()) {
-        (1, Some(slot), Some(limit)) => decide_one(slot, now, limit, cost),
-        _ => decide::<N>(slots, now, limits, cost),
-    }
-}
-
 /// `N` is the most limits judged on the stack; more spill to the heap.
 ///
 /// Rolls the slots in place even when it refuses: callers that keep state
 /// judge on a copy, or restore it (see [`Slots::unless_refused`]).
 ///
-/// Out of line, so that the one-limit path through [`decide_inline`]
-/// stays as small as the single limit needs.
+/// Out of line, so that the one-limit path stays as small as the single
+/// limit needs.
 #[inline(never)]
 fn decide<const N: usize>(
     slots: &mut [Slot],

@@ -27,20 +27,16 @@ use crate::limit::Limit;
 /// touches no memory but the slots it reads.
 ///
 /// A key's ring holds at most the largest limit's stamps, in slots that
-/// grow by doubling. A store judges each key under one policy, so a stamp
-/// outside its longest window will never count again. A key with at most
-/// two stamps inside that window keeps them beside its key in the store's
-/// map, with no ring at all; a busier key's ring without a free slot
-/// overwrites such a stamp rather than grow, so a key that stays below its
-/// limits keeps a few slots (as few as four) instead of its largest
-/// limit's. At a store's sweep (every few seconds) a ring whose stamps
-/// inside the window, as measured from its newest stamp, fit in two again
-/// gives way to them, and a ring of 16 slots or more gives its slots back
-/// once a quarter of them or fewer hold such stamps: a key that still gets
-/// requests, though fewer; one that stops is dropped whole once idle.
-/// Judged through [`decide`](Self::decide), whose caller may lengthen the
-/// windows at the next call, the log keeps its largest limit's newest
-/// stamps.
+/// grow by doubling from four. A store judges each key under one policy,
+/// so a stamp outside its longest window will never count again: a ring
+/// without a free slot overwrites such a stamp rather than grow, so a key
+/// that stays below its limits keeps a few slots instead of its largest
+/// limit's. At a store's sweep (every few seconds) a ring of 16 slots or
+/// more gives its slots back once a quarter of them or fewer hold stamps
+/// inside the window: a key that still gets requests, though fewer; one
+/// that stops is dropped whole once idle. Judged through
+/// [`decide`](Self::decide), whose caller may lengthen the windows at the
+/// next call, the log keeps its largest limit's newest stamps.
 ///
 /// A log holds at most 2^31 stamps (16 GiB for one key, which no machine
 /// would hold anyway), so a limit whose `max` is larger never refuses.
@@ -62,10 +58,6 @@ pub struct SlidingLog {
     /// are at most [`MAX_SLOTS`].
     at: u32,
 }
-
-// A store's entry keeps `at` and the slots' pointer and length beside its
-// key: a busy key's state is one allocation behind its entry, and a
-// decision reads the entry and the slots around the oldest stamp.
 
 /// The most stamps a ring holds, so that `at` fits in 32 bits: 16 GiB of
 /// stamps, for one key. A limit with a larger `max` never refuses; no
@@ -156,30 +148,21 @@ impl SlidingLog {
         (0..self.len()).map(|i| stamp_in(&self.slots, self.at, i))
     }
 
-    /// The slots and where the ring stands, for a store's entry to keep
-    /// beside its key.
-    pub(crate) fn into_parts(self) -> (Box<[u64]>, u32) {
-        (self.slots, self.at)
-    }
-
     /// The log's parts, lent to the code that judges and sheds it.
     pub(crate) fn view(&mut self) -> LogMut<'_> {
         LogMut::new(&mut self.slots, &mut self.at)
     }
 }
 
-/// A [`SlidingLog`]'s slots and ring position, borrowed from wherever they
-/// are kept: the log itself, or a store's entry, beside its key. Every
-/// decision works through it, so that neither place moves its parts
-/// around a decision.
+/// A [`SlidingLog`]'s slots and ring position, borrowed: every decision
+/// works through it.
 pub(crate) struct LogMut<'a> {
     slots: &'a mut Box<[u64]>,
     at: &'a mut u32,
 }
 
 impl<'a> LogMut<'a> {
-    /// The log kept as `slots` and `at`, as [`SlidingLog::into_parts`]
-    /// gave them.
+    /// The log kept as `slots` and `at`.
     pub(crate) fn new(slots: &'a mut Box<[u64]>, at: &'a mut u32) -> Self {
         Self { slots, at }
     }
@@ -470,29 +453,6 @@ impl<'a> LogMut<'a> {
         self.relay(outside, (2 * kept).max(FIRST_SLOTS));
     }
 
-    /// The stamps inside the longest window (`longest` µs) as measured
-    /// from the newest, oldest first, copied to the start of `into`, and
-    /// how many: what a store's sweep needs to hold a key's few stamps
-    /// without a ring. `None`, with `into` untouched, if they do not fit.
-    pub(crate) fn recent_stamps(&self, longest: u64, into: &mut [u64]) -> Option<usize> {
-        let Some(newest) = self.newest() else {
-            return Some(0);
-        };
-        let len = self.len();
-        let inside = (0..len)
-            .rev()
-            .take(into.len() + 1)
-            .take_while(|&i| self.stamp(i).saturating_add(longest) >= newest)
-            .count();
-        if inside > into.len() {
-            return None;
-        }
-        for (slot, i) in into.iter_mut().zip(len - inside..len) {
-            *slot = self.stamp(i);
-        }
-        Some(inside)
-    }
-
     /// Remaining quota under `limit` at `now`, and when it next grows:
     /// when the oldest timestamp inside the window leaves it.
     #[inline]
@@ -570,7 +530,7 @@ fn stamp_in(slots: &[u64], at: u32, i: usize) -> u64 {
 
 /// From when (µs) a log, its ring at `at` in `slots`, judges as a fresh
 /// one would: one tick past the longest window (`longest_window` µs) from
-/// its newest stamp. A store's entry asks it of the parts it keeps.
+/// its newest stamp.
 pub(crate) fn idle_from(slots: &[u64], at: u32, longest_window: u64) -> u64 {
     match ring_in(slots, at) {
         (_, 0) => 0,

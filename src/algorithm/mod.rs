@@ -32,8 +32,8 @@ mod slots;
 
 pub use self::bucket::TokenBucket;
 pub use self::counter::SlidingCounter;
+pub(crate) use self::decision::Settlement;
 pub use self::decision::{Decision, Origin};
-pub(crate) use self::decision::{Quota, Settlement};
 pub use self::fixed::FixedWindow;
 pub use self::log::SlidingLog;
 

@@ -43,6 +43,15 @@ impl<T: Copy + Default> Slots<T> {
     /// Runs `decide` on the slots, then puts them back as they were unless
     /// the request was accepted.
     pub(crate) fn unless_refused(&mut self, decide: impl FnOnce(&mut [T]) -> Decision) -> Decision {
+        if let Self::Inline { len, items } = self {
+            // Saved whole: a copy the size of the slots, no more.
+            let (len, items) = (*len, *items);
+            let decision = decide(self);
+            if !decision.is_allowed() {
+                *self = Self::Inline { len, items };
+            }
+            return decision;
+        }
         // A policy's limits are saved on the stack; the public API takes
         // longer lists.
         let mut inline = [T::default(); super::INLINE_LIMITS];

@@ -1,11 +1,6 @@
 //! The in-memory store: sharded, atomic per key, self-cleaning, capped.
 
-mod buckets;
 mod cap;
-mod compact_log;
-mod layouts;
-mod packed;
-mod penalty;
 mod registry;
 mod shards;
 
@@ -13,10 +8,10 @@ use std::future::{ready, Ready};
 use std::hash::Hash;
 use std::sync::Arc;
 
-use self::layouts::Layout;
 use self::registry::Registry;
+use self::shards::Shards;
 use super::{Store, StoreError};
-use crate::algorithm::{Decision, Settlement};
+use crate::algorithm::Decision;
 use crate::clock::{Clock, SystemClock};
 use crate::error::ConfigError;
 use crate::policy::Policy;
@@ -31,19 +26,20 @@ use crate::policy::Policy;
 ///   layers. A window belongs to (store, policy value, key): layers built
 ///   apart with equal policies on one store count together, and a
 ///   different [name](Policy::named) keeps them apart (see [`Store`]).
-/// * **Policies are data.** The store keeps a fixed handful of maps,
-///   one per state layout and key type, whatever the number of policies;
-///   an entry holds its key, a reference to its policy and its state. A
-///   key under a policy of its own costs that policy's value beside it
-///   (about 140 bytes); keys share one value when a plan hands out the
-///   same [`Policy`] (cloned from a map of tenants), while a plan building
-///   a new one per request may pay it per key.
+/// * **Policies are data.** The store keeps one map per key type, whatever
+///   the number of policies; an entry holds its key, a reference to its
+///   policy and its [`KeyState`](crate::KeyState), the state every store
+///   judges with. A key under a policy of its own costs that policy's
+///   value beside it (about 140 bytes); keys share one value when a plan
+///   hands out the same [`Policy`] (cloned from a map of tenants), while a
+///   plan building a new one per request may pay it per key.
 /// * **Self-cleaning.** A key whose windows have all gone by for five seconds
 ///   is dropped at its shard's next sweep, run every five seconds of use
 ///   (and over the whole store when it is full); no clean-up call is
 ///   needed. The five seconds spare a request read a little behind the
 ///   clock (a settle timed before taking the key's shard, or a clock that
-///   stepped back) a fresh window it should not get.
+///   stepped back) a fresh window it should not get. A sliding log's ring
+///   gives back its slots at a sweep once its traffic falls.
 /// * **Capped.** At most [`max_keys`](MemoryStore::with_max_keys) live keys
 ///   (one million by default) in the whole store, whatever their policies
 ///   and key types. A *new* key arriving at a full store is refused — a
@@ -54,12 +50,6 @@ use crate::policy::Policy;
 ///   store. Routes that must not share that budget take stores of their
 ///   own (a layer built without [`store`](crate::SlidingWindowLayer::store)
 ///   has one).
-/// * **Compact.** A counter or fixed window of one or two limits keeps each
-///   limit's state in eight bytes (16-bit counts for the counter, so only
-///   when every `max` is at most 65,535) beside the key and its policy.
-///   A sliding log keeps a key's stamps beside it while two or fewer are
-///   inside the policy's longest window, and a ring only for a busier key.
-///   docs/design.md describes the layouts.
 ///
 /// The store keeps each live key's value as it is, so a key taken from
 /// text a client chooses costs what the client chose: bound it with
@@ -82,14 +72,14 @@ struct Inner<C> {
 /// live in, found once (see [`Store::bind`]). Cheap to clone; use it with
 /// the store that made it.
 pub struct MemoryBinding<K> {
-    layout: Layout<K>,
+    shards: Arc<Shards<K>>,
     policy: Policy,
 }
 
 impl<K> Clone for MemoryBinding<K> {
     fn clone(&self) -> Self {
         Self {
-            layout: self.layout.clone(),
+            shards: Arc::clone(&self.shards),
             policy: self.policy.clone(),
         }
     }
@@ -165,7 +155,7 @@ impl<C: Clock> MemoryStore<C> {
         K: Hash + Eq + Send + Sync + 'static,
     {
         MemoryBinding {
-            layout: self.inner.maps.layout(policy),
+            shards: self.inner.maps.shards(),
             policy: policy.clone(),
         }
     }
@@ -193,9 +183,7 @@ impl<C: Clock> MemoryStore<C> {
     where
         K: Hash + Eq + Send + Sync + 'static,
     {
-        let clock = || self.inner.clock.now_micros();
-        let full = |key, now| self.make_room(key, now, binding, 1);
-        binding.layout.decide_one(key, &binding.policy, clock, full)
+        self.decide_cost_bound_now(key, binding, 1)
     }
 
     /// Judges a request of `cost` units for `key` under the policy
@@ -213,7 +201,7 @@ impl<C: Clock> MemoryStore<C> {
         let clock = || self.inner.clock.now_micros();
         let full = |key, now| self.make_room(key, now, binding, cost);
         binding
-            .layout
+            .shards
             .decide(key, &binding.policy, clock, cost, full)
     }
 
@@ -224,19 +212,14 @@ impl<C: Clock> MemoryStore<C> {
     where
         K: Hash + Eq + Send + Sync + 'static,
     {
-        let (layout, policy) = (&binding.layout, &binding.policy);
+        let (shards, policy) = (&binding.shards, &binding.policy);
         let maps = &self.inner.maps;
         if !maps.cap().claim_full_sweep(now) {
-            return layout.no_room(policy, now);
+            return shards.no_room(policy, now);
         }
         maps.sweep_all(now);
-        layout.decide(
-            key,
-            policy,
-            || now,
-            cost,
-            |_, now| layout.no_room(policy, now),
-        )
+        let no_room = |_, now| shards.no_room(policy, now);
+        shards.decide(key, policy, || now, cost, no_room)
     }
 
     /// Settles a request as [`Store::settle_bound`] describes, right now.
@@ -254,13 +237,11 @@ impl<C: Clock> MemoryStore<C> {
         if !admitted.needs_settling(cost, used) {
             return *admitted;
         }
-        let settlement = Settlement {
-            at: admitted.at_micros,
-            now: self.inner.clock.now_micros(),
-            cost,
-            used,
-        };
-        binding.layout.settle(key, &binding.policy, &settlement);
+        let now = self.inner.clock.now_micros();
+        let amounts = (cost, used);
+        binding
+            .shards
+            .settle(key, &binding.policy, now, admitted, amounts);
         admitted.settled(cost, used)
     }
 
@@ -279,7 +260,7 @@ impl<C: Clock> MemoryStore<C> {
         K: Hash + Eq + Send + Sync + 'static,
     {
         let now = self.inner.clock.now_micros();
-        binding.layout.peek(key, &binding.policy, now)
+        binding.shards.peek(key, &binding.policy, now)
     }
 
     /// The number of keys of type `K` held, live or not yet swept.

@@ -1,8 +1,7 @@
-//! The memory store packs the counts of small limits into 16 bits and each
-//! window index into its low 32 bits: the largest packed limit still counts to its
-//! last request, the first one too large for packing is held whole, and a
-//! clock thrown far back (further than the packing reaches) starts the keys
-//! ahead of it afresh rather than misreading them.
+//! The memory store judges with each key's `KeyState` at the edges of its
+//! range: counts past 16 bits count to their last request, a clock thrown
+//! back any distance or to the end of time is judged as the core judges it,
+//! and a refusal leaves a key as it was.
 
 use std::time::Duration;
 
@@ -60,29 +59,36 @@ fn a_full_window_carries_into_the_next_at_the_largest_packed_limit() {
     assert_eq!(accepted, max / 2);
 }
 
+/// A clock thrown back, by a minute or by ten hours, is judged at the
+/// latest window the key counted in, as the core judges it: it never
+/// opens a fresh window.
 #[test]
-fn a_clock_thrown_back_past_the_packing_reach_starts_keys_afresh() {
-    // A window of 1 µs: 2³¹ windows are about 36 minutes.
+fn a_clock_thrown_back_any_distance_admits_nothing_extra() {
     let policy = Policy::new(
         Algorithm::FixedWindow,
-        [Limit::new(1, Duration::from_micros(1)).unwrap()],
+        [
+            Limit::new(1, Duration::from_micros(1)).unwrap(),
+            Limit::new(2, Duration::from_secs(3600)).unwrap(),
+        ],
     )
     .unwrap();
     let clock = ManualClock::new();
     let store = MemoryStore::with_clock(clock.clone());
-    let late = Duration::from_secs(10 * 3600);
-    clock.set(late);
-    assert!(store.decide_now(1u64, &policy).is_allowed());
+    let mut core = KeyState::new(policy.algorithm());
+    let late = 10 * 3600 * 1_000_000;
+    for at in [
+        late,
+        late,
+        late + 1,
+        late - 60_000_000,
+        late - 3_600_000_000,
+        0,
+    ] {
+        clock.set(Duration::from_micros(at));
+        let expected = core.decide(&policy, Duration::from_micros(at), 1);
+        assert_eq!(store.decide_now(1u64, &policy), expected, "at {at} µs");
+    }
     assert!(!store.decide_now(1u64, &policy).is_allowed());
-
-    // A minute back: still in reach, and judged in the latest window
-    // counted, as the core judges it.
-    clock.set(late - Duration::from_secs(60));
-    assert!(!store.decide_now(1u64, &policy).is_allowed());
-
-    // Ten hours back: out of reach, so the key starts afresh.
-    clock.set(Duration::ZERO);
-    assert!(store.decide_now(1u64, &policy).is_allowed());
     assert_eq!(store.key_count::<u64>(), 1);
 }
 
@@ -130,34 +136,6 @@ fn the_end_of_time_is_judged_as_any_other_time() {
             .count();
         assert_eq!(accepted, 2, "{algorithm:?}");
     }
-}
-
-#[test]
-fn the_shortest_window_sets_how_far_back_a_clock_may_be_thrown() {
-    // 2³¹ windows of 1 µs are about 36 minutes: a clock thrown an hour back
-    // is out of reach of the short limit, though not of the hourly one, and
-    // the key starts afresh, as documented, rather than being misread.
-    let policy = Policy::new(
-        Algorithm::FixedWindow,
-        [
-            Limit::new(2, Duration::from_micros(1)).unwrap(),
-            Limit::new(2, Duration::from_secs(3600)).unwrap(),
-        ],
-    )
-    .unwrap();
-    let clock = ManualClock::new();
-    let store = MemoryStore::with_clock(clock.clone());
-    let late = Duration::from_secs(10 * 3600);
-    clock.set(late);
-    let accepted = (0..3)
-        .filter(|_| store.decide_now(1u64, &policy).is_allowed())
-        .count();
-    assert_eq!(accepted, 2);
-    clock.set(late - Duration::from_secs(3600));
-    let again = (0..3)
-        .filter(|_| store.decide_now(1u64, &policy).is_allowed())
-        .count();
-    assert_eq!(again, 2);
 }
 
 /// A slot that expires while its key lives on (another limit still counts)

@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use metrics_util::debugging::{DebugValue, DebuggingRecorder};
 use redis_server::{free_port, Server};
-use tls_redis::{make_certificates, TlsServer};
+use tls_redis::{make_certificates, TlsCluster, TlsServer};
 use tower_sliding_window::{
     Algorithm, FailurePolicy, Limit, ManualClock, Origin, Policy, RedisStore, RedisTls, Store,
     StoreErrorKind,
@@ -237,5 +237,41 @@ async fn a_rotated_password_is_an_authentication_failure_at_run_time() {
     match counted {
         Some(DebugValue::Counter(n)) => assert!(n >= 2, "{n}"),
         other => panic!("no authentication failures counted: {other:?}"),
+    }
+}
+
+/// A cluster whose nodes speak TLS, reached through `connect_cluster_tls`:
+/// keys in every slot are judged exactly, 3 a minute each.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cluster_over_tls_judges_exactly() {
+    let cluster = tokio::task::spawn_blocking(TlsCluster::start)
+        .await
+        .unwrap();
+    let urls = cluster.urls();
+    let urls: Vec<&str> = urls.iter().map(String::as_str).collect();
+    let tls = RedisTls::new().with_root_ca_pem(cluster.ca_pem());
+    let store = RedisStore::connect_cluster_tls(&urls, tls)
+        .await
+        .expect("a TLS connection to the cluster")
+        .with_failure_policy(FailurePolicy::FailClosed)
+        .with_timeout(Duration::from_secs(5));
+    // Untrusted without the CA.
+    let kind = kind_of(RedisStore::connect_cluster(&urls).await);
+    assert_eq!(kind, StoreErrorKind::Tls);
+    let policy = three_a_minute(Algorithm::SlidingLog);
+    for key in 0..12 {
+        let key = format!("tenant-{key}");
+        for n in 0..3 {
+            let decision = store.decide(key.as_str(), &policy).await.unwrap();
+            assert!(decision.is_allowed(), "{key}: request {n}");
+        }
+        assert!(
+            !store
+                .decide(key.as_str(), &policy)
+                .await
+                .unwrap()
+                .is_allowed(),
+            "{key}"
+        );
     }
 }

@@ -1,5 +1,7 @@
-//! The response future: await the store's decision, then either answer the
-//! request or call the inner service with it.
+//! The response future, in every mode: await the store's decision, then
+//! either answer the request or call the inner service with it, and
+//! settle from the response. What differs between modes is how a request
+//! ends ([`Ending`]).
 
 use std::future::Future;
 use std::marker::PhantomData;
@@ -7,14 +9,12 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{ready, Context, Poll};
 
-use bytes::Bytes;
-use http::{Request, Response};
 use pin_project_lite::pin_project;
 use tower::Service;
 
-use super::body::{BodyMode, WrapBody};
+use super::body::WrapBody;
+use super::ending::{Ending, Refusal};
 use super::layer::LayerConfig;
-use super::response::{is_grpc, rejection, store_unavailable};
 use super::view::PolicyView;
 use super::wait::Admission;
 use crate::algorithm::Decision;
@@ -43,22 +43,27 @@ impl Chosen {
 }
 
 pin_project! {
-    /// Response future of [`SlidingWindow`](crate::SlidingWindow).
-    pub struct ResponseFuture<F, S, B, M = WrapBody>
+    /// Response future of [`SlidingWindow`](crate::SlidingWindow) for a
+    /// request `R`: in the HTTP modes `M` ([`WrapBody`],
+    /// [`InnerBody`](super::InnerBody)) a response, in
+    /// [error mode](crate::SlidingWindowLayer::refuse_with_error) the inner
+    /// service's response or an error.
+    pub struct ResponseFuture<F, S, R, M = WrapBody>
     where
-        S: Service<Request<B>>,
+        S: Service<R>,
+        M: Ending<R, S>,
     {
         #[pin]
-        kind: Kind<F, S, B>,
-        body: PhantomData<fn() -> M>,
+        kind: Kind<F, S, R, M::Answer>,
+        mode: PhantomData<fn() -> M>,
     }
 }
 
 pin_project! {
     #[project = KindProj]
-    enum Kind<F, S, B>
+    enum Kind<F, S, R, A>
     where
-        S: Service<Request<B>>,
+        S: Service<R>,
     {
         /// A request let through whose response needs nothing of the
         /// layer (no headers, nothing to settle), or one passed on without
@@ -71,7 +76,7 @@ pin_project! {
         /// Every other request.
         Full {
             #[pin]
-            state: ServiceState<F, S, B>,
+            state: State<F, S, R, A>,
             // `None` where nothing reads it once the response is in (the
             // layer's own answers, and accepted requests with headers off):
             // no reference count taken and dropped, two atomic operations
@@ -85,7 +90,10 @@ pin_project! {
 
 pin_project! {
     #[project = StateProj]
-    enum State<F, S, SF, B, R> {
+    enum State<F, S, R, A>
+    where
+        S: Service<R>,
+    {
         /// Waiting for a store that could not answer at once (or for a
         /// turn), then for the inner service to be ready; holds what is
         /// needed to go on either way, boxed so that the common states keep
@@ -95,39 +103,35 @@ pin_project! {
             check: Admission<F>,
             // With the verdict, once the store has answered, while the
             // service gets ready.
-            pending: Option<Box<(S, Request<B>, Option<Verdict>)>>,
+            pending: Option<Box<(S, R, Option<Verdict>)>>,
         },
         /// The request was let through; waiting for the inner service.
         Call {
             #[pin]
-            call: SF,
+            call: S::Future,
             decision: Option<Decision>,
         },
         /// The layer answers by itself.
         Answer {
-            response: Option<Box<Response<Bytes>>>,
+            answer: Option<A>,
         },
         /// Settling a request from its response, before handing it on.
         Settle {
             #[pin]
             settling: F,
-            response: Option<R>,
+            response: Option<S::Response>,
             reserved: Decision,
         },
     }
 }
 
-/// The states of a request that is not a plain pass, for the inner
-/// service `S`.
-type ServiceState<F, S, B> =
-    State<F, S, <S as Service<Request<B>>>::Future, B, <S as Service<Request<B>>>::Response>;
-
-impl<F, S, B, M> ResponseFuture<F, S, B, M>
+impl<F, S, R, M> ResponseFuture<F, S, R, M>
 where
-    S: Service<Request<B>>,
+    S: Service<R>,
+    M: Ending<R, S>,
 {
     fn full(
-        state: ServiceState<F, S, B>,
+        state: State<F, S, R, M::Answer>,
         config: Option<Arc<LayerConfig>>,
         chosen: Chosen,
         settler: Option<Settler<S::Response, F>>,
@@ -139,14 +143,14 @@ where
                 chosen,
                 settler,
             },
-            body: PhantomData,
+            mode: PhantomData,
         }
     }
 
     pub(crate) fn check(
         check: Admission<F>,
         inner: S,
-        request: Request<B>,
+        request: R,
         config: Arc<LayerConfig>,
         chosen: Chosen,
         settler: Option<Settler<S::Response, F>>,
@@ -168,13 +172,13 @@ where
     pub(crate) fn decided(
         outcome: Result<Decision, StoreError>,
         inner: &mut S,
-        request: Request<B>,
+        request: R,
         config: Arc<LayerConfig>,
         chosen: Chosen,
         settler: Option<Settler<S::Response, F>>,
     ) -> Self {
         let verdict = judge(outcome, &config, &chosen);
-        let state = next_state(verdict, inner, request, &config, &chosen);
+        let state = next_state::<F, S, R, M>(verdict, inner, request, &config, &chosen);
         Self::full(state, Some(config), chosen, settler)
     }
 
@@ -203,13 +207,15 @@ where
     pub(crate) fn pass(call: S::Future) -> Self {
         Self {
             kind: Kind::Pass { call },
-            body: PhantomData,
+            mode: PhantomData,
         }
     }
 
-    pub(crate) fn answer(response: Response<Bytes>) -> Self {
+    /// The layer's answer to a request that carries no key.
+    pub(crate) fn no_key(request: &R, config: &LayerConfig) -> Self {
+        let answer = M::answer(Refusal::NoKey, request, config, &Chosen::Layer);
         let state = State::Answer {
-            response: Some(Box::new(response)),
+            answer: Some(answer),
         };
         Self::full(state, None, Chosen::Layer, None)
     }
@@ -218,14 +224,17 @@ where
 /// Readies a request the limits let through (or, in shadow mode, judged
 /// at all) for the inner service.
 #[inline(always)]
-pub(crate) fn admit<B>(
-    request: &mut Request<B>,
+pub(crate) fn admit<R, S, M>(
+    request: &mut R,
     decision: &mut Decision,
     config: &LayerConfig,
     chosen: &Chosen,
-) {
+) where
+    S: Service<R>,
+    M: Ending<R, S>,
+{
     record(decision, config, chosen);
-    carry(request, decision, config);
+    M::admit(request, decision, config);
 }
 
 /// Marks a decision the store made as judged in shadow mode or not, and
@@ -236,40 +245,23 @@ fn record(decision: &mut Decision, config: &LayerConfig, chosen: &Chosen) {
     observe::decided(&chosen.get(config).events, decision);
 }
 
-/// Puts a let-through request's decision in its extensions, if the layer
-/// is to.
-#[inline(always)]
-fn carry<B>(request: &mut Request<B>, decision: &Decision, config: &LayerConfig) {
-    if config.decision_extension {
-        request.extensions_mut().insert(*decision);
-    }
-}
-
-/// What the layer makes of the store's answer, in either mode, once
-/// recorded in events and metrics.
-pub(crate) enum Verdict {
-    /// Call the inner service, with the decision that let the request
-    /// through (none for a failed store in shadow mode).
+/// What the layer makes of the store's answer, once recorded in events and
+/// metrics: call the inner service, with the decision that let the request
+/// through (none for a failed store in shadow mode), or answer it.
+enum Verdict {
     Pass(Option<Decision>),
-    /// The limits refused it.
-    Refuse(Decision),
-    /// The store failed, and its failure policy let nothing through.
-    Unavailable(StoreError),
+    Answer(Refusal),
 }
 
 /// Judges the store's answer for a request under the layer's `config`.
-pub(crate) fn judge(
-    outcome: Result<Decision, StoreError>,
-    config: &LayerConfig,
-    chosen: &Chosen,
-) -> Verdict {
+fn judge(outcome: Result<Decision, StoreError>, config: &LayerConfig, chosen: &Chosen) -> Verdict {
     match outcome {
         Ok(mut decision) => {
             record(&mut decision, config, chosen);
             if decision.is_allowed() || config.shadow {
                 Verdict::Pass(Some(decision))
             } else {
-                Verdict::Refuse(decision)
+                Verdict::Answer(Refusal::Limited(decision))
             }
         }
         Err(err) => {
@@ -278,7 +270,7 @@ pub(crate) fn judge(
             if config.shadow {
                 Verdict::Pass(None)
             } else {
-                Verdict::Unavailable(err)
+                Verdict::Answer(Refusal::Unavailable(err))
             }
         }
     }
@@ -286,7 +278,7 @@ pub(crate) fn judge(
 
 /// Reports how long a request the admission let through or refused had
 /// waited, if it had.
-pub(crate) fn waited<F>(admission: &Admission<F>, config: &LayerConfig, chosen: &Chosen) {
+fn waited<F>(admission: &Admission<F>, config: &LayerConfig, chosen: &Chosen) {
     let waited = admission.waited();
     if !waited.is_zero() {
         observe::waited(&chosen.get(config).events, waited);
@@ -295,59 +287,53 @@ pub(crate) fn waited<F>(admission: &Admission<F>, config: &LayerConfig, chosen: 
 
 /// What follows a verdict: calling the inner service, or answering.
 #[inline(always)]
-fn next_state<F, S, B>(
+fn next_state<F, S, R, M>(
     verdict: Verdict,
     inner: &mut S,
-    mut request: Request<B>,
+    mut request: R,
     config: &LayerConfig,
     chosen: &Chosen,
-) -> State<F, S, S::Future, B, S::Response>
+) -> State<F, S, R, M::Answer>
 where
-    S: Service<Request<B>>,
+    S: Service<R>,
+    M: Ending<R, S>,
 {
-    let answer = match verdict {
+    match verdict {
         Verdict::Pass(decision) => {
-            if let Some(decision) = decision {
-                carry(&mut request, &decision, config);
+            if let Some(decision) = &decision {
+                M::admit(&mut request, decision, config);
             }
-            return State::Call {
+            State::Call {
                 call: inner.call(request),
                 decision,
-            };
+            }
         }
-        Verdict::Refuse(decision) => rejection(
-            &decision,
-            chosen.get(config).headers(),
-            &config.rejection,
-            is_grpc(&request),
-        ),
-        Verdict::Unavailable(_) => store_unavailable(is_grpc(&request)),
-    };
-    State::Answer {
-        response: Some(Box::new(answer)),
+        Verdict::Answer(refusal) => State::Answer {
+            answer: Some(M::answer(refusal, &request, config, chosen)),
+        },
     }
 }
 
-impl<F, S, B, M, ResB> Future for ResponseFuture<F, S, B, M>
+impl<F, S, R, M> Future for ResponseFuture<F, S, R, M>
 where
     F: Future<Output = Result<Decision, StoreError>> + Unpin,
-    S: Service<Request<B>, Response = Response<ResB>>,
-    M: BodyMode<ResB>,
+    S: Service<R>,
+    M: Ending<R, S>,
 {
-    type Output = Result<Response<M::Body>, S::Error>;
+    type Output = Result<M::Output, M::Error>;
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         match self.project().kind.project() {
             KindProj::Pass { call } => {
-                let response = ready!(call.poll(cx))?;
-                Poll::Ready(Ok(M::inner(response)))
+                let response = ready!(call.poll(cx)).map_err(M::failed)?;
+                Poll::Ready(Ok(M::respond(response, None)))
             }
             KindProj::Full {
                 state,
                 config,
                 chosen,
                 settler,
-            } => poll_full::<F, S, B, M, ResB>(state, config, chosen, settler, cx),
+            } => poll_full::<F, S, R, M>(state, config, chosen, settler, cx),
         }
     }
 }
@@ -356,64 +342,44 @@ where
 /// line, so that a pass's poll stays a call and a return (which the layer
 /// bench's one-limit, headers-off row guards).
 #[inline(never)]
-fn poll_full<F, S, B, M, ResB>(
-    mut state: Pin<&mut ServiceState<F, S, B>>,
+fn poll_full<F, S, R, M>(
+    mut state: Pin<&mut State<F, S, R, M::Answer>>,
     config: &Option<Arc<LayerConfig>>,
     chosen: &Chosen,
     settler: &mut Option<Settler<S::Response, F>>,
     cx: &mut Context<'_>,
-) -> Poll<Result<Response<M::Body>, S::Error>>
+) -> Poll<Result<M::Output, M::Error>>
 where
     F: Future<Output = Result<Decision, StoreError>> + Unpin,
-    S: Service<Request<B>, Response = Response<ResB>>,
-    M: BodyMode<ResB>,
+    S: Service<R>,
+    M: Ending<R, S>,
 {
+    let judged = |decision| config.as_deref().map(|config| (decision, config, chosen));
     loop {
         match state.as_mut().project() {
-            StateProj::Check { mut check, pending } => {
+            StateProj::Check { check, pending } => {
                 let Some(config) = config.as_deref() else {
                     unreachable!("a pending check keeps the layer's configuration")
                 };
-                let Some((inner, _, verdict)) = pending.as_deref_mut() else {
-                    unreachable!("a pending check holds its request until it is left")
-                };
-                if verdict.is_none() {
-                    let outcome = ready!(check.as_mut().poll(cx));
-                    waited(&check, config, chosen);
-                    *verdict = Some(judge(outcome, config, chosen));
-                }
-                // Under a layer that waits, the service came unpolled (see
-                // `for_later`): it is made ready only for a request that
-                // will be passed on. A ready one is ready again at once.
-                if let Some(Verdict::Pass(_)) = verdict {
-                    ready!(inner.poll_ready(cx))?;
-                }
-                let Some((mut inner, request, Some(verdict))) = pending.take().map(|p| *p) else {
-                    unreachable!("a pending check has its verdict once the store answered")
-                };
-                let next = next_state(verdict, &mut inner, request, config, chosen);
+                let next = ready!(poll_check::<F, S, R, M>(check, pending, config, chosen, cx))?;
                 state.set(next);
             }
             StateProj::Call { call, decision } => {
-                let mut response = ready!(call.poll(cx))?;
+                let response = ready!(call.poll(cx)).map_err(M::failed)?;
                 let Some(decision) = decision.take() else {
-                    return Poll::Ready(Ok(M::inner(response)));
+                    return Poll::Ready(Ok(M::respond(response, None)));
                 };
                 let settling = settler
                     .take()
                     .and_then(|settle| settle(&response, &decision));
-                if let Some(settling) = settling {
-                    state.set(State::Settle {
-                        settling,
-                        response: Some(response),
-                        reserved: decision,
-                    });
-                    continue;
-                }
-                if let Some(config) = config.as_deref() {
-                    add_headers(config, chosen, &decision, &mut response);
-                }
-                return Poll::Ready(Ok(M::inner(response)));
+                let Some(settling) = settling else {
+                    return Poll::Ready(Ok(M::respond(response, judged(&decision))));
+                };
+                state.set(State::Settle {
+                    settling,
+                    response: Some(response),
+                    reserved: decision,
+                });
             }
             StateProj::Settle {
                 settling,
@@ -427,33 +393,53 @@ where
                         *reserved
                     }
                 };
-                let mut response = response
-                    .take()
-                    .expect("ResponseFuture polled after completion");
-                if let Some(config) = config.as_deref() {
-                    add_headers(config, chosen, &decision, &mut response);
-                }
-                return Poll::Ready(Ok(M::inner(response)));
+                let response = response.take().expect("polled after completion");
+                return Poll::Ready(Ok(M::respond(response, judged(&decision))));
             }
-            StateProj::Answer { response } => {
-                let response = response
-                    .take()
-                    .expect("ResponseFuture polled after completion");
-                return Poll::Ready(Ok((*response).map(M::full)));
+            StateProj::Answer { answer } => {
+                let answer = answer.take().expect("polled after completion");
+                return Poll::Ready(M::answered(answer));
             }
         }
     }
 }
 
-/// The rate-limit headers of an accepted response, if the layer sends them.
-fn add_headers<R>(
+/// The state a pending check leads to, or the inner service's error.
+type Next<F, S, R, M> =
+    Result<State<F, S, R, <M as Ending<R, S>>::Answer>, <M as Ending<R, S>>::Error>;
+
+/// A pending check: the store's verdict, then, for a request that may
+/// pass, the inner service made ready; what comes next once both are in.
+fn poll_check<F, S, R, M>(
+    mut check: Pin<&mut Admission<F>>,
+    pending: &mut Option<Box<(S, R, Option<Verdict>)>>,
     config: &LayerConfig,
     chosen: &Chosen,
-    decision: &Decision,
-    response: &mut Response<R>,
-) {
-    if config.headers_on_success {
-        let view = chosen.get(config);
-        view.headers().apply(decision, response.headers_mut());
+    cx: &mut Context<'_>,
+) -> Poll<Next<F, S, R, M>>
+where
+    F: Future<Output = Result<Decision, StoreError>> + Unpin,
+    S: Service<R>,
+    M: Ending<R, S>,
+{
+    let Some((inner, _, verdict)) = pending.as_deref_mut() else {
+        unreachable!("a pending check holds its request until it is left")
+    };
+    if verdict.is_none() {
+        let outcome = ready!(check.as_mut().poll(cx));
+        waited(&check, config, chosen);
+        *verdict = Some(judge(outcome, config, chosen));
     }
+    // Under a layer that waits, the service came unpolled (see
+    // `for_later`): it is made ready only for a request that will be
+    // passed on. A ready one is ready again at once.
+    if let Some(Verdict::Pass(_)) = verdict {
+        ready!(inner.poll_ready(cx)).map_err(M::failed)?;
+    }
+    let Some((mut inner, request, Some(verdict))) = pending.take().map(|p| *p) else {
+        unreachable!("a pending check has its verdict once the store answered")
+    };
+    Poll::Ready(Ok(next_state::<F, S, R, M>(
+        verdict, &mut inner, request, config, chosen,
+    )))
 }

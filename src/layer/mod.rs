@@ -4,6 +4,7 @@
 //! calls with in error mode.
 
 mod body;
+mod ending;
 mod error_mode;
 mod errors;
 mod future;

@@ -12,11 +12,11 @@ use http::{Request, Response};
 use tower::Service;
 
 use super::body::{BodyMode, HttpMode, WrapBody};
+use super::ending::Ending;
 use super::future::{admit, Chosen, ResponseFuture, Settler};
 use super::key::{KeyExtractor, MissingKey};
 use super::layer::LayerConfig;
 use super::plan::{Plan, SinglePolicy};
-use super::response::{is_grpc, missing_key};
 use super::view::PolicyView;
 use super::wait::Admission;
 use super::weights::{Weigh, Weights};
@@ -243,23 +243,16 @@ where
 {
     type Response = Response<M::Body>;
     type Error = S::Error;
-    type Future = ResponseFuture<St::Future, S, B, M>;
+    type Future = ResponseFuture<St::Future, S, Request<B>, M>;
 
     fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
         self.inner.poll_ready(cx)
     }
 
-    fn call(&mut self, mut request: Request<B>) -> Self::Future {
+    #[inline]
+    fn call(&mut self, request: Request<B>) -> Self::Future {
         let shared = &*self.shared;
         let config = &shared.config;
-        let Some(key) = shared.extractor.extract(&request) else {
-            return match config.missing_key {
-                MissingKey::Allow => ResponseFuture::pass(self.inner.call(request)),
-                MissingKey::Reject => ResponseFuture::answer(missing_key(is_grpc(&request))),
-            };
-        };
-        let (binding, chosen) = shared.choose(&request, &key);
-        let cost = shared.weights.cost(&request);
         let used = (config.count_only.is_some() || shared.weights.settles()).then(|| {
             let (config, weights) = (Arc::clone(config), shared.weights.clone());
             // `count_only`: a response that does not match gives its unit back.
@@ -268,18 +261,51 @@ where
                 _ => weights.settle(response),
             }
         });
+        self.limit(request, used)
+    }
+}
+
+impl<S, E, St, P, M, W> SlidingWindow<S, E, St, P, M, W> {
+    /// Every mode's call: the key, the policy, the store's decision, and
+    /// the request passed on or answered; `used` reads what a response
+    /// used, where the request is to be settled.
+    #[inline(always)]
+    pub(super) fn limit<R, U>(
+        &mut self,
+        mut request: R,
+        used: Option<U>,
+    ) -> ResponseFuture<St::Future, S, R, M>
+    where
+        S: Service<R> + Clone,
+        E: KeyExtractor<R>,
+        E::Key: Clone + Send + 'static,
+        St: Store<E::Key>,
+        P: Plan<R, E::Key>,
+        M: Ending<R, S>,
+        W: Weigh<R, S::Response>,
+        U: FnOnce(&S::Response) -> Option<u32> + Send + 'static,
+    {
+        let shared = &*self.shared;
+        let config = &shared.config;
+        let Some(key) = shared.extractor.extract(&request) else {
+            return match config.missing_key {
+                MissingKey::Allow => ResponseFuture::pass(self.inner.call(request)),
+                MissingKey::Reject => ResponseFuture::no_key(&request, config),
+            };
+        };
+        let (binding, chosen) = shared.choose(&request, &key);
+        let cost = shared.weights.cost(&request);
         let (mut check, settler) = shared.reserve(key, binding, cost, used);
         // A store that answers at once (the memory store always does) lets
         // the request go straight on to the service that was polled ready.
         let mut cx = Context::from_waker(Waker::noop());
         if let Poll::Ready(outcome) = Pin::new(&mut check).poll(&mut cx) {
-            // The inner service is called here, on this function's own
-            // request, rather than in a helper, and `request` is a `mut`
-            // parameter rather than rebound: both spare copies of the
-            // request on the accepted path, which the layer bench guards.
+            // The inner service is called here rather than in a helper,
+            // and `request` is a `mut` parameter rather than rebound: both
+            // spare copies of the request on the accepted path.
             if let Ok(mut decision) = outcome {
                 if decision.is_allowed() || config.shadow {
-                    admit(&mut request, &mut decision, config, &chosen);
+                    admit::<R, S, M>(&mut request, &mut decision, config, &chosen);
                     let call = self.inner.call(request);
                     return ResponseFuture::called(call, decision, config, chosen, settler);
                 }

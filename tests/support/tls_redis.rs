@@ -9,6 +9,9 @@ use std::path::PathBuf;
 
 use rcgen::{BasicConstraints, CertificateParams, CertifiedIssuer, DnType, IsCa, KeyPair};
 
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
 use crate::redis_server::{free_port, Server};
 
 /// A CA and a certificate it signed, each as PEM.
@@ -47,7 +50,11 @@ pub struct TlsServer {
 impl TlsServer {
     /// Starts one; `extra` are more redis-server arguments.
     pub fn start(extra: &[&str]) -> Self {
-        let certificates = make_certificates("tsw test CA");
+        Self::start_with(make_certificates("tsw test CA"), extra)
+    }
+
+    /// Starts one with `certificates`.
+    pub fn start_with(certificates: Certificates, extra: &[&str]) -> Self {
         let dir =
             std::env::temp_dir().join(format!("tsw-tls-{}-{}", std::process::id(), free_port()));
         std::fs::create_dir_all(&dir).unwrap();
@@ -94,3 +101,73 @@ impl Drop for TlsServer {
         let _ = std::fs::remove_dir_all(&self.dir);
     }
 }
+
+/// A three-primary Redis Cluster whose nodes speak TLS to clients and to
+/// each other (each also listens in plain text, for redis-cli).
+pub struct TlsCluster {
+    pub nodes: Vec<TlsServer>,
+}
+
+impl TlsCluster {
+    pub fn start() -> Self {
+        let certificates = || {
+            let made = CERTIFICATES.get_or_init(|| make_certificates("tsw cluster CA"));
+            Certificates {
+                ca_pem: made.ca_pem.clone(),
+                cert_pem: made.cert_pem.clone(),
+                key_pem: made.key_pem.clone(),
+            }
+        };
+        let args = [
+            "--cluster-enabled",
+            "yes",
+            "--cluster-config-file",
+            "nodes.conf",
+            "--cluster-node-timeout",
+            "2000",
+            "--tls-cluster",
+            "yes",
+        ];
+        let nodes: Vec<TlsServer> = (0..3)
+            .map(|_| TlsServer::start_with(certificates(), &args))
+            .collect();
+        let addresses: Vec<String> = nodes
+            .iter()
+            .map(|n| format!("127.0.0.1:{}", n.server.port))
+            .collect();
+        let status = Command::new("redis-cli")
+            .args(["--cluster", "create"])
+            .args(&addresses)
+            .args(["--cluster-replicas", "0", "--cluster-yes"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()
+            .expect("redis-cli must be installed for the cluster tests");
+        assert!(status.success(), "redis-cli --cluster create failed");
+        let deadline = Instant::now() + Duration::from_secs(30);
+        for node in &nodes {
+            while !node
+                .server
+                .cli(&["CLUSTER", "INFO"])
+                .unwrap_or_default()
+                .contains("cluster_state:ok")
+            {
+                assert!(Instant::now() < deadline, "no cluster_state:ok");
+                std::thread::sleep(Duration::from_millis(50));
+            }
+        }
+        Self { nodes }
+    }
+
+    /// `rediss://` to each node's TLS port.
+    pub fn urls(&self) -> Vec<String> {
+        self.nodes.iter().map(|node| node.url("")).collect()
+    }
+
+    pub fn ca_pem(&self) -> String {
+        self.nodes[0].certificates.ca_pem.clone()
+    }
+}
+
+/// One CA and server certificate for every node of a cluster.
+static CERTIFICATES: std::sync::OnceLock<Certificates> = std::sync::OnceLock::new();

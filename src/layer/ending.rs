@@ -1,0 +1,153 @@
+//! How each mode ends a request: the one place where the HTTP modes and
+//! error mode differ. Everything before it (extract, judge, call, settle)
+//! is one protocol, written once in [`ResponseFuture`](super::ResponseFuture).
+
+// The layer's future names `Ending` as a bound, which makes its hooks
+// reachable; they take the layer's own configuration, which no user sees,
+// since no user can name, implement or call them.
+#![allow(private_interfaces)]
+
+use bytes::Bytes;
+use http::{Request, Response};
+use tower::{BoxError, Service};
+
+use super::body::{BodyMode, HttpMode};
+use super::error_mode::RefuseWithError;
+use super::errors::{MissingKeyError, RateLimited};
+use super::future::Chosen;
+use super::layer::LayerConfig;
+use super::response::{is_grpc, missing_key, rejection, store_unavailable};
+use crate::algorithm::Decision;
+use crate::store::StoreError;
+
+/// Why the layer answers a request itself instead of passing it on.
+pub(crate) enum Refusal {
+    /// The limits refused it.
+    Limited(Decision),
+    /// The store failed, and its failure policy let nothing through.
+    Unavailable(StoreError),
+    /// It carries no key, and keyless requests are refused.
+    NoKey,
+}
+
+/// What a mode makes of a request's end, for requests `R` to a service
+/// `S`. Sealed: its module is private, so only this crate's modes have it.
+pub trait Ending<R, S: Service<R>> {
+    /// What the layer's future gives for a response.
+    type Output;
+    /// What it fails with.
+    type Error;
+    /// The layer's own answer, made while the request is at hand.
+    type Answer;
+
+    /// Readies a request let through: its decision in the request, where
+    /// the mode carries one.
+    fn admit(request: &mut R, decision: &Decision, config: &LayerConfig);
+    /// The layer's answer to a request it does not pass on.
+    fn answer(refusal: Refusal, request: &R, config: &LayerConfig, chosen: &Chosen)
+        -> Self::Answer;
+    /// That answer, as the future's result.
+    fn answered(answer: Self::Answer) -> Result<Self::Output, Self::Error>;
+    /// The inner service's response, with what its decision adds to it
+    /// (`None` for a request passed on unjudged).
+    fn respond(
+        response: S::Response,
+        judged: Option<(&Decision, &LayerConfig, &Chosen)>,
+    ) -> Self::Output;
+    /// The inner service's error.
+    fn failed(error: S::Error) -> Self::Error;
+}
+
+impl<M, S, B, ResB> Ending<Request<B>, S> for M
+where
+    M: HttpMode + BodyMode<ResB>,
+    S: Service<Request<B>, Response = Response<ResB>>,
+{
+    type Output = Response<M::Body>;
+    type Error = S::Error;
+    type Answer = Box<Response<Bytes>>;
+
+    #[inline(always)]
+    fn admit(request: &mut Request<B>, decision: &Decision, config: &LayerConfig) {
+        if config.decision_extension {
+            request.extensions_mut().insert(*decision);
+        }
+    }
+
+    fn answer(
+        refusal: Refusal,
+        request: &Request<B>,
+        config: &LayerConfig,
+        chosen: &Chosen,
+    ) -> Self::Answer {
+        let grpc = is_grpc(request);
+        Box::new(match refusal {
+            Refusal::Limited(decision) => rejection(
+                &decision,
+                chosen.get(config).headers(),
+                &config.rejection,
+                grpc,
+            ),
+            Refusal::Unavailable(_) => store_unavailable(grpc),
+            Refusal::NoKey => missing_key(grpc),
+        })
+    }
+
+    fn answered(answer: Self::Answer) -> Result<Self::Output, Self::Error> {
+        Ok((*answer).map(M::full))
+    }
+
+    #[inline(always)]
+    fn respond(
+        mut response: Response<ResB>,
+        judged: Option<(&Decision, &LayerConfig, &Chosen)>,
+    ) -> Self::Output {
+        if let Some((decision, config, chosen)) = judged {
+            if config.headers_on_success {
+                let headers = chosen.get(config).headers();
+                headers.apply(decision, response.headers_mut());
+            }
+        }
+        M::inner(response)
+    }
+
+    #[inline(always)]
+    fn failed(error: S::Error) -> S::Error {
+        error
+    }
+}
+
+impl<R, S> Ending<R, S> for RefuseWithError
+where
+    S: Service<R>,
+    S::Error: Into<BoxError>,
+{
+    type Output = S::Response;
+    type Error = BoxError;
+    type Answer = BoxError;
+
+    fn admit(_: &mut R, _: &Decision, _: &LayerConfig) {}
+
+    fn answer(refusal: Refusal, _: &R, _: &LayerConfig, _: &Chosen) -> BoxError {
+        match refusal {
+            Refusal::Limited(decision) => RateLimited::new(decision).into(),
+            Refusal::Unavailable(error) => error.into(),
+            Refusal::NoKey => MissingKeyError.into(),
+        }
+    }
+
+    fn answered(answer: BoxError) -> Result<S::Response, BoxError> {
+        Err(answer)
+    }
+
+    fn respond(
+        response: S::Response,
+        _: Option<(&Decision, &LayerConfig, &Chosen)>,
+    ) -> S::Response {
+        response
+    }
+
+    fn failed(error: S::Error) -> BoxError {
+        error.into()
+    }
+}

@@ -221,7 +221,7 @@ impl KeyState {
     /// longest window no longer need, for a store that keeps states long.
     pub(crate) fn shed(&mut self, policy: &Policy) {
         if let Counts::Log(log) = &mut self.counts {
-            log.view().shed_slots(policy.longest_window_micros());
+            log.shed_slots(policy.longest_window_micros());
         }
     }
 

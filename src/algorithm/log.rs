@@ -111,30 +111,12 @@ impl SlidingLog {
         self.len() == 0
     }
 
-    /// Judges a request as [`LogMut::decide_micros`] does.
-    pub(crate) fn decide_micros(
-        &mut self,
-        now: u64,
-        limits: &[Limit],
-        capacity: u32,
-        forget_after: u64,
-        cost: impl Units,
-    ) -> Decision {
-        self.view()
-            .decide_micros(now, limits, capacity, forget_after, cost)
-    }
-
     /// A log of at most `capacity` stamps, holding `stamps` (oldest first,
     /// none newer than the next decision's time).
     pub(crate) fn holding(stamps: &[u64], capacity: u32) -> Self {
         let mut log = Self::default();
-        log.view().hold(stamps.to_vec(), capacity as usize);
+        log.hold(stamps.to_vec(), capacity as usize);
         log
-    }
-
-    /// Settles a request as [`LogMut::settle`] does.
-    pub(crate) fn settle_micros(&mut self, settled: &Settlement, capacity: u32, forget_after: u64) {
-        self.view().settle(settled, capacity, forget_after);
     }
 
     /// From when (µs) the log judges as a fresh one would, under limits
@@ -147,40 +129,19 @@ impl SlidingLog {
     pub(crate) fn stamps(&self) -> impl Iterator<Item = u64> + '_ {
         (0..self.len()).map(|i| stamp_in(&self.slots, self.at, i))
     }
-
-    /// The log's parts, lent to the code that judges and sheds it.
-    pub(crate) fn view(&mut self) -> LogMut<'_> {
-        LogMut::new(&mut self.slots, &mut self.at)
-    }
 }
 
-/// A [`SlidingLog`]'s slots and ring position, borrowed: every decision
-/// works through it.
-pub(crate) struct LogMut<'a> {
-    slots: &'a mut Box<[u64]>,
-    at: &'a mut u32,
-}
-
-impl<'a> LogMut<'a> {
-    /// The log kept as `slots` and `at`.
-    pub(crate) fn new(slots: &'a mut Box<[u64]>, at: &'a mut u32) -> Self {
-        Self { slots, at }
-    }
-
+/// The ring's workings: every decision, settling and shedding.
+impl SlidingLog {
     /// The ring's oldest slot and its number of stamps.
     #[inline]
     fn ring(&self) -> (usize, usize) {
-        ring_in(self.slots, *self.at)
-    }
-
-    /// The number of timestamps held.
-    fn len(&self) -> usize {
-        self.ring().1
+        ring_in(&self.slots, self.at)
     }
 
     /// The `i`-th oldest timestamp held.
     fn stamp(&self, i: usize) -> u64 {
-        stamp_in(self.slots, *self.at, i)
+        stamp_in(&self.slots, self.at, i)
     }
 
     fn newest(&self) -> Option<u64> {
@@ -188,8 +149,8 @@ impl<'a> LogMut<'a> {
         (len > 0).then(|| self.stamp(len - 1))
     }
 
-    /// Every stamp held, oldest first.
-    fn stamps(&self) -> Vec<u64> {
+    /// Every stamp held, oldest first, to lay out again.
+    fn stamps_vec(&self) -> Vec<u64> {
         (0..self.len()).map(|i| self.stamp(i)).collect()
     }
 
@@ -199,13 +160,8 @@ impl<'a> LogMut<'a> {
     /// `forget_after` µs old instead of growing ([`KEEP_EVERY_STAMP`] for
     /// never).
     ///
-    /// Takes the view by value (two pointers) rather than a pointer to
-    /// it, and is out of line, so that a store's ring path reaches it with
-    /// a call and keeps its own code small; the store bench's full-ring
-    /// case guards the shape.
-    #[inline(never)]
     pub(crate) fn decide_micros(
-        mut self,
+        &mut self,
         now: u64,
         limits: &[Limit],
         capacity: u32,
@@ -284,10 +240,10 @@ impl<'a> LogMut<'a> {
     /// stamps as it did not use, or records the excess at `settled.now`
     /// (as many as the ring holds; the oldest make way as for any
     /// request).
-    pub(crate) fn settle(mut self, settled: &Settlement, capacity: u32, forget_after: u64) {
+    pub(crate) fn settle_micros(&mut self, settled: &Settlement, capacity: u32, forget_after: u64) {
         let capacity = capacity as usize;
         if settled.used < settled.cost {
-            let mut stamps = self.stamps();
+            let mut stamps = self.stamps_vec();
             // The stamps are in order: the request's are among those equal to its time.
             let end = stamps.partition_point(|&stamp| stamp <= settled.at);
             let start = stamps[..end].partition_point(|&stamp| stamp < settled.at);
@@ -335,7 +291,7 @@ impl<'a> LogMut<'a> {
 
     #[cold]
     fn shrink_to(&mut self, capacity: usize) {
-        let stamps = self.stamps();
+        let stamps = self.stamps_vec();
         self.hold(stamps, capacity);
     }
 
@@ -345,8 +301,8 @@ impl<'a> LogMut<'a> {
         stamps.drain(..stamps.len().saturating_sub(capacity));
         let held = stamps.len();
         stamps.resize(held.max(FIRST_SLOTS.min(capacity)), 0);
-        *self.at = held as u32;
-        *self.slots = stamps.into_boxed_slice();
+        self.at = held as u32;
+        self.slots = stamps.into_boxed_slice();
     }
 
     /// Records a stamp at `now`: after the newest while the ring has room;
@@ -364,18 +320,18 @@ impl<'a> LogMut<'a> {
             self.slots[len] = now;
             // One more stamp; taking the last slot makes `at` say "full,
             // oldest first".
-            *self.at += 1;
+            self.at += 1;
         } else if len < capacity
             && (len == 0 || self.slots[head].saturating_add(forget_after) >= now)
         {
             self.grow(capacity);
             self.slots[len] = now;
-            *self.at += 1;
+            self.at += 1;
         } else if len > 0 {
             self.slots[head] = now;
             let head = if head + 1 == len { 0 } else { head + 1 };
             debug_assert!(slots <= MAX_SLOTS, "`at` below 2^32");
-            *self.at = (slots + head) as u32;
+            self.at = (slots + head) as u32;
         }
     }
 
@@ -420,8 +376,8 @@ impl<'a> LogMut<'a> {
             None => ring.extend_from_slice(&wrapped[from - oldest.len()..]),
         }
         ring.resize(slots, 0);
-        *self.at = (len - from) as u32;
-        *self.slots = ring.into_boxed_slice();
+        self.at = (len - from) as u32;
+        self.slots = ring.into_boxed_slice();
     }
 
     /// Gives back the slots of a ring of at least four times
@@ -614,7 +570,7 @@ pub(crate) mod tests {
             assert!(decide(&mut log, now).is_allowed());
         }
         let mut shed = log.clone();
-        shed.view().shed_slots(1_000);
+        shed.shed_slots(1_000);
         assert_eq!(shed.len(), 2, "kept the stamps at 1,000 and 2,000 µs");
         assert_eq!(shed.slots.len(), FIRST_SLOTS);
         for now in [2_000, 2_000, 2_500, 3_000, 3_001] {
@@ -635,7 +591,7 @@ pub(crate) mod tests {
         }
         assert_eq!(ring_in(&log.slots, log.at).0, 3);
         let mut shed = log.clone();
-        shed.view().shed_slots(1_000);
+        shed.shed_slots(1_000);
         assert_eq!(shed.len(), 2, "kept the stamps at 3,000 and 3,001 µs");
         for now in [3_001, 3_500, 4_000, 4_001, 4_002] {
             assert_eq!(decide(&mut shed, now), decide(&mut log, now), "at {now} µs");
@@ -677,7 +633,7 @@ pub(crate) mod tests {
                 log.decide_micros(now, &limits, capacity, longest, 1);
             }
             let mut shed = log.clone();
-            shed.view().shed_slots(longest);
+            shed.shed_slots(longest);
             for step in after {
                 now = now.saturating_add_signed(step);
                 prop_assert_eq!(
@@ -714,7 +670,7 @@ pub(crate) mod tests {
             log.decide_micros(now, &limits, 100, 1_000, 1);
         }
         let before = log.slots.clone();
-        log.view().shed_slots(1_000);
+        log.shed_slots(1_000);
         assert_eq!(log.slots, before);
     }
 }

@@ -1,9 +1,9 @@
 //! What the Redis store keeps, as docs/design.md describes it, and how it
-//! reads what it finds: the counter's state packed into one integer for
-//! small counts, an index wrapping around its modulus, values that are no
-//! state at all, log trailers that contradict themselves; bytes a key, one
-//! script call a decision, and how the log reads and writes its ring. Each
-//! run is checked against the memory store on the same clock.
+//! reads what it finds: the counter's and fixed window's 16-byte records,
+//! the bucket's decimal text, values that are no state at all, log
+//! trailers that contradict themselves; bytes a key, one script call a
+//! decision, and how the log reads and writes its ring. Each run is
+//! checked against the memory store on the same clock.
 #![cfg(feature = "redis")]
 
 #[path = "support/redis_server.rs"]
@@ -47,108 +47,62 @@ async fn encoding(connection: &mut redis::aio::MultiplexedConnection, name: &str
         .unwrap()
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn small_counts_are_stored_as_one_integer() {
-    let clock = ManualClock::new();
-    clock.set(Duration::from_secs(1_800_000_000));
-    let redis = store_at(&clock).await;
-    let mut connection = connection().await;
-    for algorithm in [Algorithm::SlidingCounter, Algorithm::FixedWindow] {
-        let policy = per_second_and_minute(algorithm);
-        assert!(redis.decide("packed", &policy).await.unwrap().is_allowed());
-        let name = redis.key_name(&"packed", &policy);
-        assert_eq!(
-            encoding(&mut connection, &name).await,
-            "int",
-            "{algorithm:?}"
-        );
-    }
-    // One limit a minute stores minutes times 2^14 plus the counts: twelve
-    // digits, as long as a one-limit binary state, and read as an integer.
-    let memory = MemoryStore::with_clock(clock.clone());
-    let minute = Policy::new(Algorithm::SlidingCounter, [Limit::per_minute(100)]).unwrap();
-    for _ in 0..101 {
-        let from_memory = memory.decide("twelve", &minute).await.unwrap();
-        let from_redis = redis.decide("twelve", &minute).await.unwrap();
-        assert_eq!(from_redis, from_memory);
-    }
-    let name = redis.key_name(&"twelve", &minute);
-    let stored: String = connection.get(&name).await.unwrap();
-    assert_eq!(stored.len(), 12, "{stored}");
-    assert_eq!(encoding(&mut connection, &name).await, "int");
-    // Counts of 17 and 20 bits leave too few for the index: binary.
-    let wide = Policy::new(
-        Algorithm::SlidingCounter,
-        [Limit::per_second(100_000), Limit::per_minute(1_000_000)],
-    )
-    .unwrap();
-    assert!(redis.decide("packed", &wide).await.unwrap().is_allowed());
-    let stored: Vec<u8> = connection
-        .get(redis.key_name(&"packed", &wide))
-        .await
-        .unwrap();
-    assert_eq!(stored.len(), 24);
+/// The records under a counter's or fixed window's key: per limit the
+/// window index, the previous count and the current one, as
+/// `struct.pack('<dI4I4', ...)` wrote them.
+fn records(bytes: &[u8]) -> Vec<(f64, u32, u32)> {
+    assert_eq!(bytes.len() % 16, 0, "16 bytes a limit: {bytes:?}");
+    bytes
+        .chunks(16)
+        .map(|r| {
+            let window = f64::from_le_bytes(r[..8].try_into().unwrap());
+            let count = |at: usize| u32::from_le_bytes(r[at..at + 4].try_into().unwrap());
+            (window, count(8), count(12))
+        })
+        .collect()
 }
 
-/// The script chooses the counter's layout from the limits it is passed:
-/// the packed integer wherever the counts leave the index enough bits to
-/// stay exact, the binary state elsewhere, at the boundaries the design
-/// sets (docs/design.md, "The integer state").
+/// The counter and the fixed window keep one record of 16 bytes a limit,
+/// whatever the limits: the window index (`now` over the window, whole)
+/// and the counts, which a reader decodes as docs/design.md says. Each
+/// decision matches the memory store's.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_layout_follows_from_the_limits() {
+async fn the_counts_are_kept_as_16_byte_records() {
     let clock = ManualClock::new();
-    clock.set(Duration::from_secs(1_800_000_000));
+    let start = 1_800_000_000 * SECOND;
+    clock.set(Duration::from_micros(start));
     let redis = store_at(&clock).await;
+    let memory = MemoryStore::with_clock(clock.clone());
     let mut connection = connection().await;
     let decade = 3_650 * 86_400_000;
-    for (algorithm, limits, packed) in [
-        // 4 + 4 + 7 + 7 bits of counts, 31 of seconds.
-        (
-            Algorithm::SlidingCounter,
-            &[(10, 1_000), (100, 60_000)][..],
-            true,
-        ),
-        (
-            Algorithm::FixedWindow,
-            &[(10, 1_000), (100, 60_000)][..],
-            true,
-        ),
-        // Counts too wide: 2 * (17 + 20) bits.
-        (
-            Algorithm::SlidingCounter,
-            &[(100_000, 1_000), (1_000_000, 60_000)][..],
-            false,
-        ),
-        // 19 bits of seconds span 6 days, less than a clock stepping back
-        // 24.8 days.
-        (
-            Algorithm::SlidingCounter,
-            &[(100, 1_000), (1_000, 60_000)][..],
-            false,
-        ),
-        // Twenty years beside a 1 ms window (2^39.2 ms): 45 bits of
-        // milliseconds span it, 35 do not.
-        (Algorithm::SlidingCounter, &[(1, 1), (5, decade)][..], true),
-        (
-            Algorithm::SlidingCounter,
-            &[(1, 1), (255, decade)][..],
-            false,
-        ),
-        // Windows with no whole second in common count in half seconds.
-        (
-            Algorithm::SlidingCounter,
-            &[(3, 1_500), (20, 4_000)][..],
-            true,
-        ),
+    for limits in [
+        &[(100, 60_000)][..],
+        &[(10, 1_000), (100, 60_000)][..],
+        &[(100_000, 1_000), (1_000_000, 60_000)][..],
+        &[(1, 1), (5, decade)][..],
+        &[(3, 1_500), (20, 4_000), (50, 60_000)][..],
     ] {
-        let policy = policy(algorithm, limits);
-        assert!(redis.decide("layout", &policy).await.unwrap().is_allowed());
-        let name = redis.key_name(&"layout", &policy);
-        let stored: Vec<u8> = connection.get(&name).await.unwrap();
-        if packed {
-            assert_eq!(encoding(&mut connection, &name).await, "int", "{limits:?}");
-        } else {
-            assert_eq!(stored.len(), 12 * limits.len(), "{limits:?}");
+        for algorithm in [Algorithm::SlidingCounter, Algorithm::FixedWindow] {
+            clock.set(Duration::from_micros(start));
+            let policy = policy(algorithm, limits);
+            for second in [0, 0, 1, 61] {
+                clock.set(Duration::from_micros(start + second * SECOND));
+                let from_memory = memory.decide("records", &policy).await.unwrap();
+                let from_redis = redis.decide("records", &policy).await.unwrap();
+                assert_eq!(from_redis, from_memory, "{algorithm:?} {limits:?}");
+            }
+            let name = redis.key_name(&"records", &policy);
+            let stored: Vec<u8> = connection.get(&name).await.unwrap();
+            let now = start + 61 * SECOND;
+            for (record, &(_, ms)) in records(&stored).iter().zip(limits) {
+                let window = ms * 1_000;
+                assert_eq!(record.0, (now / window) as f64, "{algorithm:?} {limits:?}");
+                assert!(record.2 >= 1, "the request at 61 s counts: {record:?}");
+                if algorithm == Algorithm::FixedWindow {
+                    assert_eq!(record.1, 0, "a fixed window keeps no previous count");
+                }
+            }
+            assert_eq!(stored.len(), 16 * limits.len());
         }
     }
 }
@@ -194,11 +148,11 @@ async fn the_bucket_keeps_its_arrival_times_as_decimal_text() {
     assert_eq!(stored, format!("{now} {now}"));
 }
 
-/// The packed index is seconds modulo 2^31 for this policy, which wraps in
-/// January 2038: traffic across that instant, with the clock stepping back
-/// over it, is judged as the memory store judges it.
+/// Traffic across 2^31 s (January 2038), with the clock stepping back over
+/// it, is judged as the memory store judges it: the records keep whole
+/// window indices, with no modulus to wrap.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_packed_index_wraps_around_without_losing_counts() {
+async fn time_past_2038_is_judged_as_the_memory_store_judges_it() {
     let clock = ManualClock::new();
     let redis = store_at(&clock).await;
     let memory = MemoryStore::with_clock(clock.clone());
@@ -247,6 +201,13 @@ async fn the_packed_index_wraps_around_without_losing_counts() {
 /// refused until then.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_value_that_is_no_state_reads_as_a_fresh_key() {
+    // One limit's record of the counts.
+    let record = |window: f64, previous: u32, current: u32| {
+        let mut bytes = window.to_le_bytes().to_vec();
+        bytes.extend(previous.to_le_bytes());
+        bytes.extend(current.to_le_bytes());
+        bytes
+    };
     let clock = ManualClock::new();
     clock.set(Duration::from_secs(1_800_000_000));
     let redis = store_at(&clock).await;
@@ -265,7 +226,18 @@ async fn a_value_that_is_no_state_reads_as_a_fresh_key() {
         b"nan",
         // 2^53: past the doubles' exact integers.
         b"9007199254740992",
-        // A binary state's length for one limit and for two.
+        // Records of the right length but no state: NaN, a negative or
+        // fractional window index, one more than 2^31 windows ahead,
+        // counts over max.
+        &[0xff; 16],
+        &[0xff; 32],
+        &[b'1'; 32],
+        &record(-1.0, 0, 0),
+        &record(1.5, 0, 0),
+        &record(1e300, 0, 0),
+        &record(1_800_000_000.0 + 2_147_483_649.0, 0, 0),
+        &record(1_800_000_000.0, 0, 11),
+        &record(1_800_000_000.0, 11, 0),
         &[7, 0, 0, 0, 3, 0, 0, 0, 9, 0, 0, 0],
         &[b'1'; 24],
         b"",
@@ -684,18 +656,14 @@ async fn bytes_for(
     (bytes, encoding)
 }
 
-/// `MEMORY USAGE` of the keys `state_is_compact` measures, as the `v2`
+/// `MEMORY USAGE` of the log keys `state_is_compact` measures, as the `v2`
 /// format (a script filled per policy, 8854324) stored them under names of
-/// the same length: the `v3` format, its scripts fixed, keeps no more.
-const V2_BYTES: [(&str, u64); 8] = [
+/// the same length: later formats, their scripts fixed, keep no more.
+const V2_BYTES: [(&str, u64); 4] = [
     ("log, limit 5", 152),
     ("log, limit 100", 984),
     ("log, limit 3000", 24_664),
     ("log, limit 10000", 98_392),
-    ("counter, 1 limit(s)", 72),
-    ("counter, 2 limit(s)", 88),
-    ("counter, 1 wide limit(s)", 104),
-    ("counter, 2 wide limit(s)", 120),
 ];
 
 /// Fails unless `bytes` is no more than the `v2` format took for `label`.
@@ -745,41 +713,27 @@ async fn state_is_compact() {
             );
         }
     }
-    // Small counts pack into one integer, which Redis keeps inside the
-    // key's object: within 100 bytes with one limit or two.
+    // The counter keeps 16 bytes a limit in a string, whatever its counts
+    // (nearly ten million a minute is not filled: the layout does not
+    // depend on the counts); Redis's own overhead for the key and its
+    // name come on top.
     for limits in [
         &[(100u32, 60_000u64)][..],
         &[(10, 1_000), (100, 60_000)][..],
-    ] {
-        let (bytes, encoding) =
-            bytes_for(&store, &server, Algorithm::SlidingCounter, limits, u32::MAX).await;
-        println!(
-            "counter, {} limit(s): MEMORY USAGE {bytes} bytes, {encoding}",
-            limits.len()
-        );
-        no_more_than_v2(&format!("counter, {} limit(s)", limits.len()), bytes);
-        assert_eq!(encoding, "int", "counter {limits:?}");
-        assert!(bytes <= 100, "counter {limits:?}: {bytes} bytes");
-    }
-    // Counts too wide for the index to span 24.8 days in the bits left
-    // keep 12 bytes a limit in a string: one limit still fits Redis's
-    // smallest string allocation. (Nearly ten million a minute is not filled: the
-    // layout does not depend on the counts.)
-    for limits in [
         &[(9_999_999u32, 60_000u64)][..],
         &[(100, 1_000), (1_000, 60_000)][..],
     ] {
         let (bytes, encoding) =
             bytes_for(&store, &server, Algorithm::SlidingCounter, limits, 1_000).await;
         println!(
-            "counter, {} wide limit(s): MEMORY USAGE {bytes} bytes, {encoding}",
+            "counter, {} limit(s) of {limits:?}: MEMORY USAGE {bytes} bytes, {encoding}",
             limits.len()
         );
-        no_more_than_v2(&format!("counter, {} wide limit(s)", limits.len()), bytes);
         assert_eq!(encoding, "embstr", "counter {limits:?}");
-        // The key's name counts too: its format version (`v3:`) takes the
-        // longest of these names over one allocator size.
-        let bound = 104 + 32 * (limits.len() as u64 - 1);
+        // Redis rounds a string up to its allocator's sizes: 104 bytes
+        // with one limit of 100 a minute, 136 with two; a longer
+        // signature in the key's name takes another 16.
+        let bound = 120 + 32 * (limits.len() as u64 - 1);
         assert!(bytes <= bound, "counter {limits:?}: {bytes} bytes");
     }
     // The bucket's arrival times as decimal text, Unix-epoch µs: for one

@@ -1,0 +1,119 @@
+//! A key's stored state read back as the [`KeyState`] every store judges
+//! with: each algorithm's one format, decoded as docs/design.md describes
+//! it, for a person (or a test) reading what Redis holds.
+
+use std::fmt::Display;
+
+use redis::RedisResult;
+
+use super::{keys, Connection, RedisStore};
+use crate::algorithm::{Algorithm, FixedWindow, SlidingCounter, SlidingLog, TokenBucket};
+use crate::policy::Policy;
+use crate::state::{Counts, KeyState};
+use crate::store::StoreError;
+
+impl RedisStore {
+    /// What Redis holds for `key` under `policy`, as the [`KeyState`] the
+    /// scripts judge it by: its counts, stamps or arrival times and the
+    /// end of any penalty. `None` for a key Redis does not hold, or holds
+    /// something the scripts would read as a fresh key. One round trip,
+    /// with no timeout and no failure policy: for reading, not deciding.
+    ///
+    /// ```no_run
+    /// # async fn run(store: tower_sliding_window::RedisStore, policy: tower_sliding_window::Policy) -> Result<(), Box<dyn std::error::Error>> {
+    /// if let Some(state) = store.state(&"203.0.113.7", &policy).await? {
+    ///     println!("{state:?}");
+    /// }
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// [`StoreError`] if Redis does not answer.
+    pub async fn state(
+        &self,
+        key: &impl Display,
+        policy: &Policy,
+    ) -> Result<Option<KeyState>, StoreError> {
+        let name = self.key_name(key, policy);
+        let mut get = redis::cmd("MGET");
+        get.arg(&name).arg(keys::penalty_key(&name));
+        let read: RedisResult<(Option<Vec<u8>>, Option<String>)> = match &self.connection {
+            Connection::Single(manager) => get.query_async(&mut manager.clone()).await,
+            Connection::Cluster(cluster) => get.query_async(&mut cluster.clone()).await,
+        };
+        let (stored, penalty) = read.map_err(|e| super::error("Redis read failed".into(), e))?;
+        let penalty_until = penalty.and_then(|until| until.parse().ok()).unwrap_or(0);
+        Ok(stored
+            .and_then(|bytes| decode(&bytes, policy))
+            .map(|counts| KeyState::from_parts(counts, penalty_until)))
+    }
+}
+
+/// The algorithm's state in `bytes`, if they are what its script writes.
+fn decode(bytes: &[u8], policy: &Policy) -> Option<Counts> {
+    let limits = policy.limits();
+    match policy.algorithm() {
+        Algorithm::SlidingCounter => {
+            let records = records(bytes, limits.len())?;
+            Some(Counts::Counter(SlidingCounter::from_parts(records)))
+        }
+        Algorithm::FixedWindow => {
+            let records = records(bytes, limits.len())?;
+            let counts = records.into_iter().map(|(window, _, current)| (window, current));
+            Some(Counts::Fixed(FixedWindow::from_parts(counts)))
+        }
+        Algorithm::TokenBucket => {
+            let text = std::str::from_utf8(bytes).ok()?;
+            let tats: Option<Vec<(u64, u32)>> = text.split(' ').map(arrival_time).collect();
+            let tats = tats.filter(|tats| tats.len() == limits.len())?;
+            Some(Counts::Bucket(TokenBucket::from_parts(tats)))
+        }
+        Algorithm::SlidingLog => {
+            let stamps = log_stamps(bytes, limits.len())?;
+            let capacity = stamps.len() as u32;
+            Some(Counts::Log(SlidingLog::holding(&stamps, capacity)))
+        }
+    }
+}
+
+/// The counter's or fixed window's records: per limit the window index,
+/// a little-endian double, and two 4-byte counts.
+fn records(bytes: &[u8], limits: usize) -> Option<Vec<(u64, u32, u32)>> {
+    if bytes.len() != 16 * limits {
+        return None;
+    }
+    let records = bytes.chunks_exact(16).map(|record| {
+        let window = f64::from_le_bytes(record[..8].try_into().ok()?);
+        let count = |at: usize| Some(u32::from_le_bytes(record[at..at + 4].try_into().ok()?));
+        let whole = window >= 0.0 && window.fract() == 0.0 && window < 9_007_199_254_740_992.0;
+        whole.then_some((window as u64, count(8)?, count(12)?))
+    });
+    records.collect()
+}
+
+/// One of the bucket's arrival times: `micros` or `micros+rem`.
+fn arrival_time(text: &str) -> Option<(u64, u32)> {
+    let (micros, rem) = text.split_once('+').unwrap_or((text, "0"));
+    let digits = |s: &str| !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit());
+    (digits(micros) && digits(rem)).then_some(())?;
+    Some((micros.parse().ok()?, rem.parse().ok()?))
+}
+
+/// The log's stamps, oldest first: a ring of 8-byte stamps, then a trailer
+/// of the ring's head and length (4 bytes each), the newest stamp (8), and
+/// 20 bytes a limit.
+fn log_stamps(bytes: &[u8], limits: usize) -> Option<Vec<u64>> {
+    let ring_len = bytes.len().checked_sub(16 + 20 * limits)?;
+    let (ring, trailer) = bytes.split_at(ring_len);
+    let word = |at: usize| u32::from_le_bytes(trailer[at..at + 4].try_into().unwrap());
+    let (head, len, slots) = (word(0) as usize, word(4) as usize, ring_len / 8);
+    if ring_len % 8 != 0 || len > slots || (len > 0 && head >= slots) {
+        return None;
+    }
+    let stamp = |slot: usize| i64::from_le_bytes(ring[8 * slot..8 * slot + 8].try_into().unwrap());
+    let stamps: Option<Vec<u64>> = (0..len)
+        .map(|i| u64::try_from(stamp((head + i) % slots)).ok())
+        .collect();
+    stamps.filter(|stamps| stamps.windows(2).all(|pair| pair[0] <= pair[1]))
+}

@@ -59,7 +59,7 @@ pub struct KeyState {
 
 /// An algorithm's own state.
 #[derive(Clone, Debug)]
-enum Counts {
+pub(crate) enum Counts {
     Counter(SlidingCounter),
     Log(SlidingLog),
     Fixed(FixedWindow),
@@ -78,6 +78,15 @@ impl KeyState {
         KeyState {
             counts,
             penalty_until: 0,
+        }
+    }
+
+    /// A state holding `counts`, shut out until `penalty_until` (µs; 0
+    /// for no penalty): what a store read back from its own format.
+    pub(crate) fn from_parts(counts: Counts, penalty_until: u64) -> KeyState {
+        KeyState {
+            counts,
+            penalty_until,
         }
     }
 

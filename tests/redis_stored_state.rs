@@ -872,3 +872,42 @@ async fn a_64_kb_key_gets_a_short_name_and_exact_limits() {
         assert!(exists, "{algorithm:?}: the state is under {name}");
     }
 }
+
+/// `RedisStore::state` reads each algorithm's format back as the
+/// `KeyState` the scripts judge by: after every decision of a run of
+/// traffic, the state read from Redis judges a next request exactly as
+/// the memory store would.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_keys_state_reads_back_as_the_memory_store_holds_it() {
+    let clock = ManualClock::new();
+    let start = 1_800_000_000 * SECOND;
+    let redis = store_at(&clock).await;
+    for algorithm in ALGORITHMS {
+        for limits in [&[(3, 1_000)][..], &[(3, 1_000), (5, 60_000)][..]] {
+            let policy = policy(algorithm, limits);
+            let penalised = policy.clone().with_penalty(Duration::from_secs(2));
+            for policy in [policy, penalised] {
+                let memory = MemoryStore::with_clock(clock.clone());
+                clock.set(Duration::from_micros(start));
+                assert!(redis.state(&"read", &policy).await.unwrap().is_none());
+                let mut now = start;
+                for step in 0..24u64 {
+                    now += (step * 7_919) % 700_000;
+                    clock.set(Duration::from_micros(now));
+                    let from_memory = memory.decide("read", &policy).await.unwrap();
+                    let from_redis = redis.decide("read", &policy).await.unwrap();
+                    assert_eq!(from_redis, from_memory, "{algorithm:?} {limits:?}");
+                    let state = redis.state(&"read", &policy).await.unwrap();
+                    let state = state.unwrap_or_else(|| panic!("{algorithm:?}: a state"));
+                    let at = Duration::from_micros(now + 1);
+                    clock.set(at);
+                    assert_eq!(
+                        state.peek(&policy, at),
+                        memory.peek_now(&"read", &policy),
+                        "{algorithm:?} {limits:?} at step {step}: {state:?}"
+                    );
+                }
+            }
+        }
+    }
+}

@@ -6,7 +6,8 @@
 //! decision (the script call, its timeout, the failure policy), `scripts`
 //! the fixed Lua scripts and their arguments, `reply` the reading of their
 //! replies, `deny_cache` the refusals answered locally, `failure` the
-//! failure policy, `keys` the key names.
+//! failure policy, `keys` the key names, `state` a key's stored state read
+//! back.
 
 mod call;
 mod connect;
@@ -15,6 +16,7 @@ mod failure;
 mod keys;
 mod reply;
 mod scripts;
+mod state;
 
 use std::fmt::Display;
 use std::sync::Arc;
@@ -61,16 +63,17 @@ use crate::policy::Policy;
 ///   step back by more than the TTL (twice the longest window; the
 ///   bucket's, as long as its state matters), since keys expire on Redis's
 ///   time and the windows' TTL is renewed only when a new window starts.
-/// * **Compact.** The log keeps a ring of 8-byte timestamps (as many as the
-///   largest limit) and a short trailer in one string; the counter and
-///   fixed window keep one integer where the counts are small enough to
-///   share it with the window index, else 12 bytes a limit; the token
-///   bucket one arrival time a limit, as decimal text (docs/design.md has
-///   the layouts). Every key expires once it has been idle long enough to
-///   no longer matter.
-/// * **Keys** are `prefix:{user key}:v3:name/signature`: the user's key is a
+/// * **One format per algorithm.** The log keeps a ring of 8-byte
+///   timestamps (as many as the largest limit) and a short trailer in one
+///   string; the counter and fixed window a record of 16 bytes a limit
+///   (the window index and two counts); the token bucket one arrival time a
+///   limit, as decimal text. docs/design.md has the layouts, and
+///   [`state`](RedisStore::state) reads a key back as the [`KeyState`](crate::KeyState)
+///   the scripts judge by. Every key expires once it has been idle long
+///   enough to no longer matter.
+/// * **Keys** are `prefix:{user key}:v4:name/signature`: the user's key is a
 ///   hash tag, escaped so that `{`, `}`, `%` and control bytes can neither
-///   move it to another slot nor make two keys collide. `v3` names the
+///   move it to another slot nor make two keys collide. `v4` names the
 ///   stored format, so that a deploy that changes it never reads a key an
 ///   older release wrote. Windows are identified by the policy's value
 ///   ([name](Policy::named), algorithm and limits), the same in every
@@ -99,7 +102,7 @@ use crate::policy::Policy;
 ///   settled.
 ///
 /// Supports 64-bit Redis 6 and later (tested on 7.0), standalone or cluster:
-/// the packed integer state is printed through a C `long`.
+/// the bucket's times are printed through a C `long`.
 #[derive(Clone)]
 pub struct RedisStore {
     connection: Connection,

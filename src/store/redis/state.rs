@@ -60,7 +60,9 @@ fn decode(bytes: &[u8], policy: &Policy) -> Option<Counts> {
         }
         Algorithm::FixedWindow => {
             let records = records(bytes, limits.len())?;
-            let counts = records.into_iter().map(|(window, _, current)| (window, current));
+            let counts = records
+                .into_iter()
+                .map(|(window, _, current)| (window, current));
             Some(Counts::Fixed(FixedWindow::from_parts(counts)))
         }
         Algorithm::TokenBucket => {

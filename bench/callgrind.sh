@@ -40,7 +40,6 @@ for keys in 1 100000; do
   governor=$(per_call governor "$keys")
   report "instructions per decision, $keys key(s)" "governor check_key" "$governor" \
     "ours counter=$(per_call counter "$keys")" \
-    "ours counter, wide=$(per_call counter-wide "$keys")" \
     "ours counter, 2 limits=$(per_call counter2 "$keys")" \
     "ours fixed=$(per_call fixed "$keys")" \
     "ours log limit 100=$(per_call log "$keys")"
@@ -61,7 +60,6 @@ misses() {  # workload -> simulated last-level read misses per decision, 100k ke
 echo "data reads missing a 512 KiB last-level cache, per decision, 100000 keys (simulated)"
 printf '  %-22s %6s\n' "governor check_key" "$(misses governor)"
 printf '  %-22s %6s\n' "ours counter" "$(misses counter)"
-printf '  %-22s %6s\n' "ours counter, wide" "$(misses counter-wide)"
 printf '  %-22s %6s\n' "ours fixed" "$(misses fixed)"
 printf '  %-22s %6s\n' "ours log limit 100" "$(misses log)"
 

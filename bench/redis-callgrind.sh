@@ -39,14 +39,14 @@ baseline=$(per_call baseline)
 echo "redis-server instructions per script call ($n calls, time from the client)"
 printf '  %-34s %7d\n' "baseline GET/GET/INCR/PEXPIRE" "$baseline"
 for pair in "ours counter, 2 limits=counter" "ours counter, 1 limit=counter1" \
-  "ours counter, 2 limits, integer²=counter-packed" "ours log, 2 limits (100, 1000)³=log" \
+  "ours counter, 2 limits, small counts²=counter-small" "ours log, 2 limits (100, 1000)³=log" \
   "ours log, steady clients⁴=log-steady" "ours log, limit 100, full⁵=log-100" \
   "ours counter, 2 limits, TIME¹=counter-time"; do
   value=$(per_call "${pair#*=}")
   printf '  %-34s %7d  %.2fx\n' "${pair%%=*}" "$value" "$(awk -v a="$value" -v b="$baseline" 'BEGIN {print a / b}')"
 done
 echo "  ¹ the time read from Redis's TIME, as by default; windows of 1 min and 1 h"
-echo "  ² limits of 30 a second and 100 a minute, whose state is stored as one integer"
+echo "  ² limits of 30 a second and 100 a minute"
 echo "  ³ 100 a millisecond and 1,000 in 10 ms over 1,000 keys, which expire between calls under valgrind: fresh rings"
 echo "  ⁴ 500 in 5 s and 5,000 in 1,000 s over 10 keys, 5 ms apart: 100 stamps in the 5 s window, its cursor moving every call"
 echo "  ⁵ 100 in 4 s over 10 keys, 5 ms apart: one limit of 100, the ring full and wrapping, 80 stamps in the window"

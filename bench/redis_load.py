@@ -5,8 +5,8 @@ time would crawl under valgrind and roll every window on every call), except
 for counter-time.
 
 Usage: python3 bench/redis_load.py PORT WHICH N
-WHICH is baseline, counter (two limits), counter1 (one limit), counter-packed
-(two small limits, stored as one integer), log, log-steady, log-100, or
+WHICH is baseline, counter (two limits), counter1 (one limit), counter-small
+(two small limits), log, log-steady, log-100, or
 counter-time (two limits, the time read from the server's TIME).
 
 The log's TTL runs on the server's clock, its windows on the client's:

@@ -1,6 +1,7 @@
-//! The Redis store against a minimal GET/GET/INCR/PEXPIRE script (the token
-//! bucket against a minimal GCRA script of its own), on a private
-//! redis-server started for the run: decisions per second with one call in
+//! The Redis store against a floor script (TIME, GET, SET PX and a reply
+//! of three numbers: what any script of one key and Redis's time costs),
+//! beside a minimal GET/GET/INCR/PEXPIRE counter and a minimal GCRA script,
+//! on a private redis-server started for the run: decisions per second with one call in
 //! flight and with 64, and Redis CPU per decision from
 //! `INFO commandstats`, in interleaved rounds. Two rows send half their
 //! calls for one key that is refused, with and without the deny cache; two
@@ -36,6 +37,15 @@ local n = redis.call('INCR', KEYS[2])
 redis.call('PEXPIRE', KEYS[2], ARGV[1])
 return n";
 
+/// The floor every decision stands on: Redis TIME, one key read and
+/// written with a TTL, and a reply of three numbers. Every row's ratios are
+/// taken against it.
+const FLOOR: &str = "local t = redis.call('TIME')
+local now = t[1] * 1000000 + t[2]
+local state = redis.call('GET', KEYS[1])
+redis.call('SET', KEYS[1], now, 'PX', ARGV[1])
+return {1, now, 0}";
+
 /// The cheapest honest GCRA: one limit whose token time is a whole number
 /// of µs (ARGV[1], the window ARGV[2]), the arrival time stored as a
 /// number, Redis TIME, GET and SET with PX, a verdict and a wait: the shape
@@ -63,6 +73,8 @@ enum Contender {
     Baseline(ConnectionManager, Arc<Script>),
     /// The GCRA yardstick, a token every µs over a second.
     GcraBaseline(ConnectionManager, Arc<Script>),
+    /// The floor script.
+    Floor(ConnectionManager, Arc<Script>),
     /// One key per tenant, each judged under its tenant's policy (the
     /// policies may all be one).
     Tenants(RedisStore, Arc<Vec<Policy>>),
@@ -92,6 +104,15 @@ impl Contender {
                     .await
                     .expect("baseline script");
             }
+            Self::Floor(connection, script) => {
+                let mut connection = connection.clone();
+                let _: Vec<i64> = script
+                    .key(format!("f:{{{key}}}"))
+                    .arg(60_000)
+                    .invoke_async(&mut connection)
+                    .await
+                    .expect("floor script");
+            }
             Self::GcraBaseline(connection, script) => {
                 let mut connection = connection.clone();
                 let _: Vec<i64> = script
@@ -105,18 +126,6 @@ impl Contender {
         }
     }
 
-    /// The row whose script this one is measured against: the bucket's
-    /// own yardstick for the bucket, else the first.
-    fn yardstick(&self, gcra: usize) -> usize {
-        match self {
-            Self::GcraBaseline(..) => gcra,
-            Self::Ours(_, policy) if policy.algorithm() == Algorithm::TokenBucket => gcra,
-            _ => 0,
-        }
-    }
-}
-
-impl Contender {
     /// How many keys its calls spread over.
     fn keys(&self) -> u64 {
         match self {
@@ -192,6 +201,7 @@ async fn main() {
     // Large enough that every call is accepted, realistic enough that the
     // script's exact test stays in double precision (the limb fallback for
     // products beyond 2^53 is for limits in the billions).
+    let one_limit = |algorithm| Policy::new(algorithm, [Limit::per_second(1_000_000)]).unwrap();
     let two_limits = |algorithm| {
         Policy::new(
             algorithm,
@@ -243,8 +253,16 @@ async fn main() {
         .unwrap();
     let contenders = [
         (
+            "floor TIME/GET/SET PX",
+            Contender::Floor(manager.clone(), Arc::new(Script::new(FLOOR))),
+        ),
+        (
             "baseline GET/GET/INCR/PEXPIRE",
             Contender::Baseline(manager.clone(), Arc::new(Script::new(BASELINE))),
+        ),
+        (
+            "ours counter, 1 limit",
+            Contender::Ours(store.clone(), one_limit(Algorithm::SlidingCounter)),
         ),
         (
             "ours counter, 2 limits",
@@ -329,7 +347,10 @@ async fn main() {
         }
     }
     // Every ring of the row "limit 100, full" full before anything is timed.
-    let (_, full_log) = &contenders[4];
+    let (_, full_log) = contenders
+        .iter()
+        .find(|(name, _)| *name == "ours log, limit 100, full")
+        .expect("the full log row");
     throughput(full_log, 64, 100 * KEYS as usize).await;
     let count = contenders.len();
     let mut sequential = vec![Vec::new(); count];
@@ -345,14 +366,9 @@ async fn main() {
             cpu[i].push(usec_per_decision(&server, 43_000));
         }
     }
-    // The bucket's rows against the GCRA yardstick, the others against
-    // the first row's.
-    let gcra = contenders
-        .iter()
-        .position(|(_, contender)| matches!(contender, Contender::GcraBaseline(..)))
-        .expect("the GCRA baseline row");
+    // Every row against the floor's, the first.
     let per_round = |values: &[Vec<f64>], i: usize| {
-        let base = contenders[i].1.yardstick(gcra);
+        let base = 0;
         spread(
             (0..ROUNDS)
                 .map(|r| values[i][r] / values[base][r])
@@ -362,7 +378,7 @@ async fn main() {
     };
     let mut table = report::Table::new(
         "Redis: one script call per decision, none for a key known to be refused",
-        &format!("{ROUNDS} interleaved rounds against a private redis-server; decisions a second (median), and the median over rounds of the ratio to the baseline script in the same round (the token bucket's rows: to the GCRA baseline, one limit of a token every µs as the bucket's row of one limit). Redis CPU per decision from `INFO commandstats`. The last two rows send every other call for one key over its limit (10 a minute)."),
+        &format!("{ROUNDS} interleaved rounds against a private redis-server; decisions a second (median), and the median over rounds of the ratio to the floor script (TIME, GET, SET PX, three numbers back) in the same round. Redis CPU per decision from `INFO commandstats`. The last two rows send every other call for one key over its limit (10 a minute)."),
         &["", "1 in flight", "ratio", "64 in flight", "ratio", "Redis CPU µs/decision", "ratio"],
     );
     for (i, (name, _)) in contenders.iter().enumerate() {

@@ -138,8 +138,7 @@ impl SteppingClock {
 /// calls are `keys` steps apart, and a window of `gaps` such gaps closes
 /// exactly on the `gaps`-th newest stamp. With 99 gaps every key holds a
 /// full ring of 100 stamps; with 9, ten inside its window, in a ring of 16
-/// slots; with 3, four, in a ring for a `u64` key and in the entry for an
-/// IP address (see [`OursByIp`]).
+/// slots; with 3, four (see also [`OursByIp`]).
 fn stepping_log(keys: u64, gaps: u64) -> (Ours<SteppingClock>, SteppingClock) {
     let limit = Limit::new(100, Duration::from_micros(gaps * keys)).unwrap();
     let clock = SteppingClock::default();
@@ -233,26 +232,17 @@ impl Limiter for NaiveMutexMap {
 /// The contenders, all with quotas that accept practically everything, so
 /// every run measures the accepting path (the one that writes).
 ///
-/// "ours counter" keeps a realistic layout: a `max` of at most 65,535 is
-/// what lets the memory store pack a key's counts into 16 bits (a 16-byte
-/// entry with the key). Over many keys each key sees about a hundred
-/// requests a second, so 65,535 a second accepts them all; a hot key gets
-/// millions, so there it needs the largest `max`, as every row does.
-/// "ours counter, wide" keeps the largest `max` everywhere: the unpacked
-/// layout (24 bytes).
-///
 /// "ours log limit 100" has a 1 µs window: over 100k keys a key's calls
-/// are far apart next to it, and its one stamp inside the window stays in
-/// its entry, with no ring; on a hot key the window holds the calls of the
-/// last microsecond or two, in a ring (tens at these speeds; a call under
-/// about 20 ns would fill it, and the row stops the bench rather than time
+/// are far apart next to it, and its one stamp inside the window is in
+/// the ring's first slots; on a hot key the window holds the calls of the
+/// last microsecond or two (tens at these speeds; a call under about
+/// 20 ns would fill it, and the row stops the bench rather than time
 /// refusals). On one thread only, "ours log, full ring" keeps 100 stamps a
-/// key inside the window and "ours log, 10 in window" ten, in a ring; "ours
-/// log, 4 in window" four, in a ring, and with IP keys in the entry, beside
-/// "governor check_key, IP", governor keyed by the same addresses.
+/// key inside the window, "ours log, 10 in window" ten and "ours log, 4 in
+/// window" four, also with IP keys, beside "governor check_key, IP",
+/// governor keyed by the same addresses.
 fn contenders(keys: u64, threads: u64) -> Vec<(&'static str, Box<dyn Limiter>)> {
     let huge = u32::MAX;
-    let packable = if keys > 1 { 65_535 } else { huge };
     let mut contenders: Vec<(&'static str, Box<dyn Limiter>)> = vec![
         (
             "governor check_key",
@@ -262,14 +252,6 @@ fn contenders(keys: u64, threads: u64) -> Vec<(&'static str, Box<dyn Limiter>)> 
         ),
         (
             "ours counter",
-            Box::new(ours(
-                Algorithm::SlidingCounter,
-                packable,
-                Duration::from_secs(1),
-            )),
-        ),
-        (
-            "ours counter, wide",
             Box::new(ours(
                 Algorithm::SlidingCounter,
                 huge,
@@ -325,17 +307,16 @@ fn contenders(keys: u64, threads: u64) -> Vec<(&'static str, Box<dyn Limiter>)> 
             ("ours counter, text key", false),
             ("ours counter, text key bounded", true),
         ] {
-            let ours = ours(Algorithm::SlidingCounter, packable, Duration::from_secs(1));
+            let ours = ours(Algorithm::SlidingCounter, huge, Duration::from_secs(1));
             contenders.push((name, Box::new(OursByText { ours, bounded })));
         }
     }
     contenders
 }
 
-const IDS: [&str; 14] = [
+const IDS: [&str; 13] = [
     "governor check_key",
     "ours counter",
-    "ours counter, wide",
     "ours fixed",
     "ours token bucket",
     "ours log limit 100",

@@ -5,7 +5,7 @@
 //! shared two-core machine cannot.
 //!
 //! `cargo run --release --example instructions --features axum -- WHAT N [KEYS]`
-//! with WHAT one of `governor`, `counter`, `counter-wide`, `counter2`, `fixed`, `log` (store,
+//! with WHAT one of `governor`, `counter`, `counter2`, `fixed`, `log` (store,
 //! over KEYS keys), `log-gaps-G` (a log of 100 on a clock one microsecond
 //! further each call, whose window spans G rounds of the keys: every key
 //! holds G + 1 stamps inside it at each call, as the store bench's "10 in
@@ -45,30 +45,24 @@ fn run<F: Future>(future: F) -> F::Output {
     }
 }
 
-/// Over many keys the counters' `max` is 65,535 a second, the largest whose
-/// counts the store packs into 16 bits, and it accepts every call there (each
-/// key sees a few); a single key needs the largest `max` to be accepted
-/// throughout. `counter-wide` keeps the largest `max` everywhere.
+/// Quotas large enough that every call is accepted, on one key or many.
 fn store_policy(what: &str, keys: u64) -> Option<Policy> {
     let huge = u32::MAX;
-    let packable = if keys > 1 { 65_535 } else { huge };
     let one = |algorithm, max, window| Policy::new(algorithm, [Limit::new(max, window).ok()?]).ok();
     match what {
-        "counter" => one(Algorithm::SlidingCounter, packable, Duration::from_secs(1)),
-        "counter-wide" => one(Algorithm::SlidingCounter, huge, Duration::from_secs(1)),
+        "counter" => one(Algorithm::SlidingCounter, huge, Duration::from_secs(1)),
         // Quotas of different sizes, as real per-second and per-minute limits have.
         "counter2" => Policy::new(
             Algorithm::SlidingCounter,
-            [Limit::per_second(packable), Limit::per_minute(packable / 2)],
+            [Limit::per_second(huge / 2), Limit::per_minute(huge)],
         )
         .ok(),
         "fixed" => one(Algorithm::FixedWindow, huge, Duration::from_secs(1)),
         // Over many keys a 1 µs window: every call accepts and records,
-        // and a key's one stamp inside its window stays in its entry. On
-        // one key that window would hold one stamp or several depending
-        // on how fast calls come, and so an entry or a ring: a window of a
-        // second and the largest `max` hold every stamp in a ring instead,
-        // as the hot key of `benches/store.rs` holds tens of them.
+        // with one stamp inside its window. On one key that window would
+        // hold one stamp or several depending on how fast calls come: a
+        // window of a second and the largest `max` hold every stamp
+        // instead, as the hot key of `benches/store.rs` holds tens of them.
         "log" if keys > 1 => one(Algorithm::SlidingLog, 100, Duration::from_micros(1)),
         "log" => one(Algorithm::SlidingLog, huge, Duration::from_secs(1)),
         _ => None,

@@ -24,9 +24,9 @@ fn main() {
             vec![limit(1_000_000, 1_000_000), limit(10_000_000, 60_000_000)],
         ),
         "counter1" => (Algorithm::SlidingCounter, vec![limit(1_000_000, 1_000_000)]),
-        // Counts small enough to store the state as one integer, yet
-        // above the 22 calls a key gets from bench/redis_load.py.
-        "counter-packed" => (
+        // Small counts, yet above the 22 calls a key gets from
+        // bench/redis_load.py.
+        "counter-small" => (
             Algorithm::SlidingCounter,
             vec![limit(30, 1_000_000), limit(100, 60_000_000)],
         ),
@@ -55,7 +55,7 @@ fn main() {
         "bucket" => (Algorithm::TokenBucket, vec![limit(1_000_000, 1_000_000)]),
         _ => {
             eprintln!(
-                "usage: redis_script [--args] counter|counter1|counter-packed|counter-time|log|log-steady|log-100|bucket"
+                "usage: redis_script [--args] counter|counter1|counter-small|counter-time|log|log-steady|log-100|bucket"
             );
             std::process::exit(2);
         }

@@ -386,13 +386,10 @@ where
                 response,
                 reserved,
             } => {
-                let decision = match ready!(settling.poll(cx)) {
-                    Ok(settled) => settled,
-                    Err(err) => {
-                        observe::settle_failed(&err);
-                        *reserved
-                    }
-                };
+                // A settling that fails leaves the reservation standing.
+                let decision = ready!(settling.poll(cx))
+                    .inspect_err(observe::settle_failed)
+                    .unwrap_or(*reserved);
                 let response = response.take().expect("polled after completion");
                 return Poll::Ready(Ok(M::respond(response, judged(&decision))));
             }

@@ -32,7 +32,8 @@ if penalty and not settle_at then
   local penalty_until = tonumber(redis.call('GET', KEYS[2]) or '0') or 0
   if penalty_until > now then return {2, now, penalty_until} end
 end
-local max, win, window, previous, current = {}, {}, {}, {}, {}
+-- Tables sized at once for two limits: growing them costs Redis more.
+local max, win, window, previous, current = {0, 0}, {0, 0}, {0, 0}, {0, 0}, {0, 0}
 local longest = 0
 for i = 1, n do
   max[i], win[i] = ARGV[4 + 2 * i] + 0, ARGV[5 + 2 * i] + 0
@@ -43,7 +44,6 @@ end
 local span = sliding and 2 * longest or longest
 local ttl = (span - span % 1000) / 1000 + 1
 if span % 1000 > 0 then ttl = ttl + 1 end
-
 -- A record is read as it was written: a whole window index at most 2^31
 -- windows ahead of now's (a clock that stepped back as far), counts no
 -- larger than their limit, and no previous count for the fixed window.
@@ -63,11 +63,10 @@ if fresh then
   for i = 1, n do window[i], previous[i], current[i] = 0, 0, 0 end
 else
   -- A clock that stepped back is judged at the latest window counted in.
-  for i = 1, n do now = math.max(now, window[i] * win[i]) end
+  for i = 1, n do if window[i] * win[i] > now then now = window[i] * win[i] end end
 end
 
--- x · y on 16-bit limbs, least significant first: exact past 2^53.
-local function limbs(x, y)
+local function limbs(x, y) -- x · y on 16-bit limbs, least significant first
   local xs, ys, sum = {}, {}, {0, 0, 0, 0, 0, 0, 0, 0, 0}
   for l = 1, 4 do
     xs[l], ys[l] = x % 65536, y % 65536
@@ -98,7 +97,7 @@ end
 -- max and previous · (w - elapsed) / w <= max - cost - current: the previous
 -- window weighted by how much of it the sliding window still covers.
 local cost = units == 0 and 1 or units
-local reply = {1, now}
+local reply = {1, now, 0, 0, 0, 0}
 local rolled, allowed = fresh, true
 for i = 1, n do
   local elapsed = now % win[i]
@@ -113,6 +112,7 @@ for i = 1, n do
     allowed = false
   end
 end
+reply[3 + 2 * n] = nil -- Redis reads an array up to its first nil
 if settle_at then
   -- What was not used goes back to the window it was counted in, if still
   -- the current or previous one; an excess is charged as far as each max.

@@ -208,6 +208,9 @@
 //! # Features
 //!
 //! * `redis`: [`RedisStore`], for Redis 6+ and Redis Cluster.
+//! * `redis-tls`: `rediss://` through rustls, and `RedisTls` for a CA of
+//!   your own or a client certificate. It installs ring as rustls's
+//!   process-wide provider unless the application installed one first.
 //! * `axum`, `tonic`: [`extract::PeerIp`] and [`extract::ClientIp`] read the
 //!   peer address those servers record.
 //! * `tonic-tls`: they also read tonic's `TlsConnectInfo`, all tonic records
@@ -219,7 +222,8 @@
 //!   [`wait_up_to`](SlidingWindowLayer::wait_up_to)
 //!   (`tower_sliding_window_wait_seconds`) through the `metrics` facade,
 //!   labelled by policy ([`Policy::label`]; `unnamed` for an unnamed policy
-//!   a plan chose), never by key.
+//!   a plan chose), never by key; and the Redis store's failures
+//!   (`tower_sliding_window_store_failures_total`), labelled by kind.
 #![forbid(unsafe_code)]
 #![warn(missing_docs, unreachable_pub)]
 #![cfg_attr(docsrs, feature(doc_cfg))]

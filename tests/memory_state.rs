@@ -16,7 +16,7 @@ fn accepted_in_one_instant(policy: &Policy, tries: u32) -> u32 {
 }
 
 #[test]
-fn the_largest_packed_limit_and_the_smallest_unpacked_one_both_count_exactly() {
+fn counts_past_16_bits_count_to_their_last_request() {
     for max in [u32::from(u16::MAX), u32::from(u16::MAX) + 1] {
         for limits in [
             vec![Limit::new(max, Duration::from_secs(60)).unwrap()],
@@ -39,7 +39,7 @@ fn the_largest_packed_limit_and_the_smallest_unpacked_one_both_count_exactly() {
 }
 
 #[test]
-fn a_full_window_carries_into_the_next_at_the_largest_packed_limit() {
+fn a_full_window_carries_into_the_next_at_a_limit_of_65535() {
     let max = u32::from(u16::MAX);
     let policy = Policy::new(
         Algorithm::SlidingCounter,
@@ -93,10 +93,9 @@ fn a_clock_thrown_back_any_distance_admits_nothing_extra() {
 }
 
 #[test]
-fn moving_a_base_keeps_a_long_limit_whose_short_one_has_expired() {
-    // 2³¹ windows of 1 ms are about 25 days: at 50 days the shard moves its
-    // base, and the 1 ms window is far behind while the 60-day one still
-    // counts both requests.
+fn a_long_limit_outlives_a_short_one_by_days() {
+    // At 50 days the 1 ms window is 2³² windows behind while the 60-day one
+    // still counts both requests.
     for algorithm in [Algorithm::SlidingCounter, Algorithm::FixedWindow] {
         let limits = [
             Limit::new(1000, Duration::from_millis(1)).unwrap(),
@@ -138,11 +137,9 @@ fn the_end_of_time_is_judged_as_any_other_time() {
     }
 }
 
-/// A slot that expires while its key lives on (another limit still counts)
-/// restarts at its shard's base window, later than any request it counted.
-/// When the clock then steps back behind that base, the decision is still
-/// made at the time the core would make it: a slot without counts does not
-/// hold the clock up.
+/// A limit whose window has long gone by while its key lives on (another
+/// limit still counts), then a clock stepping back: each decision is made
+/// at the time the core makes it.
 #[test]
 fn an_expired_slot_does_not_hold_a_clock_stepping_back() {
     const REACH: u64 = 1 << 31;
@@ -156,9 +153,8 @@ fn an_expired_slot_does_not_hold_a_clock_stepping_back() {
         let store = MemoryStore::with_clock(clock.clone());
         let mut core = KeyState::new(policy.algorithm());
         let start = 4 * REACH;
-        // Accepted; then refused by the daily limit once the 1 µs limit's
-        // window is out of the shard's reach (its slot expires), then
-        // judged with the clock stepped back behind the new base.
+        // Accepted; then refused by the daily limit 2³¹ µs and more later,
+        // then judged with the clock stepped back.
         for (at, allowed) in [
             (start, true),
             (start + REACH + REACH / 4, false),
@@ -176,11 +172,11 @@ fn an_expired_slot_does_not_hold_a_clock_stepping_back() {
     }
 }
 
-/// A key too large to pack, of one limit, also keeps its state through a
+/// A key of one limit past 16 bits also keeps its state through a
 /// refusal: after a refusal in the next window, a clock stepping back is
 /// judged in the window the requests were counted in, as by the core.
 #[test]
-fn a_refusal_leaves_an_unpacked_key_as_it_was() {
+fn a_refusal_leaves_a_key_as_it_was() {
     let max = u32::from(u16::MAX) + 1;
     let policy = Policy::new(
         Algorithm::SlidingCounter,

@@ -88,7 +88,7 @@ fn keys_of_a_policy_no_longer_used_go_once_idle_and_never_before() {
     assert_eq!(accepted(&store, &old, 5, 2), 1, "its windows are intact");
 
     // Idle, they go at the next sweep of their shards, which requests for
-    // any policy of the same layout run.
+    // any policy and key of the same type run.
     clock.advance(Duration::from_secs(600));
     for key in 1_000..3_000u64 {
         assert!(store.decide_now(key, &new).is_allowed());

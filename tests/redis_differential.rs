@@ -374,11 +374,9 @@ async fn log_never_over_admits_on_server_time_from_two_connections() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_short_window_beside_a_very_long_one_survives_index_wraparound() {
-    // Redis keeps each window index modulo 2^32 in the binary layout (and
-    // one index of 45 bits where the counts are small enough to pack); a
-    // 1 ms window idle for 30 days (2.6 * 10^9 windows) inside a key kept
-    // alive by a 10-year limit must still read as old, not as a window in
-    // the future. A `max` of 255 makes the counts too wide to pack.
+    // A 1 ms window idle for 30 days (2.6 * 10^9 windows, past 2^31)
+    // inside a key kept alive by a 10-year limit must still read as old,
+    // not as a window in the future, whatever the counts.
     for long_max in [5, 255] {
         let clock = ManualClock::new();
         let redis = redis_store(&shared_url(), "differential", &clock).await;

@@ -32,8 +32,8 @@ async fn connection() -> redis::aio::MultiplexedConnection {
         .expect("a Redis connection")
 }
 
-/// Ten a second and a hundred a minute: counts of 4 and 7 bits, so the
-/// state packs into an integer with 31 bits of seconds.
+/// Ten a second and a hundred a minute: two 16-byte records for the
+/// counter and the fixed window, two arrival times for the bucket.
 fn per_second_and_minute(algorithm: Algorithm) -> Policy {
     Policy::new(algorithm, [Limit::per_second(10), Limit::per_minute(100)]).unwrap()
 }

@@ -506,7 +506,7 @@ pub(crate) fn blocked_for(blocking: u64, now: u64, limit: &Limit) -> Option<u64>
 
 /// Remaining quota with `in_window` stamps inside `limit`'s window, and how
 /// long until the `oldest` of them leaves it.
-// Hinted: the memory store's log layouts call it on every decision.
+// Hinted: every store's log decision calls it.
 #[inline]
 pub(crate) fn quota(in_window: u32, oldest: Option<u64>, now: u64, limit: &Limit) -> (u32, u64) {
     let remaining = limit.max().saturating_sub(in_window);

@@ -47,7 +47,9 @@ pin_project! {
     /// request `R`: in the HTTP modes `M` ([`WrapBody`],
     /// [`InnerBody`](super::InnerBody)) a response, in
     /// [error mode](crate::SlidingWindowLayer::refuse_with_error) the inner
-    /// service's response or an error.
+    /// service's response or an error. Its bound `M: Ending<R, S>` is this
+    /// crate's own, sealed, and met by every mode: it says how each mode
+    /// ends a request.
     pub struct ResponseFuture<F, S, R, M = WrapBody>
     where
         S: Service<R>,

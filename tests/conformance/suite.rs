@@ -935,8 +935,8 @@ pub async fn clock_stepping_back_admits_nothing_extra<St: Store<String>>(
 
 /// The log's window is closed: a stamp exactly one window old still counts,
 /// also in a log that has already let older stamps go (in a memory store,
-/// a key's two stamps in its entry, beside a `String`, turned over
-/// several times, then a ring from 70 s).
+/// a ring of four slots turned over several times, then a larger one from
+/// 70 s).
 pub async fn log_counts_a_stamp_exactly_one_window_old<St: Store<String>>(
     store: St,
     clock: ManualClock,

@@ -73,7 +73,8 @@ use crate::policy::Policy;
 ///   enough to no longer matter.
 /// * **Keys** are `prefix:{user key}:v4:name/signature`: the user's key is a
 ///   hash tag, escaped so that `{`, `}`, `%` and control bytes can neither
-///   move it to another slot nor make two keys collide. `v4` names the
+///   move it to another slot nor make two keys collide, and named by its
+///   SHA-256 past 256 bytes (see [`key_name`](RedisStore::key_name)). `v4` names the
 ///   stored format, so that a deploy that changes it never reads a key an
 ///   older release wrote. Windows are identified by the policy's value
 ///   ([name](Policy::named), algorithm and limits), the same in every

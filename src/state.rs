@@ -336,10 +336,7 @@ impl KeyState {
             }
             _ => return Err(malformed("an unknown algorithm")),
         };
-        Ok(KeyState {
-            counts,
-            penalty_until,
-        })
+        Ok(KeyState::from_parts(counts, penalty_until))
     }
 
     fn kind(&self) -> u8 {

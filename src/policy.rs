@@ -9,6 +9,17 @@ use crate::algorithm::{log, Algorithm, INLINE_LIMITS};
 use crate::error::ConfigError;
 use crate::limit::{duration_name, Limit};
 
+/// What a request's cost asks of a store (see [`Policy::weigh`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Weighed {
+    /// Judged by the algorithms, and recorded if it passes.
+    Judged,
+    /// Judged as one unit, recorded nowhere, and passed.
+    Peek,
+    /// Refused unjudged: more than some limit ever holds.
+    TooCostly,
+}
+
 /// An algorithm with one or more limits, judged all-or-nothing: a request is
 /// accepted only if every limit accepts it, and only then recorded in all.
 ///
@@ -209,12 +220,18 @@ impl Policy {
         self.inner.log_capacity
     }
 
-    /// Whether a request of `cost` units is one the algorithms judge: from
-    /// 1 to every limit's `max` (0 passes and records nothing, more never
-    /// passes).
+    /// How every store takes a request of `cost` units: the algorithms
+    /// judge it from 1 to every limit's `max`; 0 passes and records
+    /// nothing (a peek); more never passes.
     #[inline]
-    pub(crate) fn judges_cost(&self, cost: u32) -> bool {
-        cost.wrapping_sub(1) < self.inner.smallest_max
+    pub(crate) fn weigh(&self, cost: u32) -> Weighed {
+        if cost.wrapping_sub(1) < self.inner.smallest_max {
+            Weighed::Judged
+        } else if cost == 0 {
+            Weighed::Peek
+        } else {
+            Weighed::TooCostly
+        }
     }
 
     /// Whether `other` is this very policy, not only an equal value.

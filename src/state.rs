@@ -6,7 +6,7 @@ use crate::algorithm::{
     Algorithm, Decision, FixedWindow, Origin, Settlement, SlidingCounter, SlidingLog, TokenBucket,
 };
 use crate::clock::micros;
-use crate::policy::Policy;
+use crate::policy::{Policy, Weighed};
 use crate::store::{StoreError, StoreErrorKind};
 
 /// Everything one key's state holds under one [`Policy`]: its
@@ -112,12 +112,10 @@ impl KeyState {
     /// [`decide`](KeyState::decide) at `now` µs.
     #[inline]
     pub(crate) fn decide_micros(&mut self, policy: &Policy, now: u64, cost: u32) -> Decision {
-        if !policy.judges_cost(cost) {
-            return if cost == 0 {
-                self.peek_at(policy, now).costing_nothing()
-            } else {
-                Decision::too_costly(policy.limits(), cost, now)
-            };
+        match policy.weigh(cost) {
+            Weighed::Judged => {}
+            Weighed::Peek => return self.peek_at(policy, now).costing_nothing(),
+            Weighed::TooCostly => return Decision::too_costly(policy.limits(), cost, now),
         }
         self.fit(policy);
         let counts = &mut self.counts;

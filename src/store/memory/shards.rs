@@ -10,7 +10,7 @@ use parking_lot::{Mutex, MutexGuard};
 
 use super::cap::KeyCap;
 use crate::algorithm::{Decision, Origin};
-use crate::policy::Policy;
+use crate::policy::{Policy, Weighed};
 use crate::state::KeyState;
 
 /// How often (in microseconds of store time) a shard in use looks for idle keys.
@@ -146,7 +146,7 @@ impl<K: Hash + Eq> Shards<K> {
         if state.is_fresh() {
             // Nothing recorded: a request of no cost, which a full store
             // answers as it answers a peek, or one refused before counting.
-            let no_room = cost == 0 && self.cap.is_full();
+            let no_room = policy.weigh(cost) == Weighed::Peek && self.cap.is_full();
             return if no_room {
                 self.no_room(policy, now)
             } else {

@@ -12,7 +12,7 @@ use super::scripts::{self, Ask};
 use super::{keys, reply, Connection, RedisStore};
 use crate::algorithm::{Decision, Origin};
 use crate::observe::DenyCacheEvents;
-use crate::policy::Policy;
+use crate::policy::{Policy, Weighed};
 use crate::store::{Store, StoreError, StoreErrorKind};
 
 /// A policy bound to a [`RedisStore`]: the policy and the end of its keys'
@@ -77,17 +77,17 @@ impl<K: std::fmt::Display> Store<K> for RedisStore {
     }
 
     fn decide_cost_bound(&self, key: K, binding: &RedisBinding, cost: u32) -> Self::Future {
-        let limits = binding.policy().limits();
-        match cost {
-            0 => {
+        let policy = binding.policy();
+        match policy.weigh(cost) {
+            Weighed::Judged => self.call(&key, binding, Ask::Record(cost)),
+            Weighed::Peek => {
                 let peek = self.call(&key, binding, Ask::Peek);
                 Box::pin(async move { Ok(peek.await?.costing_nothing()) })
             }
-            _ if limits.iter().any(|limit| cost > limit.max()) => {
-                let refusal = Decision::too_costly(limits, cost, self.local_now());
+            Weighed::TooCostly => {
+                let refusal = Decision::too_costly(policy.limits(), cost, self.local_now());
                 Box::pin(std::future::ready(Ok(refusal)))
             }
-            _ => self.call(&key, binding, Ask::Record(cost)),
         }
     }
 

@@ -22,6 +22,18 @@ fn three_a_minute(algorithm: Algorithm) -> Policy {
     Policy::new(algorithm, [Limit::per_minute(3)]).unwrap()
 }
 
+/// Three requests for `key` pass at once under 3 a minute, and a fourth
+/// is refused.
+async fn three_pass_then_one_is_refused(store: &RedisStore, key: &str, policy: &Policy) {
+    for n in 0..3 {
+        let decision = store.decide(key, policy).await.unwrap();
+        assert!(decision.is_allowed(), "{key}: request {n}");
+        assert_eq!(decision.origin(), Origin::Limits, "{key}");
+    }
+    let fourth = store.decide(key, policy).await.unwrap();
+    assert!(!fourth.is_allowed(), "{key}: the fourth");
+}
+
 /// The kind of the error `connect` gave, or a panic if it gave a store.
 fn kind_of(connected: Result<RedisStore, tower_sliding_window::StoreError>) -> StoreErrorKind {
     match connected {
@@ -55,20 +67,7 @@ async fn over_tls_one_limit_of_3_a_minute_is_exact() {
         Algorithm::TokenBucket,
     ] {
         let policy = three_a_minute(algorithm);
-        let key = format!("{algorithm:?}");
-        for n in 0..3 {
-            let decision = store.decide(key.as_str(), &policy).await.unwrap();
-            assert!(decision.is_allowed(), "{algorithm:?}: request {n}");
-            assert_eq!(decision.origin(), Origin::Limits);
-        }
-        assert!(
-            !store
-                .decide(key.as_str(), &policy)
-                .await
-                .unwrap()
-                .is_allowed(),
-            "{algorithm:?}: the fourth"
-        );
+        three_pass_then_one_is_refused(&store, &format!("{algorithm:?}"), &policy).await;
     }
     // A stamp exactly a window old still counts: a microsecond more.
     clock.advance(Duration::from_micros(60_000_001));
@@ -260,18 +259,6 @@ async fn a_cluster_over_tls_judges_exactly() {
     assert_eq!(kind, StoreErrorKind::Tls);
     let policy = three_a_minute(Algorithm::SlidingLog);
     for key in 0..12 {
-        let key = format!("tenant-{key}");
-        for n in 0..3 {
-            let decision = store.decide(key.as_str(), &policy).await.unwrap();
-            assert!(decision.is_allowed(), "{key}: request {n}");
-        }
-        assert!(
-            !store
-                .decide(key.as_str(), &policy)
-                .await
-                .unwrap()
-                .is_allowed(),
-            "{key}"
-        );
+        three_pass_then_one_is_refused(&store, &format!("tenant-{key}"), &policy).await;
     }
 }

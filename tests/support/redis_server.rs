@@ -244,6 +244,45 @@ impl Drop for Server {
     }
 }
 
+/// The arguments that make a redis-server a cluster node.
+pub const CLUSTER_NODE: [&str; 6] = [
+    "--cluster-enabled",
+    "yes",
+    "--cluster-config-file",
+    "nodes.conf",
+    "--cluster-node-timeout",
+    "2000",
+];
+
+/// Makes `nodes` (started with [`CLUSTER_NODE`]) one cluster of
+/// primaries, and waits until every node says it is ok.
+pub fn form_cluster(nodes: &[&Server]) {
+    let addresses: Vec<String> = nodes
+        .iter()
+        .map(|n| format!("127.0.0.1:{}", n.port))
+        .collect();
+    let status = Command::new("redis-cli")
+        .args(["--cluster", "create"])
+        .args(&addresses)
+        .args(["--cluster-replicas", "0", "--cluster-yes"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .expect("redis-cli must be installed for the cluster tests");
+    assert!(status.success(), "redis-cli --cluster create failed");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    for node in nodes {
+        while !node
+            .cli(&["CLUSTER", "INFO"])
+            .unwrap_or_default()
+            .contains("cluster_state:ok")
+        {
+            assert!(Instant::now() < deadline, "no cluster_state:ok");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+}
+
 /// A three-primary Redis Cluster on loopback, torn down when dropped.
 pub struct Cluster {
     pub nodes: Vec<Server>,
@@ -251,45 +290,8 @@ pub struct Cluster {
 
 impl Cluster {
     pub fn start() -> Self {
-        let nodes: Vec<Server> = (0..3)
-            .map(|_| {
-                Server::start_with(&[
-                    "--cluster-enabled",
-                    "yes",
-                    "--cluster-config-file",
-                    "nodes.conf",
-                    "--cluster-node-timeout",
-                    "2000",
-                ])
-            })
-            .collect();
-        let addresses: Vec<String> = nodes
-            .iter()
-            .map(|n| format!("127.0.0.1:{}", n.port))
-            .collect();
-        let status = Command::new("redis-cli")
-            .args(["--cluster", "create"])
-            .args(&addresses)
-            .args(["--cluster-replicas", "0", "--cluster-yes"])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .status()
-            .expect("redis-cli must be installed for the cluster tests");
-        assert!(status.success(), "redis-cli --cluster create failed");
-        let deadline = Instant::now() + Duration::from_secs(30);
-        for node in &nodes {
-            loop {
-                let info = node.cli(&["CLUSTER", "INFO"]).unwrap_or_default();
-                if info.contains("cluster_state:ok") {
-                    break;
-                }
-                assert!(
-                    Instant::now() < deadline,
-                    "cluster did not reach cluster_state:ok"
-                );
-                std::thread::sleep(Duration::from_millis(50));
-            }
-        }
+        let nodes: Vec<Server> = (0..3).map(|_| Server::start_with(&CLUSTER_NODE)).collect();
+        form_cluster(&nodes.iter().collect::<Vec<_>>());
         Self { nodes }
     }
 

@@ -9,12 +9,10 @@ use std::path::PathBuf;
 
 use rcgen::{BasicConstraints, CertificateParams, CertifiedIssuer, DnType, IsCa, KeyPair};
 
-use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
-
-use crate::redis_server::{free_port, Server};
+use crate::redis_server::{form_cluster, free_port, Server, CLUSTER_NODE};
 
 /// A CA and a certificate it signed, each as PEM.
+#[derive(Clone)]
 pub struct Certificates {
     pub ca_pem: String,
     pub cert_pem: String,
@@ -110,52 +108,14 @@ pub struct TlsCluster {
 
 impl TlsCluster {
     pub fn start() -> Self {
-        let certificates = || {
-            let made = CERTIFICATES.get_or_init(|| make_certificates("tsw cluster CA"));
-            Certificates {
-                ca_pem: made.ca_pem.clone(),
-                cert_pem: made.cert_pem.clone(),
-                key_pem: made.key_pem.clone(),
-            }
-        };
-        let args = [
-            "--cluster-enabled",
-            "yes",
-            "--cluster-config-file",
-            "nodes.conf",
-            "--cluster-node-timeout",
-            "2000",
-            "--tls-cluster",
-            "yes",
-        ];
+        // One CA and server certificate for every node.
+        let made = make_certificates("tsw cluster CA");
+        let mut args = CLUSTER_NODE.to_vec();
+        args.extend(["--tls-cluster", "yes"]);
         let nodes: Vec<TlsServer> = (0..3)
-            .map(|_| TlsServer::start_with(certificates(), &args))
+            .map(|_| TlsServer::start_with(made.clone(), &args))
             .collect();
-        let addresses: Vec<String> = nodes
-            .iter()
-            .map(|n| format!("127.0.0.1:{}", n.server.port))
-            .collect();
-        let status = Command::new("redis-cli")
-            .args(["--cluster", "create"])
-            .args(&addresses)
-            .args(["--cluster-replicas", "0", "--cluster-yes"])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .status()
-            .expect("redis-cli must be installed for the cluster tests");
-        assert!(status.success(), "redis-cli --cluster create failed");
-        let deadline = Instant::now() + Duration::from_secs(30);
-        for node in &nodes {
-            while !node
-                .server
-                .cli(&["CLUSTER", "INFO"])
-                .unwrap_or_default()
-                .contains("cluster_state:ok")
-            {
-                assert!(Instant::now() < deadline, "no cluster_state:ok");
-                std::thread::sleep(Duration::from_millis(50));
-            }
-        }
+        form_cluster(&nodes.iter().map(|node| &node.server).collect::<Vec<_>>());
         Self { nodes }
     }
 
@@ -168,6 +128,3 @@ impl TlsCluster {
         self.nodes[0].certificates.ca_pem.clone()
     }
 }
-
-/// One CA and server certificate for every node of a cluster.
-static CERTIFICATES: std::sync::OnceLock<Certificates> = std::sync::OnceLock::new();

@@ -5,7 +5,6 @@ use std::time::Duration;
 use super::decision::{Decision, Quota, Settlement};
 use super::refusal::{accepted, refused, tightest, Verdict};
 use super::slots::Slots;
-use super::Units;
 use crate::clock::micros;
 use crate::limit::Limit;
 
@@ -158,16 +157,11 @@ impl TokenBucket {
     /// If `limits` is empty: a decision needs a limit to report. A
     /// [`Policy`](crate::Policy) always has one.
     pub fn decide(&mut self, now: Duration, limits: &[Limit]) -> Decision {
-        self.decide_micros(micros(now), limits, super::One)
+        self.decide_micros(micros(now), limits, 1)
     }
 
     /// Judges a request of `cost` units, from 1 to every limit's `max`.
-    pub(crate) fn decide_micros(
-        &mut self,
-        now: u64,
-        limits: &[Limit],
-        cost: impl Units,
-    ) -> Decision {
+    pub(crate) fn decide_micros(&mut self, now: u64, limits: &[Limit], cost: u32) -> Decision {
         decide(self.slots.fit(limits.len()), now, limits, cost)
     }
 
@@ -184,13 +178,13 @@ impl TokenBucket {
 /// Judges a request of `cost` units at `now` against every limit, and
 /// takes the tokens from every bucket if all hold them; a refusal changes
 /// nothing.
-pub(crate) fn decide(slots: &mut [Tat], now: u64, limits: &[Limit], cost: impl Units) -> Decision {
+pub(crate) fn decide(slots: &mut [Tat], now: u64, limits: &[Limit], cost: u32) -> Decision {
     if let ([slot], [limit]) = (&mut *slots, limits) {
         return decide_one(slot, now, limit, cost);
     }
     let mut verdict = Verdict::default();
     for (index, (tat, limit)) in slots.iter().zip(limits).enumerate() {
-        if let Some(wait) = wait(charged(*tat, now, cost.get(), limit), now, limit) {
+        if let Some(wait) = wait(charged(*tat, now, cost, limit), now, limit) {
             verdict.refuse(index, wait);
         }
     }
@@ -198,7 +192,7 @@ pub(crate) fn decide(slots: &mut [Tat], now: u64, limits: &[Limit], cost: impl U
         return refusal;
     }
     for (tat, limit) in slots.iter_mut().zip(limits) {
-        *tat = charged(*tat, now, cost.get(), limit);
+        *tat = charged(*tat, now, cost, limit);
     }
     let quota_of = |index: usize| quota_ahead(slots[index], now);
     tightest(
@@ -211,9 +205,9 @@ pub(crate) fn decide(slots: &mut [Tat], now: u64, limits: &[Limit], cost: impl U
 
 /// [`decide`] for one limit, the common case.
 #[inline]
-pub(crate) fn decide_one(tat: &mut Tat, now: u64, limit: &Limit, cost: impl Units) -> Decision {
+pub(crate) fn decide_one(tat: &mut Tat, now: u64, limit: &Limit, cost: u32) -> Decision {
     let limits = std::slice::from_ref(limit);
-    let next = charged(*tat, now, cost.get(), limit);
+    let next = charged(*tat, now, cost, limit);
     if let Some(wait) = wait(next, now, limit) {
         return refused(limits, now, 0, wait);
     }

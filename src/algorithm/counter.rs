@@ -6,7 +6,6 @@ use std::time::Duration;
 use super::decision::{Decision, Origin, Quota, Settlement};
 use super::refusal::{accepted, refused, tightest, Verdict};
 use super::slots::Slots;
-use super::Units;
 use crate::clock::micros;
 use crate::limit::Limit;
 
@@ -108,16 +107,11 @@ impl SlidingCounter {
     /// If `limits` is empty: a decision needs a limit to report. A
     /// [`Policy`](crate::Policy) always has one.
     pub fn decide(&mut self, now: Duration, limits: &[Limit]) -> Decision {
-        self.decide_micros(micros(now), limits, super::One)
+        self.decide_micros(micros(now), limits, 1)
     }
 
     /// Judges a request of `cost` units, from 1 to every limit's `max`.
-    pub(crate) fn decide_micros(
-        &mut self,
-        now: u64,
-        limits: &[Limit],
-        cost: impl Units,
-    ) -> Decision {
+    pub(crate) fn decide_micros(&mut self, now: u64, limits: &[Limit], cost: u32) -> Decision {
         self.slots
             .fit(limits.len())
             .unless_refused(|slots| decide::<{ super::INLINE_LIMITS }>(slots, now, limits, cost))
@@ -168,12 +162,7 @@ pub(crate) fn settle(slots: &mut [Slot], settled: &Settlement, limits: &[Limit])
 /// Out of line, so that the one-limit path stays as small as the single
 /// limit needs.
 #[inline(never)]
-fn decide<const N: usize>(
-    slots: &mut [Slot],
-    now: u64,
-    limits: &[Limit],
-    cost: impl Units,
-) -> Decision {
+fn decide<const N: usize>(slots: &mut [Slot], now: u64, limits: &[Limit], cost: u32) -> Decision {
     if let ([slot], [limit]) = (&mut *slots, limits) {
         return decide_one(slot, now, limit, cost);
     }
@@ -192,7 +181,7 @@ fn decide<const N: usize>(
         let (k, e) = split(slot, now, limit.window_micros());
         slot.roll_to(k);
         if !fits(slot, limit, e, cost) {
-            verdict.refuse(index, wait_for(slot, limit, e, cost.get()));
+            verdict.refuse(index, wait_for(slot, limit, e, cost));
         }
         elapsed[index] = e;
     }
@@ -200,7 +189,7 @@ fn decide<const N: usize>(
         return refusal;
     }
     for slot in slots.iter_mut() {
-        slot.current = slot.current.saturating_add(cost.get());
+        slot.current = slot.current.saturating_add(cost);
     }
     let sliding = |index: usize| Quota::Sliding {
         previous: slots[index].previous,
@@ -248,7 +237,7 @@ fn clearly_tightest(slots: &[Slot], limits: &[Limit]) -> Option<usize> {
 
 /// [`decide`] for the commonest policy, a single limit: no choosing
 /// between limits, and the quota left to be worked out if it is read.
-fn decide_one(slot: &mut Slot, now: u64, limit: &Limit, cost: impl Units) -> Decision {
+fn decide_one(slot: &mut Slot, now: u64, limit: &Limit, cost: u32) -> Decision {
     let w = limit.window_micros();
     let now = now.max(slot.window.saturating_mul(w));
     let (k, elapsed) = split(slot, now, w);
@@ -257,9 +246,9 @@ fn decide_one(slot: &mut Slot, now: u64, limit: &Limit, cost: impl Units) -> Dec
     let mut rolled = *slot;
     rolled.roll_to(k);
     if !fits(&rolled, limit, elapsed, cost) {
-        return refuse_one(&rolled, now, limit, elapsed, cost.get());
+        return refuse_one(&rolled, now, limit, elapsed, cost);
     }
-    rolled.current = rolled.current.saturating_add(cost.get());
+    rolled.current = rolled.current.saturating_add(cost);
     *slot = rolled;
     Decision {
         allowed: true,
@@ -278,8 +267,7 @@ fn decide_one(slot: &mut Slot, now: u64, limit: &Limit, cost: impl Units) -> Dec
 }
 
 /// [`decide_one`]'s refusal, out of its way, so that the accepting path,
-/// which nearly every request takes, carries none of the wait's work; the
-/// store bench's counter rows guard the shape.
+/// which nearly every request takes, carries none of the wait's work.
 #[cold]
 #[inline(never)]
 fn refuse_one(rolled: &Slot, now: u64, limit: &Limit, elapsed: u64, cost: u32) -> Decision {
@@ -290,11 +278,11 @@ fn refuse_one(rolled: &Slot, now: u64, limit: &Limit, elapsed: u64, cost: u32) -
 /// Whether `cost` more units fit: `previous * (W - e) + (current + cost) *
 /// W <= max * W`, multiplied out rather than divided, since multiplying is
 /// cheaper and every request asks.
-fn fits(slot: &Slot, limit: &Limit, elapsed: u64, cost: impl Units) -> bool {
+fn fits(slot: &Slot, limit: &Limit, elapsed: u64, cost: u32) -> bool {
     let Some(room) = limit
         .max()
         .checked_sub(slot.current)
-        .and_then(|r| r.checked_sub(cost.get()))
+        .and_then(|r| r.checked_sub(cost))
     else {
         return false;
     };

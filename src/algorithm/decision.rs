@@ -36,8 +36,9 @@ pub(crate) struct Settlement {
 /// The deciding limit's remaining quota and time until it grows: known, or
 /// kept as the counts it follows from and worked out only when asked.
 ///
-/// Most accepted requests never have these read (headers off, or a store
-/// benchmark), and for the counters they cost a division or two: so the
+/// Most accepted requests never have these read (headers off, or a caller
+/// that only asks whether it passed), and for the counters they cost a
+/// division or two: so the
 /// stores hand over the inputs and [`Decision`]'s accessors do the arithmetic.
 #[derive(Clone, Copy, Debug)]
 pub(crate) enum Quota {

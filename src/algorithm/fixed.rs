@@ -7,7 +7,6 @@ use super::counter::counted_since;
 use super::decision::{Decision, Quota, Settlement};
 use super::refusal::{accepted, refused, tightest, Verdict};
 use super::slots::Slots;
-use super::Units;
 use crate::clock::micros;
 use crate::limit::Limit;
 
@@ -61,16 +60,11 @@ impl FixedWindow {
     /// If `limits` is empty: a decision needs a limit to report. A
     /// [`Policy`](crate::Policy) always has one.
     pub fn decide(&mut self, now: Duration, limits: &[Limit]) -> Decision {
-        self.decide_micros(micros(now), limits, super::One)
+        self.decide_micros(micros(now), limits, 1)
     }
 
     /// Judges a request of `cost` units, from 1 to every limit's `max`.
-    pub(crate) fn decide_micros(
-        &mut self,
-        now: u64,
-        limits: &[Limit],
-        cost: impl Units,
-    ) -> Decision {
+    pub(crate) fn decide_micros(&mut self, now: u64, limits: &[Limit], cost: u32) -> Decision {
         self.slots
             .fit(limits.len())
             .unless_refused(|slots| decide(slots, now, limits, cost))
@@ -116,7 +110,7 @@ pub(crate) fn settle(slots: &mut [Slot], settled: &Settlement, limits: &[Limit])
 /// Moves the slots to `now`'s windows in place even when it refuses:
 /// callers that keep state judge on a copy, or restore it (see
 /// [`Slots::unless_refused`]).
-pub(crate) fn decide(slots: &mut [Slot], now: u64, limits: &[Limit], cost: impl Units) -> Decision {
+pub(crate) fn decide(slots: &mut [Slot], now: u64, limits: &[Limit], cost: u32) -> Decision {
     if let ([slot], [limit]) = (&mut *slots, limits) {
         return decide_one(slot, now, limit, cost);
     }
@@ -145,7 +139,7 @@ pub(crate) fn decide(slots: &mut [Slot], now: u64, limits: &[Limit], cost: impl 
         return refusal;
     }
     for slot in slots.iter_mut() {
-        slot.count += cost.get();
+        slot.count += cost;
     }
     tightest(
         limits,
@@ -159,7 +153,7 @@ pub(crate) fn decide(slots: &mut [Slot], now: u64, limits: &[Limit], cost: impl 
 
 /// [`decide`] for one limit, the common case, without the bookkeeping that
 /// picks one limit among several. It moves the slot only when it accepts.
-fn decide_one(slot: &mut Slot, now: u64, limit: &Limit, cost: impl Units) -> Decision {
+fn decide_one(slot: &mut Slot, now: u64, limit: &Limit, cost: u32) -> Decision {
     let limits = std::slice::from_ref(limit);
     let w = limit.window_micros();
     // A clock that stepped back is judged in the latest block counted in.
@@ -178,22 +172,22 @@ fn decide_one(slot: &mut Slot, now: u64, limit: &Limit, cost: impl Units) -> Dec
     }
     *slot = Slot {
         window,
-        count: count + cost.get(),
+        count: count + cost,
     };
     accepted(
         limits,
         now,
         0,
         Quota::Fixed {
-            count: count + cost.get(),
+            count: count + cost,
         },
     )
 }
 
 /// Whether `cost` more units fit beside `count`. A cost of at most `max`
 /// then waits for the next window at most.
-fn fits(count: u32, limit: &Limit, cost: impl Units) -> bool {
-    u64::from(count) + u64::from(cost.get()) <= u64::from(limit.max())
+fn fits(count: u32, limit: &Limit, cost: u32) -> bool {
+    u64::from(count) + u64::from(cost) <= u64::from(limit.max())
 }
 
 /// Remaining quota and time until it grows, for `count` requests (this one

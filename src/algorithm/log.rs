@@ -4,7 +4,6 @@ use std::time::Duration;
 
 use super::decision::{Decision, Quota, Settlement};
 use super::refusal::{accepted, refused, tightest_known, Verdict};
-use super::Units;
 use crate::clock::micros;
 use crate::limit::Limit;
 
@@ -97,7 +96,7 @@ impl SlidingLog {
             limits,
             capacity_for(limits),
             KEEP_EVERY_STAMP,
-            super::One,
+            1,
         )
     }
 
@@ -166,11 +165,11 @@ impl SlidingLog {
         limits: &[Limit],
         capacity: u32,
         forget_after: u64,
-        cost: impl Units,
+        cost: u32,
     ) -> Decision {
         debug_assert!(capacity as usize <= MAX_SLOTS, "a ring's slots fit `at`");
         debug_assert!(
-            cost.get() >= 1 && limits.iter().all(|limit| cost.get() <= limit.max()),
+            cost >= 1 && limits.iter().all(|limit| cost <= limit.max()),
             "a cost from 1 to every limit's max"
         );
         let capacity = capacity as usize;
@@ -216,7 +215,7 @@ impl SlidingLog {
         limit: &Limit,
         capacity: usize,
         forget_after: u64,
-        cost: impl Units,
+        cost: u32,
     ) -> Decision {
         let limits = std::slice::from_ref(limit);
         if let Some(wait) = self.blocking(self.len(), now, limit, cost) {
@@ -270,8 +269,8 @@ impl SlidingLog {
     /// among `len` stamps: until the `(max - cost + 1)`-th newest stamp
     /// leaves it.
     #[inline(always)]
-    fn blocking(&self, len: usize, now: u64, limit: &Limit, cost: impl Units) -> Option<u64> {
-        let need = (limit.max() - cost.get()) as usize + 1;
+    fn blocking(&self, len: usize, now: u64, limit: &Limit, cost: u32) -> Option<u64> {
+        let need = (limit.max() - cost) as usize + 1;
         if len < need {
             return None;
         }
@@ -308,8 +307,7 @@ impl SlidingLog {
     /// Records a stamp at `now`: after the newest while the ring has room;
     /// else over the oldest, if `capacity` is reached or the oldest is more
     /// than `forget_after` old; else in a ring grown to make room.
-    // Forced into its one caller on the hot path, which the store bench's
-    // log cases guard.
+    // Forced into its one caller, on every accepted request's path.
     #[inline(always)]
     fn record(&mut self, now: u64, capacity: usize, forget_after: u64) {
         let (head, len) = self.ring();
@@ -338,10 +336,10 @@ impl SlidingLog {
     /// Records `units` stamps at `now`, as [`record`](Self::record) does
     /// one: a request of several units takes a call out of the hot path.
     #[inline(always)]
-    fn record_units(&mut self, now: u64, capacity: usize, forget_after: u64, units: impl Units) {
+    fn record_units(&mut self, now: u64, capacity: usize, forget_after: u64, units: u32) {
         self.record(now, capacity, forget_after);
-        if units.get() > 1 {
-            self.record_more(now, capacity, forget_after, units.get() - 1);
+        if units > 1 {
+            self.record_more(now, capacity, forget_after, units - 1);
         }
     }
 

@@ -37,33 +37,6 @@ pub use self::decision::{Decision, Origin};
 pub use self::fixed::FixedWindow;
 pub use self::log::SlidingLog;
 
-/// A request's cost in units: [`One`], known when the code is compiled,
-/// which is what nearly every request costs, or any `u32`. Generic, so
-/// that the path of a request of one unit is compiled with its cost as a
-/// constant, as it was before requests had costs; the store bench guards it.
-pub(crate) trait Units: Copy {
-    /// The units.
-    fn get(self) -> u32;
-}
-
-/// A cost of one unit.
-#[derive(Clone, Copy, Debug)]
-pub(crate) struct One;
-
-impl Units for One {
-    #[inline(always)]
-    fn get(self) -> u32 {
-        1
-    }
-}
-
-impl Units for u32 {
-    #[inline(always)]
-    fn get(self) -> u32 {
-        self
-    }
-}
-
 /// The most limits judged together with no heap allocation; a
 /// [`Policy`](crate::Policy) holds at most this many.
 pub(crate) const INLINE_LIMITS: usize = 8;

@@ -62,8 +62,8 @@ impl Default for PeerIp {
 impl<B> KeyExtractor<Request<B>> for PeerIp {
     type Key = IpAddr;
 
-    // Inlined: it runs on every request, and out of line its key came back
-    // through memory (the layer bench's one-limit row measures it).
+    // Inlined: it runs on every request, and out of line its key comes
+    // back through memory rather than in registers.
     #[inline]
     fn extract(&self, request: &Request<B>) -> Option<IpAddr> {
         peer_addr(request).map(|ip| key_for(ip, self.ipv6_prefix))

@@ -168,8 +168,8 @@ where
     /// service (polled ready) is called now if the request may pass. The
     /// service's `call` passes accepted requests on itself (see
     /// [`called`](Self::called)), so refusals and store errors come here.
-    // Forced inline with `next_state`, a shape the layer bench's headers-on
-    // case guards.
+    // Forced inline with `next_state`, so that the request, passed by
+    // value, is not copied into a call's frame on the way.
     #[inline(always)]
     pub(crate) fn decided(
         outcome: Result<Decision, StoreError>,
@@ -341,8 +341,7 @@ where
 }
 
 /// [`ResponseFuture`]'s poll for every request but a plain pass. Out of
-/// line, so that a pass's poll stays a call and a return (which the layer
-/// bench's one-limit, headers-off row guards).
+/// line, so that a pass's poll stays a call and a return.
 #[inline(never)]
 fn poll_full<F, S, R, M>(
     mut state: Pin<&mut State<F, S, R, M::Answer>>,

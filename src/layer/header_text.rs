@@ -25,8 +25,7 @@ thread_local! {
 /// table. Values that change from response to response gain nothing from
 /// that table anyway.
 // Inlined so that the parts' lengths are known where it is called, and
-// the fixed parts are copied without a call; the layer bench's headers-on
-// case guards it.
+// the fixed parts are copied without a call.
 #[inline(always)]
 pub(crate) fn joined(parts: &[&[u8]]) -> Option<HeaderValue> {
     let len = parts.iter().map(|part| part.len()).sum();

@@ -68,7 +68,7 @@ where
     type Output = F::Output;
 
     // A layer that does not wait polls the store's future alone, as if
-    // it were not wrapped (the layer bench's rows guard that path).
+    // it were not wrapped.
     #[inline(always)]
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<F::Output> {
         let this = self.get_mut();

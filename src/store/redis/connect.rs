@@ -253,18 +253,13 @@ pub(super) fn error(context: String, source: redis::RedisError) -> StoreError {
 
 fn kind_of(source: &redis::RedisError) -> StoreErrorKind {
     use redis::{ErrorKind, ServerErrorKind};
-    // A cluster's first connections report any node's failure as an I/O
-    // error whose text alone names the cause.
-    let text = source.to_string();
-    let says = |words: &[&str]| words.iter().any(|word| text.contains(word));
     if matches!(
         source.kind(),
         ErrorKind::AuthenticationFailed | ErrorKind::Server(ServerErrorKind::NoPerm)
     ) || matches!(source.code(), Some("NOAUTH" | "WRONGPASS"))
-        || says(&["NOAUTH", "WRONGPASS", "Password authentication failed"])
     {
         StoreErrorKind::Authentication
-    } else if is_tls_failure(source) || says(&["InvalidCertificate", "certificate"]) {
+    } else if is_tls_failure(source) {
         StoreErrorKind::Tls
     } else if source.kind() == ErrorKind::InvalidClientConfig {
         StoreErrorKind::Config
@@ -274,7 +269,7 @@ fn kind_of(source: &redis::RedisError) -> StoreErrorKind {
         || source.is_connection_refusal()
         || source.is_connection_dropped()
     {
-        StoreErrorKind::Connection
+        flattened_cause(source).unwrap_or(StoreErrorKind::Connection)
     } else if matches!(
         source.kind(),
         ErrorKind::Parse | ErrorKind::UnexpectedReturnType
@@ -282,6 +277,22 @@ fn kind_of(source: &redis::RedisError) -> StoreErrorKind {
         StoreErrorKind::Malformed
     } else {
         StoreErrorKind::Other
+    }
+}
+
+/// What an I/O error's text names as its cause, if it is not the
+/// connection's: a cluster's first connections report any node's failure,
+/// a refused password or certificate included, as one I/O error whose text
+/// alone names the cause.
+fn flattened_cause(source: &redis::RedisError) -> Option<StoreErrorKind> {
+    let text = source.to_string();
+    let says = |words: &[&str]| words.iter().any(|word| text.contains(word));
+    if says(&["NOAUTH", "WRONGPASS", "Password authentication failed"]) {
+        Some(StoreErrorKind::Authentication)
+    } else if says(&["InvalidCertificate", "certificate"]) {
+        Some(StoreErrorKind::Tls)
+    } else {
+        None
     }
 }
 

@@ -103,6 +103,29 @@ async fn an_untrusted_certificate_is_a_tls_error_at_connect() {
     );
 }
 
+/// A server that asks every client for a certificate (mutual TLS) takes
+/// one signed by its CA, given with `with_client_cert_pem`, and refuses a
+/// client without one at connect.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mutual_tls_takes_the_client_certificate() {
+    let server = tokio::task::spawn_blocking(|| TlsServer::start(&["--tls-auth-clients", "yes"]))
+        .await
+        .unwrap();
+    let certificates = &server.certificates;
+    let ca_only = RedisTls::new().with_root_ca_pem(certificates.ca_pem.clone());
+    let kind = kind_of(RedisStore::connect_tls(&server.url(""), ca_only.clone()).await);
+    assert_eq!(kind, StoreErrorKind::Tls);
+    let mutual = ca_only.with_client_cert_pem(
+        certificates.client_cert_pem.clone(),
+        certificates.client_key_pem.clone(),
+    );
+    let store = RedisStore::connect_tls(&server.url(""), mutual)
+        .await
+        .expect("a client certificate the server's CA signed");
+    let policy = three_a_minute(Algorithm::SlidingCounter);
+    three_pass_then_one_is_refused(&store, "mutual", &policy).await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn passwords_are_checked_at_connect() {
     let server = tokio::task::spawn_blocking(|| TlsServer::start(&["--requirepass", "s3cret"]))

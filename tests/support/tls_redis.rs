@@ -1,6 +1,6 @@
 //! A private redis-server speaking TLS, with certificates made at test
-//! time: a CA, and a server certificate it signs for 127.0.0.1 and
-//! localhost. The server also listens in plain text on its `port`, for
+//! time: a CA, a server certificate it signs for 127.0.0.1 and
+//! localhost, and a client certificate it signs, for mutual TLS. The server also listens in plain text on its `port`, for
 //! redis-cli and for telling when it is up.
 
 #![allow(dead_code)]
@@ -11,12 +11,15 @@ use rcgen::{BasicConstraints, CertificateParams, CertifiedIssuer, DnType, IsCa, 
 
 use crate::redis_server::{form_cluster, free_port, Server, CLUSTER_NODE};
 
-/// A CA and a certificate it signed, each as PEM.
+/// A CA, and a server's and a client's certificates it signed, each with
+/// its key, as PEM.
 #[derive(Clone)]
 pub struct Certificates {
     pub ca_pem: String,
     pub cert_pem: String,
     pub key_pem: String,
+    pub client_cert_pem: String,
+    pub client_key_pem: String,
 }
 
 /// A fresh CA and a server certificate for 127.0.0.1 and localhost.
@@ -30,10 +33,18 @@ pub fn make_certificates(ca_name: &str) -> Certificates {
     let key = KeyPair::generate().unwrap();
     let params = CertificateParams::new(vec!["127.0.0.1".into(), "localhost".into()]).unwrap();
     let cert = params.signed_by(&key, &ca).unwrap();
+    let client_key = KeyPair::generate().unwrap();
+    let mut client_params = CertificateParams::new(Vec::<String>::new()).unwrap();
+    client_params
+        .distinguished_name
+        .push(DnType::CommonName, "tsw test client");
+    let client_cert = client_params.signed_by(&client_key, &ca).unwrap();
     Certificates {
         ca_pem: ca.pem(),
         cert_pem: cert.pem(),
         key_pem: key.serialize_pem(),
+        client_cert_pem: client_cert.pem(),
+        client_key_pem: client_key.serialize_pem(),
     }
 }
 

@@ -282,14 +282,15 @@ fn kind_of(source: &redis::RedisError) -> StoreErrorKind {
 
 /// What an I/O error's text names as its cause, if it is not the
 /// connection's: a cluster's first connections report any node's failure,
-/// a refused password or certificate included, as one I/O error whose text
-/// alone names the cause.
+/// a refused password or certificate included, as one I/O error, and a TLS
+/// alert the server sends after the handshake (a client certificate it
+/// required) reaches us as text too.
 fn flattened_cause(source: &redis::RedisError) -> Option<StoreErrorKind> {
-    let text = source.to_string();
+    let text = source.to_string().to_lowercase();
     let says = |words: &[&str]| words.iter().any(|word| text.contains(word));
-    if says(&["NOAUTH", "WRONGPASS", "Password authentication failed"]) {
+    if says(&["noauth", "wrongpass", "password authentication failed"]) {
         Some(StoreErrorKind::Authentication)
-    } else if says(&["InvalidCertificate", "certificate"]) {
+    } else if says(&["certificate", "fatal alert", "handshake"]) {
         Some(StoreErrorKind::Tls)
     } else {
         None

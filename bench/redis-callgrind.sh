@@ -47,6 +47,6 @@ for pair in "ours counter, 2 limits=counter" "ours counter, 1 limit=counter1" \
 done
 echo "  ¹ the time read from Redis's TIME, as by default; windows of 1 min and 1 h"
 echo "  ² limits of 30 a second and 100 a minute"
-echo "  ³ 100 a millisecond and 1,000 in 10 ms over 1,000 keys, which expire between calls under valgrind: fresh rings"
-echo "  ⁴ 500 in 5 s and 5,000 in 1,000 s over 10 keys, 5 ms apart: 100 stamps in the 5 s window, its cursor moving every call"
-echo "  ⁵ 100 in 4 s over 10 keys, 5 ms apart: one limit of 100, the ring full and wrapping, 80 stamps in the window"
+echo "  ³ 100 a millisecond and 1,000 in 10 ms over 1,000 keys, which expire between calls under valgrind: fresh keys"
+echo "  ⁴ 500 in 5 s and 5,000 in 1,000 s over 10 keys, 5 ms apart: 100 stamps in the 5 s window, 5,000 in the key"
+echo "  ⁵ 100 in 4 s over 10 keys, 5 ms apart: one limit of 100, 80 stamps in the window and the key"

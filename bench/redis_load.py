@@ -11,11 +11,11 @@ counter-time (two limits, the time read from the server's TIME).
 
 The log's TTL runs on the server's clock, its windows on the client's:
 under valgrind "log"'s keys (TTL 21 ms, 1,000 keys) expire between calls,
-and it measures fresh rings. log-steady is a log whose keys outlive the
+and it measures fresh keys. log-steady is a log whose keys outlive the
 run: 500 in 5 s beside 5,000 in 1,000 s (TTL 2,000 s), on 10 keys with the
 client's time 5 ms further each call, so that each key's 5 s window holds
-100 stamps and every call moves its cursor by one. log-100 is paced the
-same way: one limit of 100 in 4 s, its ring full and wrapping,
+100 stamps and the key 5,000. log-100 is paced the
+same way: one limit of 100 in 4 s,
 80 stamps in its window.
 """
 import re

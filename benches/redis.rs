@@ -209,7 +209,7 @@ async fn main() {
         )
         .unwrap()
     };
-    // The log's ring is as long as its largest limit: 100 keeps it realistic
+    // A log key holds up to its largest limit's stamps: 100 keeps it realistic
     // while a 1 ms window keeps every call on the accepting path.
     let log_policy = Policy::new(
         Algorithm::SlidingLog,
@@ -220,9 +220,9 @@ async fn main() {
     )
     .unwrap();
     // The common shape: one limit of 100. A key gets about 45 calls a
-    // round, in well under a second, and its ring is full (filled below)
-    // and wrapping. The TTL of 2 s outlives
-    // the other rows' turns, which a shorter window's would not: the rings
+    // round, in well under a second, and it holds its full limit of
+    // stamps (filled below). The TTL of 2 s outlives
+    // the other rows' turns, which a shorter window's would not: the keys
     // would start afresh every round.
     let small_log_policy = Policy::new(Algorithm::SlidingLog, [Limit::per_second(100)]).unwrap();
     // The bucket as its GCRA yardstick is called: a token every µs, so
@@ -346,7 +346,7 @@ async fn main() {
             contender.call(key).await;
         }
     }
-    // Every ring of the row "limit 100, full" full before anything is timed.
+    // Every key of the row "limit 100, full" full before anything is timed.
     let (_, full_log) = contenders
         .iter()
         .find(|(name, _)| *name == "ours log, limit 100, full")

@@ -1,8 +1,7 @@
 //! What the Redis store keeps, as docs/design.md describes it, and how it
 //! reads what it finds: the counter's and fixed window's 16-byte records,
-//! the bucket's decimal text, values that are no state at all, log
-//! trailers that contradict themselves; bytes a key, one script call a
-//! decision, and how the log reads and writes its ring. Each run is
+//! the bucket's decimal text, the log's stamps, values that are no state
+//! at all; bytes a key and one script call a decision. Each run is
 //! checked against the memory store on the same clock.
 #![cfg(feature = "redis")]
 
@@ -281,306 +280,108 @@ async fn a_value_that_is_no_state_reads_as_a_fresh_key() {
     }
 }
 
-/// A log trailer whose next stamp contradicts its cursor (one said to be
-/// missing where a stamp follows, one said to be unknown where none does,
-/// a value no script writes) reads as a fresh key, whether the ring is read
-/// whole or in ranges; the same trailer with a consistent next stamp is
-/// read as it stands.
+/// A log key holds the stamps of its accepted requests, 8 bytes each,
+/// oldest first, and nothing the log no longer needs: none older than its
+/// longest window and at most its largest `max`. An accepted request reads
+/// the key with one `GET` and writes it with one `SET` carrying the TTL; a
+/// refusal writes nothing.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_log_trailer_that_contradicts_itself_reads_as_a_fresh_key() {
+async fn a_log_key_holds_its_stamps_oldest_first() {
+    let server = tokio::task::spawn_blocking(Server::start).await.unwrap();
     let clock = ManualClock::new();
-    clock.set(Duration::from_micros(6));
-    let redis = store_at(&clock).await;
-    let memory = MemoryStore::with_clock(clock.clone());
-    let mut connection = connection().await;
-    // One limit: the ring, then the trailer: head, length and newest
-    // stamp, then the cursor, its stamp and the next (4, 4, 8, 4, 8 and 8
-    // bytes).
-    let state = |len: u32, cursor: u32, at: i64, next: i64, ring: &[i64]| -> Vec<u8> {
-        let mut bytes = Vec::new();
-        for stamp in ring {
-            bytes.extend_from_slice(&stamp.to_le_bytes());
-        }
-        bytes.extend_from_slice(&0u32.to_le_bytes());
-        bytes.extend_from_slice(&len.to_le_bytes());
-        bytes.extend_from_slice(&ring.last().copied().unwrap_or(-1).to_le_bytes());
-        bytes.extend_from_slice(&cursor.to_le_bytes());
-        bytes.extend_from_slice(&at.to_le_bytes());
-        bytes.extend_from_slice(&next.to_le_bytes());
-        bytes
-    };
-    let contradictions = [
-        (
-            "none next, though a stamp follows",
-            state(2, 0, 1, -1, &[1, 5]),
-        ),
-        (
-            "next unknown, though none follows",
-            state(1, 0, 1, -2, &[1]),
-        ),
-        ("a next no script writes", state(2, 0, 1, -3, &[1, 5])),
-    ];
-    // 4 a second is read whole, 200 a second in ranges.
-    for max in [4, 200] {
-        let policy = Policy::new(
-            Algorithm::SlidingLog,
-            [Limit::new(max, Duration::from_secs(1)).unwrap()],
-        )
-        .unwrap();
-        for (i, (what, value)) in contradictions.iter().enumerate() {
-            let key = format!("contradiction-{i}");
-            let () = connection
-                .set(redis.key_name(&key, &policy), value.as_slice())
-                .await
-                .unwrap();
-            let from_memory = memory.decide(key.clone(), &policy).await.unwrap();
-            let from_redis = redis.decide(key, &policy).await.unwrap();
-            assert_eq!(from_redis, from_memory, "limit {max}, {what}");
-            assert_eq!(
-                from_redis.remaining(),
-                max - 1,
-                "limit {max}, {what}: fresh"
-            );
-        }
-        // The consistent trailer: two stamps inside the second, this request
-        // the third.
-        let key = "consistent".to_owned();
-        let () = connection
-            .set(redis.key_name(&key, &policy), state(2, 0, 1, 5, &[1, 5]))
-            .await
+    clock.set(Duration::from_secs(100));
+    let store = redis_store(&server.url(), "stored-state", &clock).await;
+    let policy = policy(Algorithm::SlidingLog, &[(3, 1_000), (5, 10_000)]);
+    let name = store.key_name(&"stamps", &policy);
+    let stamps = |server: &Server| -> Vec<i64> {
+        use redis::Commands as _;
+        let bytes: Vec<u8> = redis::Client::open(server.url())
+            .unwrap()
+            .get_connection()
+            .unwrap()
+            .get(&name)
             .unwrap();
-        let decision = redis.decide(key, &policy).await.unwrap();
-        assert_eq!(
-            decision.remaining(),
-            max - 3,
-            "limit {max}: read as it stands"
-        );
+        assert_eq!(bytes.len() % 8, 0, "whole stamps: {bytes:?}");
+        bytes
+            .chunks(8)
+            .map(|stamp| i64::from_le_bytes(stamp.try_into().unwrap()))
+            .collect()
+    };
+    let at = |ms: i64| ms * 1_000;
+    for step_ms in [0, 200, 200, 700, 200] {
+        clock.advance(Duration::from_millis(step_ms));
+        assert!(store.decide("stamps", &policy).await.unwrap().is_allowed());
     }
+    assert_eq!(
+        stamps(&server),
+        [100_000, 100_200, 100_400, 101_100, 101_300].map(at)
+    );
+    // The sixth in ten seconds is refused and written nowhere.
+    server.cli(&["CONFIG", "RESETSTAT"]);
+    clock.advance(Duration::from_secs(1));
+    assert!(!store.decide("stamps", &policy).await.unwrap().is_allowed());
+    assert_eq!(server.command_calls("set"), 0);
+    // At 110.3 s the two oldest have left the long window: they are
+    // dropped as the new stamp is written.
+    clock.set(Duration::from_millis(110_300));
+    assert!(store.decide("stamps", &policy).await.unwrap().is_allowed());
+    assert_eq!(
+        (server.command_calls("get"), server.command_calls("set")),
+        (2, 1)
+    );
+    assert_eq!(
+        stamps(&server),
+        [100_400, 101_100, 101_300, 110_300].map(at)
+    );
+    let ttl: i64 = server.cli(&["PTTL", &name]).unwrap().parse().unwrap();
+    assert!(ttl > 10_000 && ttl <= 20_001, "PTTL {ttl}");
 }
 
-/// A log string longer than its trailer says: a trailer that holds
-/// together, after bytes no script wrote. A ring read whole checks its
-/// length and reads it as a fresh key. A ring read in ranges finds its
-/// trailer from the end, so the first write, landing where the trailer
-/// says, finds the string's length wrong and starts the key afresh with
-/// that request's stamp and time: else the trailer would never be
-/// overwritten, and every request would be judged by it until the key
-/// expired. That holds for a ring growing, and for a full one whose new
-/// stamp goes in its last slot (written with the trailer) or in another
-/// (written apart); and a newest stamp an hour ahead does not hold the
-/// fresh key's clock. Either way the key decides as a fresh one in memory
-/// does.
+/// A log value that is not whole 8-byte stamps, or holds more stamps than
+/// the largest `max`, is no state the script writes: it reads as a fresh
+/// key, and is never read past its end.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_log_string_longer_than_its_trailer_says_starts_afresh() {
+async fn a_log_value_that_is_no_state_reads_as_a_fresh_key() {
     let clock = ManualClock::new();
     clock.set(Duration::from_secs(10));
     let redis = store_at(&clock).await;
     let memory = MemoryStore::with_clock(clock.clone());
     let mut connection = connection().await;
-    let hour_ahead = 3_610 * SECOND as i64;
-    // Stray bytes (100 more than the ring the trailer describes), then a
-    // trailer of one limit: head, length, newest stamp, then the cursor,
-    // its stamp (9.5 s, inside the window) and an unknown next one.
-    let value = |slots: usize, head: u32, len: u32, newest: i64, cursor: u32| -> Vec<u8> {
-        let mut bytes = vec![0xab_u8; 8 * slots + 100];
-        bytes.extend_from_slice(&head.to_le_bytes());
-        bytes.extend_from_slice(&len.to_le_bytes());
-        bytes.extend_from_slice(&newest.to_le_bytes());
-        bytes.extend_from_slice(&cursor.to_le_bytes());
-        bytes.extend_from_slice(&9_500_000i64.to_le_bytes());
-        let next: i64 = if cursor + 1 < len { -2 } else { -1 };
-        bytes.extend_from_slice(&next.to_le_bytes());
-        bytes
+    let now = 10 * SECOND as i64;
+    let stamps = |stamps: &[i64]| -> Vec<u8> {
+        stamps
+            .iter()
+            .flat_map(|stamp| stamp.to_le_bytes())
+            .collect()
     };
-    let cases = [
-        // 4 a second, read whole.
-        ("whole", 4, value(1, 0, 1, 9_500_000, 0)),
-        // 200 a second, read in ranges: growing from one stamp.
-        ("growing", 200, value(1, 0, 1, 9_500_000, 0)),
-        // Full, 150 stamps outside the window: the new stamp goes in the
-        // last slot, then in another.
-        ("full, last slot", 200, value(200, 199, 200, 9_500_000, 150)),
-        (
-            "full, another slot",
-            200,
-            value(200, 5, 200, 9_500_000, 150),
-        ),
-        // The same with a newest stamp an hour ahead.
-        ("full, ahead", 200, value(200, 5, 200, hour_ahead, 150)),
+    let values: [(&str, Vec<u8>); 5] = [
+        ("text", b"not a state".to_vec()),
+        ("one byte short", stamps(&[now, now])[..15].to_vec()),
+        ("one byte over", [stamps(&[now]), vec![0]].concat()),
+        ("more stamps than the largest max", stamps(&[now; 5])),
+        ("empty", Vec::new()),
     ];
-    for (i, (what, max, value)) in cases.iter().enumerate() {
-        let policy = Policy::new(
-            Algorithm::SlidingLog,
-            [Limit::new(*max, Duration::from_secs(1)).unwrap()],
-        )
-        .unwrap();
-        let key = format!("too-long-{i}");
-        let name = redis.key_name(&key, &policy);
-        let () = connection.set(&name, value.as_slice()).await.unwrap();
-        for _ in 0..6 {
-            clock.advance(Duration::from_millis(1));
+    let policy = policy(Algorithm::SlidingLog, &[(4, 1_000)]);
+    for (i, (what, value)) in values.iter().enumerate() {
+        let key = format!("log-garbage-{i}");
+        let () = connection
+            .set(redis.key_name(&key, &policy), value.as_slice())
+            .await
+            .unwrap();
+        for _ in 0..5 {
             let from_memory = memory.decide(key.clone(), &policy).await.unwrap();
             let from_redis = redis.decide(key.clone(), &policy).await.unwrap();
             assert_eq!(from_redis, from_memory, "{what}");
         }
-        // The stamps accepted, one slot each, then the trailer.
-        let length: u64 = connection.strlen(&name).await.unwrap();
-        assert_eq!(length, 8 * u64::from((*max).min(6)) + 36, "{what}");
-        let ttl: i64 = connection.ttl(&name).await.unwrap();
-        assert!(ttl > 0, "{what}: TTL {ttl}");
     }
-}
-
-/// Under steady traffic a log's cursors move to the next stamp, which the
-/// trailer keeps, without reading the ring for it every time: where the
-/// ring is too large to be read whole, a decision reads the trailer, and a
-/// cursor moving one stamp at a time reads two stamps every other
-/// decision; a cursor on the newest stamp learns the next one as it is
-/// recorded, and reads nothing. (Without the next stamp in the trailer,
-/// those two cases took 1,050 reads: one stamp a cursor a decision.) A
-/// ring small enough to be read whole takes one `GET` a decision instead.
-/// Once full, either way, the new stamp and the trailer are written in
-/// place, one `SETRANGE` each, or one for both when the stamp goes in the
-/// ring's last slot, just before the trailer; nothing is rewritten whole.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn steady_traffic_reads_the_logs_ring_rarely() {
-    let server = tokio::task::spawn_blocking(Server::start).await.unwrap();
-    let clock = ManualClock::new();
-    let store = redis_store(&server.url(), "stored-state", &clock).await;
-    // 300 stamps are read in ranges, 20 whole. A request every 7 s: a 10
-    // or 12 s window holds one or two stamps, a 100 s window about
-    // fifteen, and every decision moves each cursor by one; the ring wraps.
-    // Seconds, not milliseconds: keys expire on the server's own clock,
-    // which runs on while the test's stands still between calls, and a
-    // TTL of two 12 ms windows could lapse between two calls on a busy
-    // machine, starting the key afresh.
-    for (limits, gets, reads_range) in [
-        ([(200, 10_000), (300, 12_000)], 0, 350..=350),
-        ([(200, 10_000), (300, 100_000)], 0, 350..=350 + 350 / 2 + 5),
-        ([(10, 10_000), (20, 100_000)], 350, 0..=0),
-    ] {
-        let policy = policy(Algorithm::SlidingLog, &limits);
-        let mut step = 0u64;
-        let mut decide_next = async || {
-            clock.set(Duration::from_secs(7 * step));
-            step += 1;
-            assert!(store.decide("steady", &policy).await.unwrap().is_allowed());
-        };
-        // Every ring full first: the stamp that fills one rewrites it.
-        for _ in 0..300 {
-            decide_next().await;
-        }
-        server.cli(&["CONFIG", "RESETSTAT"]);
-        for _ in 0..350 {
-            decide_next().await;
-        }
-        let reads = server.command_calls("getrange");
-        println!("log {limits:?}, 350 decisions: {reads} GETRANGE");
-        assert_eq!(server.command_calls("evalsha"), 350);
-        assert!(reads_range.contains(&reads), "{limits:?}: {reads} reads");
-        assert_eq!(server.command_calls("get"), gets, "{limits:?}");
-        assert_eq!(server.command_calls("set"), 0, "{limits:?}");
-        // After 300 decisions each ring is full with its oldest stamp in
-        // slot 0 (300 is a multiple of both rings' sizes), so 350 more
-        // write its last slot 350 / size times.
-        let size = limits.iter().map(|&(max, _)| max).max().unwrap();
-        assert_eq!(
-            server.command_calls("setrange"),
-            700 - 350 / u64::from(size),
-            "{limits:?}: the stamp and the trailer"
-        );
-    }
-}
-
-/// How a log key is written, counted call by call. A fresh key's first
-/// stamp and trailer go in one `SET` with the TTL, whatever the layout. A
-/// ring read whole is rewritten whole (one `SET`) while it grows, and
-/// written in place once full (two `SETRANGE`, one if the stamp goes in
-/// the last slot). A ring read in ranges grows in place, one `SETRANGE`
-/// for the new stamp and the trailer after it, and the stamp that fills
-/// one of up to 4,096 stamps rewrites it
-/// whole (a `GET` and a `SET`), so that no room grown for it is left; a
-/// larger one is filled in place. Then it is written in place. The TTL is
-/// set on the first write and renewed as a new span of the window starts,
-/// not on every write.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn log_keys_are_rewritten_whole_only_to_stay_small() {
-    let server = tokio::task::spawn_blocking(Server::start).await.unwrap();
-    let clock = ManualClock::new();
-    let store = redis_store(&server.url(), "stored-state", &clock).await;
-    // One limit a second, a request every 100 ms: at most eleven stamps
-    // inside the window, so every request is accepted while the ring fills.
-    // Renewals by `PEXPIRE`, as each second starts: none where every
-    // growing write is a `SET`; at 1 to 4 s for the ring of 50, which its
-    // `SET` fills at 5 s; at every second up to 409 s for the ring of
-    // 4,097, filled in place at 409.7 s.
-    for (max, renewals) in [(20u32, 0), (50, 4), (4_097, 409)] {
-        let whole = max <= 32;
-        let rewritten_when_full = !whole && max <= 4_096;
-        let policy = policy(Algorithm::SlidingLog, &[(max, 1_000)]);
-        let name = store.key_name(&"writes", &policy);
-        clock.set(Duration::ZERO);
-        server.cli(&["CONFIG", "RESETSTAT"]);
-        let calls = |command| server.command_calls(command);
-        let decide = async || {
-            clock.advance(Duration::from_millis(100));
-            assert!(store.decide("writes", &policy).await.unwrap().is_allowed());
-        };
-        decide().await;
-        assert_eq!(
-            (
-                calls("set"),
-                calls("setrange"),
-                calls("pexpire"),
-                calls("get") > 0
-            ),
-            (1, 0, 0, whole),
-            "limit {max}: the first stamp"
-        );
-        let ttl: i64 = server.cli(&["PTTL", &name]).unwrap().parse().unwrap();
-        assert!(ttl > 1_000 && ttl <= 2_001, "limit {max}: PTTL {ttl}");
-        // The stamps up to the one before the ring is full.
-        for _ in 2..max {
-            decide().await;
-        }
-        let growing = u64::from(max) - 2;
-        if whole {
-            assert_eq!((calls("set"), calls("setrange")), (1 + growing, 0));
-        } else {
-            assert_eq!(
-                (calls("set"), calls("setrange"), calls("get")),
-                (1, growing, 0),
-                "limit {max}: growing in place"
-            );
-        }
-        // The stamp that fills the ring, then one on a full ring.
-        decide().await;
-        let (sets, setranges) = (calls("set"), calls("setrange"));
-        if whole {
-            assert_eq!((sets, setranges), (u64::from(max), 0));
-        } else if rewritten_when_full {
-            assert_eq!((sets, setranges, calls("get")), (2, growing, 1));
-        } else {
-            assert_eq!(
-                (sets, setranges, calls("get")),
-                (1, growing + 1, 0),
-                "limit {max}: too large to rewrite"
-            );
-        }
-        decide().await;
-        assert_eq!(
-            (calls("set"), calls("setrange")),
-            (sets, setranges + 2),
-            "limit {max}: a full ring is written in place"
-        );
-        let length: u64 = server.cli(&["STRLEN", &name]).unwrap().parse().unwrap();
-        assert_eq!(
-            length,
-            36 + 8 * u64::from(max),
-            "limit {max}: one slot a stamp, one trailer"
-        );
-        assert_eq!(calls("pexpire"), renewals, "limit {max}: renewals");
-    }
+    // Four stamps at now, as the script would write them, are read as
+    // they stand: the key is full.
+    let key = "log-full".to_owned();
+    let () = connection
+        .set(redis.key_name(&key, &policy), stamps(&[now; 4]))
+        .await
+        .unwrap();
+    assert!(!redis.decide(key, &policy).await.unwrap().is_allowed());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -41,9 +41,9 @@ use crate::policy::Policy;
 /// * **One round trip per decision.** All limits of a policy are judged and
 ///   recorded all-or-nothing by one script, called by its SHA (reloaded
 ///   transparently after a restart, failover or `SCRIPT FLUSH`). The
-///   scripts are four fixed Lua files, the same for every policy: each
+///   scripts are three fixed Lua files, the same for every policy: each
 ///   call passes the policy's limits as arguments, so Redis's script cache
-///   holds those four whether the service has one policy or a limit per
+///   holds those three whether the service has one policy or a limit per
 ///   tenant, and the store keeps nothing per policy.
 ///   [`script_sources`](RedisStore::script_sources) shows their text; each
 ///   documents its keys, arguments and reply, to run it with
@@ -63,9 +63,9 @@ use crate::policy::Policy;
 ///   step back by more than the TTL (twice the longest window; the
 ///   bucket's, as long as its state matters), since keys expire on Redis's
 ///   time and the windows' TTL is renewed only when a new window starts.
-/// * **One format per algorithm.** The log keeps a ring of 8-byte
-///   timestamps (as many as the largest limit) and a short trailer in one
-///   string; the counter and fixed window a record of 16 bytes a limit
+/// * **One format per algorithm.** The log keeps its 8-byte timestamps,
+///   oldest first (at most as many as the largest limit), in one string;
+///   the counter and fixed window a record of 16 bytes a limit
 ///   (the window index and two counts); the token bucket one arrival time a
 ///   limit, as decimal text. docs/design.md has the layouts, and
 ///   [`state`](RedisStore::state) reads a key back as the [`KeyState`](crate::KeyState)
@@ -232,10 +232,10 @@ impl RedisStore {
     }
 
     /// The Lua scripts this store runs in Redis, by file name, to read
-    /// what runs on the server (or to measure it). The same four serve
+    /// what runs on the server (or to measure it). The same three serve
     /// every policy: each call passes the limits as arguments, and each
     /// file's header says which.
-    pub fn script_sources() -> [(&'static str, &'static str); 4] {
+    pub fn script_sources() -> [(&'static str, &'static str); 3] {
         scripts::SOURCES
     }
 }

@@ -1,6 +1,6 @@
 //! The fixed scripts the store runs, one set for every policy, and how a
 //! call fills their arguments: the policy's limits travel with each call,
-//! so Redis's script cache holds these four whatever the number of
+//! so Redis's script cache holds these three whatever the number of
 //! policies. Each file's header documents its keys, arguments and replies.
 
 use std::sync::LazyLock;
@@ -13,23 +13,20 @@ use crate::policy::Policy;
 
 /// The sliding counter and the fixed window: judging, peeking, settling.
 const WINDOW: &str = include_str!("lua/window.lua");
-/// The sliding log's requests of one unit: judging and peeking.
+/// The sliding log: judging, peeking, settling.
 const LOG: &str = include_str!("lua/log.lua");
-/// The sliding log's requests of several units, and its settling.
-const LOG_REWRITE: &str = include_str!("lua/log_rewrite.lua");
 /// The token bucket: judging, peeking, settling.
 const BUCKET: &str = include_str!("lua/bucket.lua");
 
 /// Every script the store runs, by its file name in `lua/`.
-pub(super) const SOURCES: [(&str, &str); 4] = [
+pub(super) const SOURCES: [(&str, &str); 3] = [
     ("window.lua", WINDOW),
     ("log.lua", LOG),
-    ("log_rewrite.lua", LOG_REWRITE),
     ("bucket.lua", BUCKET),
 ];
 
 /// The scripts with their SHA1 digests, computed once per process.
-static SCRIPTS: LazyLock<[Script; 4]> =
+static SCRIPTS: LazyLock<[Script; 3]> =
     LazyLock::new(|| SOURCES.map(|(_, source)| Script::new(source)));
 
 /// What a call asks of a script.
@@ -71,13 +68,12 @@ pub(super) fn invocation(
     name: &str,
     now: Option<u64>,
 ) -> ScriptInvocation<'static> {
-    let scripts: &'static [Script; 4] = &SCRIPTS;
+    let scripts: &'static [Script; 3] = &SCRIPTS;
     let algorithm = policy.algorithm();
-    let script = match (algorithm, ask) {
-        (Algorithm::SlidingLog, Ask::Peek | Ask::Record(1)) => &scripts[1],
-        (Algorithm::SlidingLog, _) => &scripts[2],
-        (Algorithm::TokenBucket, _) => &scripts[3],
-        _ => &scripts[0],
+    let script = match algorithm {
+        Algorithm::SlidingLog => &scripts[1],
+        Algorithm::TokenBucket => &scripts[2],
+        Algorithm::SlidingCounter | Algorithm::FixedWindow => &scripts[0],
     };
     let mut invocation = script.key(name);
     let penalty = policy.penalty_micros();

@@ -72,8 +72,8 @@ fn decode(bytes: &[u8], policy: &Policy) -> Option<Counts> {
             Some(Counts::Bucket(TokenBucket::from_parts(tats)))
         }
         Algorithm::SlidingLog => {
-            let stamps = log_stamps(bytes, limits.len())?;
-            let capacity = stamps.len() as u32;
+            let capacity = policy.log_capacity();
+            let stamps = log_stamps(bytes, capacity)?;
             Some(Counts::Log(SlidingLog::holding(&stamps, capacity)))
         }
     }
@@ -102,20 +102,15 @@ fn arrival_time(text: &str) -> Option<(u64, u32)> {
     Some((micros.parse().ok()?, rem.parse().ok()?))
 }
 
-/// The log's stamps, oldest first: a ring of 8-byte stamps, then a trailer
-/// of the ring's head and length (4 bytes each), the newest stamp (8), and
-/// 20 bytes a limit.
-fn log_stamps(bytes: &[u8], limits: usize) -> Option<Vec<u64>> {
-    let ring_len = bytes.len().checked_sub(16 + 20 * limits)?;
-    let (ring, trailer) = bytes.split_at(ring_len);
-    let word = |at: usize| u32::from_le_bytes(trailer[at..at + 4].try_into().unwrap());
-    let (head, len, slots) = (word(0) as usize, word(4) as usize, ring_len / 8);
-    if ring_len % 8 != 0 || len > slots || (len > 0 && head >= slots) {
+/// The log's stamps, oldest first: 8 bytes each, at most the log's
+/// capacity of them, in order.
+fn log_stamps(bytes: &[u8], capacity: u32) -> Option<Vec<u64>> {
+    if !bytes.len().is_multiple_of(8) || bytes.len() / 8 > capacity as usize {
         return None;
     }
-    let stamp = |slot: usize| i64::from_le_bytes(ring[8 * slot..8 * slot + 8].try_into().unwrap());
-    let stamps: Option<Vec<u64>> = (0..len)
-        .map(|i| u64::try_from(stamp((head + i) % slots)).ok())
+    let stamps: Option<Vec<u64>> = bytes
+        .chunks_exact(8)
+        .map(|stamp| u64::try_from(i64::from_le_bytes(stamp.try_into().ok()?)).ok())
         .collect();
     stamps.filter(|stamps| stamps.windows(2).all(|pair| pair[0] <= pair[1]))
 }

@@ -41,6 +41,7 @@ printf '  %-34s %7d\n' "baseline GET/GET/INCR/PEXPIRE" "$baseline"
 for pair in "ours counter, 2 limits=counter" "ours counter, 1 limit=counter1" \
   "ours counter, 2 limits, small counts²=counter-small" "ours log, 2 limits (100, 1000)³=log" \
   "ours log, steady clients⁴=log-steady" "ours log, limit 100, full⁵=log-100" \
+  "ours token bucket, 1 limit=bucket" "ours token bucket, 2 limits=bucket2" \
   "ours counter, 2 limits, TIME¹=counter-time"; do
   value=$(per_call "${pair#*=}")
   printf '  %-34s %7d  %.2fx\n' "${pair%%=*}" "$value" "$(awk -v a="$value" -v b="$baseline" 'BEGIN {print a / b}')"

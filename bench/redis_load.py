@@ -6,7 +6,7 @@ for counter-time.
 
 Usage: python3 bench/redis_load.py PORT WHICH N
 WHICH is baseline, counter (two limits), counter1 (one limit), counter-small
-(two small limits), log, log-steady, log-100, or
+(two small limits), log, log-steady, log-100, bucket, bucket2, or
 counter-time (two limits, the time read from the server's TIME).
 
 The log's TTL runs on the server's clock, its windows on the client's:

@@ -53,9 +53,14 @@ fn main() {
         "log-100" => (Algorithm::SlidingLog, vec![limit(100, 4_000_000)]),
         // A token every µs, as the Redis bench's bucket row of one limit.
         "bucket" => (Algorithm::TokenBucket, vec![limit(1_000_000, 1_000_000)]),
+        // Two limits, as the Redis bench's bucket row of two.
+        "bucket2" => (
+            Algorithm::TokenBucket,
+            vec![limit(1_000_000, 1_000_000), limit(10_000_000, 60_000_000)],
+        ),
         _ => {
             eprintln!(
-                "usage: redis_script [--args] counter|counter1|counter-small|counter-time|log|log-steady|log-100|bucket"
+                "usage: redis_script [--args] counter|counter1|counter-small|counter-time|log|log-steady|log-100|bucket|bucket2"
             );
             std::process::exit(2);
         }

@@ -167,18 +167,25 @@ impl Server {
         });
         // MONITOR answers OK once it is attached.
         let deadline = Instant::now() + Duration::from_secs(5);
-        while !self
-            .cli(&["CLIENT", "LIST"])
-            .unwrap_or_default()
-            .contains("cmd=monitor")
-        {
-            assert!(Instant::now() < deadline, "MONITOR did not attach");
-            std::thread::sleep(Duration::from_millis(10));
-        }
+        self.wait_for(
+            &["CLIENT", "LIST"],
+            "cmd=monitor",
+            deadline,
+            "MONITOR did not attach",
+        );
         Monitor {
             child,
             lines: Some(lines),
             port: self.port,
+        }
+    }
+
+    /// Waits until `redis-cli args` answers with text containing `wanted`,
+    /// failing with `what` once `deadline` has passed.
+    pub fn wait_for(&self, args: &[&str], wanted: &str, deadline: Instant, what: &str) {
+        while !self.cli(args).unwrap_or_default().contains(wanted) {
+            assert!(Instant::now() < deadline, "{what}");
+            std::thread::sleep(Duration::from_millis(10));
         }
     }
 
@@ -272,14 +279,12 @@ pub fn form_cluster(nodes: &[&Server]) {
     assert!(status.success(), "redis-cli --cluster create failed");
     let deadline = Instant::now() + Duration::from_secs(30);
     for node in nodes {
-        while !node
-            .cli(&["CLUSTER", "INFO"])
-            .unwrap_or_default()
-            .contains("cluster_state:ok")
-        {
-            assert!(Instant::now() < deadline, "no cluster_state:ok");
-            std::thread::sleep(Duration::from_millis(50));
-        }
+        node.wait_for(
+            &["CLUSTER", "INFO"],
+            "cluster_state:ok",
+            deadline,
+            "no cluster_state:ok",
+        );
     }
 }
 

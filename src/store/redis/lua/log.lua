@@ -93,7 +93,6 @@ if settle_at and units < 0 then
     stamps = string.sub(stamps, 1, 8 * (last - back)) .. string.sub(stamps, 8 * last + 1)
     len = len - back
     local forgotten = count_before(newest - longest)
-    now = newest
     record(forgotten, 0)
   end
   return {1}

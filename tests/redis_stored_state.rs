@@ -1,6 +1,6 @@
 //! What the Redis store keeps, as docs/design.md describes it, and how it
 //! reads what it finds: the counter's and fixed window's 16-byte records,
-//! the bucket's decimal text, the log's stamps, values that are no state
+//! the bucket's 12-byte records, the log's stamps, values that are no state
 //! at all; bytes a key and one script call a decision. Each run is
 //! checked against the memory store on the same clock.
 #![cfg(feature = "redis")]
@@ -32,29 +32,20 @@ async fn connection() -> redis::aio::MultiplexedConnection {
 }
 
 /// Ten a second and a hundred a minute: two 16-byte records for the
-/// counter and the fixed window, two arrival times for the bucket.
+/// counter and the fixed window, two 12-byte arrival times for the bucket.
 fn per_second_and_minute(algorithm: Algorithm) -> Policy {
     Policy::new(algorithm, [Limit::per_second(10), Limit::per_minute(100)]).unwrap()
 }
 
-async fn encoding(connection: &mut redis::aio::MultiplexedConnection, name: &str) -> String {
-    redis::cmd("OBJECT")
-        .arg("ENCODING")
-        .arg(name)
-        .query_async(connection)
-        .await
-        .unwrap()
-}
-
 /// The records under a counter's or fixed window's key: per limit the
 /// window index, the previous count and the current one, as
-/// `struct.pack('<dI4I4', ...)` wrote them.
-fn records(bytes: &[u8]) -> Vec<(f64, u32, u32)> {
+/// `struct.pack('<i8I4I4', ...)` wrote them.
+fn records(bytes: &[u8]) -> Vec<(i64, u32, u32)> {
     assert_eq!(bytes.len() % 16, 0, "16 bytes a limit: {bytes:?}");
     bytes
         .chunks(16)
         .map(|r| {
-            let window = f64::from_le_bytes(r[..8].try_into().unwrap());
+            let window = i64::from_le_bytes(r[..8].try_into().unwrap());
             let count = |at: usize| u32::from_le_bytes(r[at..at + 4].try_into().unwrap());
             (window, count(8), count(12))
         })
@@ -95,7 +86,7 @@ async fn the_counts_are_kept_as_16_byte_records() {
             let now = start + 61 * SECOND;
             for (record, &(_, ms)) in records(&stored).iter().zip(limits) {
                 let window = ms * 1_000;
-                assert_eq!(record.0, (now / window) as f64, "{algorithm:?} {limits:?}");
+                assert_eq!(record.0, (now / window) as i64, "{algorithm:?} {limits:?}");
                 assert!(record.2 >= 1, "the request at 61 s counts: {record:?}");
                 if algorithm == Algorithm::FixedWindow {
                     assert_eq!(record.1, 0, "a fixed window keeps no previous count");
@@ -106,13 +97,24 @@ async fn the_counts_are_kept_as_16_byte_records() {
     }
 }
 
-/// The bucket keeps each limit's arrival time in decimal, `micros` or
-/// `micros+rem` (the remainder in max-ths of a µs), in one string a reader
-/// can take in with `GET` (one limit's whole µs an integer, which Redis
-/// keeps inside the key's object), and lets the key expire 5 s after its
-/// latest arrival time.
+/// The arrival times under a bucket's key: per limit the whole µs and the
+/// remainder in max-ths of one, as `struct.pack('<i8I4', ...)` wrote them.
+fn arrival_times(bytes: &[u8]) -> Vec<(u64, u32)> {
+    assert_eq!(bytes.len() % 12, 0, "12 bytes a limit: {bytes:?}");
+    bytes
+        .chunks(12)
+        .map(|r| {
+            let micros = u64::from_le_bytes(r[..8].try_into().unwrap());
+            (micros, u32::from_le_bytes(r[8..].try_into().unwrap()))
+        })
+        .collect()
+}
+
+/// The bucket keeps one 12-byte record a limit, its arrival time's whole
+/// µs and remainder, and lets the key expire 5 s after its latest arrival
+/// time.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_bucket_keeps_its_arrival_times_as_decimal_text() {
+async fn the_bucket_keeps_one_arrival_time_a_limit() {
     let clock = ManualClock::new();
     let now = 1_800_000_000 * SECOND;
     clock.set(Duration::from_micros(now));
@@ -121,20 +123,22 @@ async fn the_bucket_keeps_its_arrival_times_as_decimal_text() {
     // A token every 6 s: two taken leave the arrival time 12 s ahead.
     let whole = policy(Algorithm::TokenBucket, &[(5, 30_000)]);
     for _ in 0..2 {
-        assert!(redis.decide("text", &whole).await.unwrap().is_allowed());
+        assert!(redis.decide("records", &whole).await.unwrap().is_allowed());
     }
-    let name = redis.key_name(&"text", &whole);
-    let stored: String = connection.get(&name).await.unwrap();
-    assert_eq!(stored, (now + 12 * SECOND).to_string());
-    assert_eq!(encoding(&mut connection, &name).await, "int");
+    let name = redis.key_name(&"records", &whole);
+    let stored: Vec<u8> = connection.get(&name).await.unwrap();
+    assert_eq!(arrival_times(&stored), [(now + 12 * SECOND, 0)]);
     let ttl: i64 = connection.pttl(&name).await.unwrap();
     assert!(ttl > 16_000 && ttl <= 17_000, "PTTL {ttl}");
     // A token every 333,333 1/3 µs and every 8,571,428 4/7 µs.
     let thirds = policy(Algorithm::TokenBucket, &[(3, 1_000), (7, 60_000)]);
-    assert!(redis.decide("text", &thirds).await.unwrap().is_allowed());
-    let name = redis.key_name(&"text", &thirds);
-    let stored: String = connection.get(&name).await.unwrap();
-    assert_eq!(stored, format!("{}+1 {}+4", now + 333_333, now + 8_571_428));
+    assert!(redis.decide("records", &thirds).await.unwrap().is_allowed());
+    let name = redis.key_name(&"records", &thirds);
+    let stored: Vec<u8> = connection.get(&name).await.unwrap();
+    assert_eq!(
+        arrival_times(&stored),
+        [(now + 333_333, 1), (now + 8_571_428, 4)]
+    );
     // A settling that gives the unit back leaves both at now.
     let admitted = redis.decide("settled", &thirds).await.unwrap();
     let binding = Store::<&str>::bind(&redis, &thirds);
@@ -143,8 +147,11 @@ async fn the_bucket_keeps_its_arrival_times_as_decimal_text() {
         .await
         .unwrap();
     let name = redis.key_name(&"settled", &thirds);
-    let stored: String = connection.get(&name).await.unwrap();
-    assert_eq!(stored, format!("{now} {now}"));
+    let stored: Vec<u8> = connection.get(&name).await.unwrap();
+    assert_eq!(arrival_times(&stored), [(now, 0), (now, 0)]);
+    // The state read back as a person would see it.
+    let state = redis.state(&"settled", &thirds).await.unwrap().unwrap();
+    assert!(format!("{state:?}").contains(&now.to_string()), "{state:?}");
 }
 
 /// Traffic across 2^31 s (January 2038), with the clock stepping back over
@@ -201,10 +208,16 @@ async fn time_past_2038_is_judged_as_the_memory_store_judges_it() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_value_that_is_no_state_reads_as_a_fresh_key() {
     // One limit's record of the counts.
-    let record = |window: f64, previous: u32, current: u32| {
+    let record = |window: i64, previous: u32, current: u32| {
         let mut bytes = window.to_le_bytes().to_vec();
         bytes.extend(previous.to_le_bytes());
         bytes.extend(current.to_le_bytes());
+        bytes
+    };
+    // One limit's arrival time.
+    let tat = |micros: u64, rem: u32| {
+        let mut bytes = micros.to_le_bytes().to_vec();
+        bytes.extend(rem.to_le_bytes());
         bytes
     };
     let clock = ManualClock::new();
@@ -225,24 +238,33 @@ async fn a_value_that_is_no_state_reads_as_a_fresh_key() {
         b"nan",
         // 2^53: past the doubles' exact integers.
         b"9007199254740992",
-        // Records of the right length but no state: NaN, a negative or
-        // fractional window index, one more than 2^31 windows ahead,
-        // counts over max.
+        // Records of the right length but no state: a negative window
+        // index, one past 2^53, one more than 2^31 windows ahead, counts
+        // over max.
         &[0xff; 16],
         &[0xff; 32],
         &[b'1'; 32],
-        &record(-1.0, 0, 0),
-        &record(1.5, 0, 0),
-        &record(1e300, 0, 0),
-        &record(1_800_000_000.0 + 2_147_483_649.0, 0, 0),
-        &record(1_800_000_000.0, 0, 11),
-        &record(1_800_000_000.0, 11, 0),
+        &record(-1, 0, 0),
+        &record(i64::MAX, 0, 0),
+        &record(1_800_000_000 + 2_147_483_649, 0, 0),
+        &record(1_800_000_000, 0, 11),
+        &record(1_800_000_000, 11, 0),
         &[7, 0, 0, 0, 3, 0, 0, 0, 9, 0, 0, 0],
         &[b'1'; 24],
         b"",
         // The bucket's arrival times at now and ahead of it, but with a
-        // remainder not below max (10, 100), a number past 2^53, one time
-        // too many or too few, or not the text the script writes.
+        // remainder not below max (10, 100), a time past 2^53, one record
+        // too many or too few; and the decimal text an earlier script wrote.
+        &tat(1_800_000_000_000_000, 10),
+        &[
+            tat(1_800_000_000_000_000, 9),
+            tat(1_800_000_000_000_000, 100),
+        ]
+        .concat(),
+        &[tat(1_800_000_000_900_000, 0), tat(1 << 53, 0)].concat(),
+        &tat(1_800_000_000_900_000, 0).repeat(3),
+        &tat(u64::MAX, 0),
+        &[tat(1_800_000_000_900_000, 0), vec![0]].concat(),
         b"1800000000000000+10",
         b"1800000000000000+10 1800000000000000+100",
         b"1800000000900000 9007199254740992",
@@ -528,8 +550,8 @@ async fn state_is_compact() {
         let bound = 120 + 32 * (limits.len() as u64 - 1);
         assert!(bytes <= bound, "counter {limits:?}: {bytes} bytes");
     }
-    // The bucket's arrival times as decimal text, Unix-epoch µs: for one
-    // limit, a whole µs is an integer, kept inside the key's object.
+    // The bucket's 12-byte records: 88 bytes with one limit, 120 with
+    // two, rounded up as the counter's are.
     clock.set(Duration::from_secs(1_800_000_000));
     for limits in [
         &[(100u32, 60_000u64)][..],
@@ -541,11 +563,8 @@ async fn state_is_compact() {
             "bucket, {} limit(s): MEMORY USAGE {bytes} bytes, {encoding}",
             limits.len()
         );
-        let (expected, bound) = match limits.len() {
-            1 => ("int", 72),
-            _ => ("embstr", 136),
-        };
-        assert_eq!(encoding, expected, "bucket {limits:?}");
+        assert_eq!(encoding, "embstr", "bucket {limits:?}");
+        let bound = 104 + 32 * (limits.len() as u64 - 1);
         assert!(bytes <= bound, "bucket {limits:?}: {bytes} bytes");
     }
     let ttl: i64 = server

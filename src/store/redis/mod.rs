@@ -66,8 +66,8 @@ use crate::policy::Policy;
 /// * **One format per algorithm.** The log keeps its 8-byte timestamps,
 ///   oldest first (at most as many as the largest limit), in one string;
 ///   the counter and fixed window a record of 16 bytes a limit
-///   (the window index and two counts); the token bucket one arrival time a
-///   limit, as decimal text. docs/design.md has the layouts, and
+///   (the window index and two counts); the token bucket a record of 12 bytes
+///   a limit (its arrival time). docs/design.md has the layouts, and
 ///   [`state`](RedisStore::state) reads a key back as the [`KeyState`](crate::KeyState)
 ///   the scripts judge by. Every key expires once it has been idle long
 ///   enough to no longer matter.

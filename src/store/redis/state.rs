@@ -8,6 +8,7 @@ use redis::RedisResult;
 
 use super::{keys, Connection, RedisStore};
 use crate::algorithm::{Algorithm, FixedWindow, SlidingCounter, SlidingLog, TokenBucket};
+use crate::limit::Limit;
 use crate::policy::Policy;
 use crate::state::{Counts, KeyState};
 use crate::store::StoreError;
@@ -66,9 +67,7 @@ fn decode(bytes: &[u8], policy: &Policy) -> Option<Counts> {
             Some(Counts::Fixed(FixedWindow::from_parts(counts)))
         }
         Algorithm::TokenBucket => {
-            let text = std::str::from_utf8(bytes).ok()?;
-            let tats: Option<Vec<(u64, u32)>> = text.split(' ').map(arrival_time).collect();
-            let tats = tats.filter(|tats| tats.len() == limits.len())?;
+            let tats = arrival_times(bytes, limits)?;
             Some(Counts::Bucket(TokenBucket::from_parts(tats)))
         }
         Algorithm::SlidingLog => {
@@ -80,26 +79,31 @@ fn decode(bytes: &[u8], policy: &Policy) -> Option<Counts> {
 }
 
 /// The counter's or fixed window's records: per limit the window index,
-/// a little-endian double, and two 4-byte counts.
+/// 8 little-endian bytes below 2^53, and two 4-byte counts.
 fn records(bytes: &[u8], limits: usize) -> Option<Vec<(u64, u32, u32)>> {
     if bytes.len() != 16 * limits {
         return None;
     }
     let records = bytes.chunks_exact(16).map(|record| {
-        let window = f64::from_le_bytes(record[..8].try_into().ok()?);
+        let window = u64::from_le_bytes(record[..8].try_into().ok()?);
         let count = |at: usize| Some(u32::from_le_bytes(record[at..at + 4].try_into().ok()?));
-        let whole = window >= 0.0 && window.fract() == 0.0 && window < 9_007_199_254_740_992.0;
-        whole.then_some((window as u64, count(8)?, count(12)?))
+        (window < 1 << 53).then_some((window, count(8)?, count(12)?))
     });
     records.collect()
 }
 
-/// One of the bucket's arrival times: `micros` or `micros+rem`.
-fn arrival_time(text: &str) -> Option<(u64, u32)> {
-    let (micros, rem) = text.split_once('+').unwrap_or((text, "0"));
-    let digits = |s: &str| !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit());
-    (digits(micros) && digits(rem)).then_some(())?;
-    Some((micros.parse().ok()?, rem.parse().ok()?))
+/// The bucket's arrival times: per limit the whole µs, 8 little-endian
+/// bytes below 2^53, and the remainder, 4 bytes below the limit's max.
+fn arrival_times(bytes: &[u8], limits: &[Limit]) -> Option<Vec<(u64, u32)>> {
+    if bytes.len() != 12 * limits.len() {
+        return None;
+    }
+    let tats = bytes.chunks_exact(12).zip(limits).map(|(record, limit)| {
+        let micros = u64::from_le_bytes(record[..8].try_into().ok()?);
+        let rem = u32::from_le_bytes(record[8..].try_into().ok()?);
+        (micros < 1 << 53 && rem < limit.max()).then_some((micros, rem))
+    });
+    tats.collect()
 }
 
 /// The log's stamps, oldest first: 8 bytes each, at most the log's

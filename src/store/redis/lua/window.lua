@@ -1,7 +1,7 @@
 -- tower-sliding-window: the sliding window counter and the fixed window,
 -- judged as src/algorithm/counter.rs and fixed.rs judge them, for every
 -- policy of these algorithms (the limits come as arguments).
--- KEYS[1]  the state: per limit, in order, struct.pack('<dI4I4', window,
+-- KEYS[1]  the state: per limit, in order, struct.pack('<i8I4I4', window,
 --          previous, current), the fixed window's index (now // w) and the
 --          counts of the window before it (0 for the fixed window) and of it
 -- KEYS[2]  until when (µs) the key serves a penalty (used if ARGV[4] ~= 0)
@@ -52,9 +52,9 @@ local raw = redis.call('GET', KEYS[1])
 local fresh = not raw or #raw ~= 16 * n
 for i = 1, n do
   if not fresh then
-    window[i], previous[i], current[i] = struct.unpack('<dI4I4', raw, 16 * i - 15)
+    window[i], previous[i], current[i] = struct.unpack('<i8I4I4', raw, 16 * i - 15)
     local k = window[i]
-    fresh = not (k >= 0 and k % 1 == 0 and k - now / win[i] <= 2147483648
+    fresh = not (k >= 0 and k - now / win[i] <= 2147483648
       and previous[i] <= (sliding and max[i] or 0) and current[i] <= max[i])
   end
 end
@@ -139,7 +139,7 @@ else
   for i = 1, n do current[i] = current[i] + units end
 end
 local records = {}
-for i = 1, n do records[i] = struct.pack('<dI4I4', window[i], previous[i], current[i]) end
+for i = 1, n do records[i] = struct.pack('<i8I4I4', window[i], previous[i], current[i]) end
 -- The TTL is renewed only when a window rolls (or the key is new).
 if rolled then
   redis.call('SET', KEYS[1], table.concat(records), 'PX', string.format('%d', ttl))

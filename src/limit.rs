@@ -115,6 +115,14 @@ impl Limit {
         self.window_micros
     }
 
+    /// The same window holding `max`, at least one.
+    pub(crate) fn with_max(self, max: u32) -> Self {
+        Self {
+            max: max.max(1),
+            ..self
+        }
+    }
+
     /// The window in its largest whole unit: `60s`, `500ms` or `1500us`; the
     /// limit's name in `RateLimit` headers.
     pub fn window_name(&self) -> String {

@@ -25,6 +25,9 @@
 //!   Redis store's deny cache answered without a call (they count among the
 //!   decisions too).
 //!
+//! Gauge: `tower_sliding_window_live_instances{prefix}`, the instances
+//! sharing a Redis prefix at this instance's last heartbeat.
+//!
 //! Histogram: `tower_sliding_window_wait_seconds{policy}`, how long each
 //! request a layer made [wait](crate::SlidingWindowLayer::wait_up_to) slept
 //! before its last judgement (requests that did not wait are not in it).
@@ -249,6 +252,47 @@ pub(crate) fn store_failed(err: &StoreError, failure: crate::store::FailurePolic
     }
     #[cfg(not(feature = "tracing"))]
     let _ = (err, failure);
+}
+
+/// A Redis node was found out of reach: its keys are answered by the
+/// failure policy until a probe finds it.
+#[cfg(feature = "redis")]
+pub(crate) fn node_down(node: &str) {
+    #[cfg(feature = "tracing")]
+    tracing::warn!(
+        node,
+        "rate-limit store: Redis unreachable; answering by the failure policy"
+    );
+    #[cfg(not(feature = "tracing"))]
+    let _ = node;
+}
+
+/// A Redis node answered a probe again.
+#[cfg(feature = "redis")]
+pub(crate) fn node_up(node: &str) {
+    #[cfg(feature = "tracing")]
+    tracing::info!(node, "rate-limit store: Redis answers again");
+    #[cfg(not(feature = "tracing"))]
+    let _ = node;
+}
+
+/// The live instances a heartbeat counted, as a gauge by prefix.
+#[cfg(feature = "redis")]
+pub(crate) fn live_instances(prefix: &str, live: usize) {
+    #[cfg(feature = "metrics")]
+    metrics::gauge!("tower_sliding_window_live_instances", "prefix" => prefix.to_owned())
+        .set(live as f64);
+    #[cfg(not(feature = "metrics"))]
+    let _ = (prefix, live);
+}
+
+/// A heartbeat got an answer other than a count.
+#[cfg(feature = "redis")]
+pub(crate) fn heartbeat_failed(err: &StoreError) {
+    #[cfg(feature = "tracing")]
+    tracing::warn!(error = %err, "rate-limit store: heartbeat failed");
+    #[cfg(not(feature = "tracing"))]
+    let _ = err;
 }
 
 /// How often at most a failure of configuration is said as an error event.

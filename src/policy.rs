@@ -274,6 +274,25 @@ impl Policy {
         })
     }
 
+    /// The share of this policy one of `instances` instances enforces
+    /// alone: every limit's `max` divided by their number, rounded up and
+    /// at least 1, with the same windows, name and penalty.
+    pub(crate) fn shared_by(&self, instances: usize) -> Self {
+        let instances = u32::try_from(instances).unwrap_or(u32::MAX).max(1);
+        if instances == 1 {
+            return self.clone();
+        }
+        let inner = &self.inner;
+        let limits = inner.limits.as_slice().iter();
+        let shares = limits.map(|limit| limit.with_max(limit.max().div_ceil(instances)));
+        Self::build(
+            inner.algorithm,
+            Limits::collect(shares),
+            inner.name.clone(),
+            inner.penalty_micros,
+        )
+    }
+
     /// A short text naming the algorithm and limits, e.g. `l5/30s` or
     /// `c10/1s,100/60s`: equal for equal algorithms and limits in every
     /// process. Remote stores name state with it and the name.
@@ -365,5 +384,26 @@ mod tests {
         assert_eq!(a.clone().named("login"), b.named("login"));
         let counter = Policy::new(Algorithm::SlidingCounter, [Limit::per_second(5)]).unwrap();
         assert_ne!(a, counter);
+    }
+
+    #[test]
+    fn a_share_divides_every_max_rounding_up() {
+        let policy = Policy::new(
+            Algorithm::SlidingCounter,
+            [
+                Limit::per_second(10),
+                Limit::per_minute(100),
+                Limit::per_hour(2),
+            ],
+        )
+        .unwrap()
+        .named("free");
+        let share = policy.shared_by(4);
+        let maxes: Vec<u32> = share.limits().iter().map(Limit::max).collect();
+        assert_eq!(maxes, [3, 25, 1]);
+        assert_eq!(share.name(), Some("free"));
+        assert_eq!(share.limits()[1].window(), Duration::from_secs(60));
+        assert!(policy.shared_by(1).is(&policy));
+        assert!(policy.shared_by(0).is(&policy));
     }
 }

@@ -6,14 +6,15 @@ use std::future::Future;
 use std::pin::Pin;
 use std::sync::{Arc, OnceLock};
 
-use redis::{RedisResult, ScriptInvocation};
+use redis::RedisResult;
 
+use super::outage::{is_unreachable, Outage};
 use super::scripts::{self, Ask};
-use super::{keys, reply, Connection, RedisStore};
+use super::{keys, reply, within, RedisStore};
 use crate::algorithm::{Decision, Origin};
 use crate::observe::DenyCacheEvents;
 use crate::policy::{Policy, Weighed};
-use crate::store::{Store, StoreError, StoreErrorKind};
+use crate::store::{Store, StoreError};
 
 /// A policy bound to a [`RedisStore`]: the policy and the end of its keys'
 /// names (see [`Store::bind`]). Binding is cheap, and the store keeps
@@ -120,8 +121,8 @@ impl<K: std::fmt::Display> Store<K> for RedisStore {
         let store = self.clone();
         Box::pin(async move {
             let settled = store
-                .within_timeout(async {
-                    let reply: RedisResult<Vec<i64>> = store.invoke(&invocation).await;
+                .reach(&name, async {
+                    let reply: RedisResult<Vec<i64>> = store.connection.invoke(&invocation).await;
                     reply.map_err(|e| super::error("Redis settle script failed".into(), e))
                 })
                 .await;
@@ -153,11 +154,19 @@ impl RedisStore {
                 return Box::pin(std::future::ready(Ok(decision)));
             }
         }
+        let outage = &self.instance.outage;
+        if outage.any_down() {
+            let node = self.instance.node_of(&name);
+            if outage.is_down(&node) {
+                let answer = self.on_failure(name, binding.policy(), Outage::error(&node), ask);
+                return Box::pin(std::future::ready(answer));
+            }
+        }
         let store = self.clone();
         let binding = binding.clone();
         Box::pin(async move {
             let outcome = store
-                .within_timeout(store.judge(&name, binding.policy(), ask))
+                .reach(&name, store.judge(&name, binding.policy(), ask))
                 .await;
             match outcome {
                 Ok(decision) => {
@@ -176,6 +185,7 @@ impl RedisStore {
     async fn judge(&self, name: &str, policy: &Policy, ask: Ask) -> Result<Decision, StoreError> {
         let invocation = scripts::invocation(policy, ask, name, self.client_now());
         let reply: Vec<i64> = self
+            .connection
             .invoke(&invocation)
             .await
             .map_err(|e| super::error("Redis script failed".into(), e))?;
@@ -194,26 +204,24 @@ impl RedisStore {
         )
     }
 
-    async fn invoke(&self, invocation: &ScriptInvocation<'_>) -> RedisResult<Vec<i64>> {
-        match &self.connection {
-            Connection::Single(manager) => invocation.invoke_async(&mut manager.clone()).await,
-            Connection::Cluster(cluster) => invocation.invoke_async(&mut cluster.clone()).await,
-        }
-    }
-
-    /// `call`'s outcome, or an error once the store's timeout has passed.
-    async fn within_timeout<T>(
+    /// `call` to the node holding the key `name`: its outcome, or an error
+    /// once the store's timeout has passed or another call has found the
+    /// node down. A call that finds it out of reach marks it down, so that
+    /// the calls after it answer at once.
+    async fn reach<T>(
         &self,
+        name: &str,
         call: impl Future<Output = Result<T, StoreError>>,
     ) -> Result<T, StoreError> {
-        tokio::time::timeout(self.timeout, call)
-            .await
-            .unwrap_or_else(|_| {
-                Err(StoreError::new(
-                    format!("Redis did not answer within {:?}", self.timeout),
-                    None,
-                )
-                .with_kind(StoreErrorKind::Timeout))
-            })
+        self.join();
+        let outage = &self.instance.outage;
+        let node = || self.instance.node_of(name);
+        let outcome = within(self.timeout, outage.unless_down(node, call)).await;
+        if let Err(err) = &outcome {
+            if is_unreachable(err) {
+                outage.mark_down(node());
+            }
+        }
+        outcome
     }
 }

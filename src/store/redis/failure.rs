@@ -7,10 +7,13 @@ use super::{ClientClock, RedisStore};
 use crate::algorithm::{Decision, Origin};
 use crate::clock::Clock;
 use crate::policy::Policy;
-use crate::store::StoreError;
+use crate::store::{MemoryStore, StoreError};
 
 /// The rule a [`RedisStore`](super::RedisStore) applies when a call fails or
-/// exceeds its timeout. Whatever the rule, an HTTP layer never returns an
+/// exceeds its timeout. Once a call finds Redis out of reach (refused,
+/// reset, or over the timeout; not a reply error), the rule answers every
+/// call for that node at once, with no timeout to wait, until the
+/// heartbeat's probe finds it again. Whatever the rule, an HTTP layer never returns an
 /// error and never panics (under
 /// [`refuse_with_error`](crate::SlidingWindowLayer::refuse_with_error),
 /// `FailClosed` fails the call with the [`StoreError`]); the
@@ -25,9 +28,13 @@ pub enum FailurePolicy {
     /// Refuse the request with `503 Service Unavailable` (gRPC
     /// `UNAVAILABLE`), or in error mode fail it with the [`StoreError`].
     FailClosed,
-    /// Judge the request with a local [`MemoryStore`](crate::MemoryStore), so
-    /// each instance still enforces the limit on its own share of traffic
-    /// until the server is back.
+    /// Judge the request with a local [`MemoryStore`](crate::MemoryStore),
+    /// against every limit's `max` divided by the
+    /// [live instances](super::RedisStore::live_instances) (rounded up, at
+    /// least 1), so that a fleet whose traffic is spread evenly admits
+    /// about one limit in all until Redis is back. A request costing more
+    /// than a divided `max` is refused as too costly. When Redis answers
+    /// again, decisions go back to it and the local windows are dropped.
     Fallback,
 }
 
@@ -56,8 +63,9 @@ pub(super) fn local_micros(client_clock: Option<&ClientClock>) -> u64 {
 impl RedisStore {
     /// Answers for a failed or late call that asked `ask` of the key
     /// `name` under `policy`, by the failure policy. The fallback store
-    /// judges the request at its cost, as Redis would have; what it admits
-    /// is not counted in Redis, and never settled.
+    /// judges the request at its cost, as Redis would have, against this
+    /// instance's share of the limits; what it admits is not counted in
+    /// Redis, and never settled.
     pub(super) fn on_failure(
         &self,
         name: String,
@@ -70,10 +78,15 @@ impl RedisStore {
             FailurePolicy::FailOpen => Ok(Decision::allow(policy.limits()[0], Duration::ZERO)),
             FailurePolicy::FailClosed => Err(err),
             FailurePolicy::Fallback => {
-                let binding = self.fallback.bind::<String>(policy);
+                let fallback = self
+                    .instance
+                    .outage
+                    .fallback(|| MemoryStore::with_clock(LocalClock(self.clock.clone())));
+                let share = policy.shared_by(self.live_instances());
+                let binding = fallback.bind::<String>(&share);
                 let decision = match ask {
-                    Ask::Record(cost) => self.fallback.decide_cost_bound_now(name, &binding, cost),
-                    Ask::Peek | Ask::Settle { .. } => self.fallback.peek_bound_now(&name, &binding),
+                    Ask::Record(cost) => fallback.decide_cost_bound_now(name, &binding, cost),
+                    Ask::Peek | Ask::Settle { .. } => fallback.peek_bound_now(&name, &binding),
                 };
                 Ok(decision.with_origin(Origin::Fallback))
             }

@@ -6,16 +6,20 @@
 //! decision (the script call, its timeout, the failure policy), `scripts`
 //! the fixed Lua scripts and their arguments, `reply` the reading of their
 //! replies, `deny_cache` the refusals answered locally, `failure` the
-//! failure policy, `keys` the key names, `state` a key's stored state read
-//! back.
+//! failure policy, `outage` the nodes found unreachable, `fleet` the
+//! heartbeat and the count of live instances, `slots` a Cluster's slot
+//! map, `keys` the key names, `state` a key's stored state read back.
 
 mod call;
 mod connect;
 mod deny_cache;
 mod failure;
+mod fleet;
 mod keys;
+mod outage;
 mod reply;
 mod scripts;
+mod slots;
 mod state;
 
 use std::fmt::Display;
@@ -24,17 +28,20 @@ use std::time::Duration;
 
 use redis::aio::ConnectionManager;
 use redis::cluster_async::ClusterConnection;
+use redis::cluster_routing::RoutingInfo;
+use redis::{Cmd, FromRedisValue, RedisResult, ScriptInvocation};
 
 pub use self::call::RedisBinding;
 use self::connect::error;
 #[cfg(feature = "redis-tls")]
 pub use self::connect::RedisTls;
 use self::deny_cache::DenyCache;
+use self::failure::local_micros;
 pub use self::failure::FailurePolicy;
-use self::failure::{local_micros, LocalClock};
-use super::MemoryStore;
+use self::fleet::Instance;
 use crate::clock::Clock;
 use crate::policy::Policy;
+use crate::store::{StoreError, StoreErrorKind};
 
 /// State kept in Redis, so that every instance of a service shares one limit.
 ///
@@ -111,9 +118,12 @@ pub struct RedisStore {
     clock: Option<ClientClock>,
     timeout: Duration,
     failure: FailurePolicy,
-    fallback: MemoryStore<LocalClock>,
+    heartbeat: Duration,
+    expected_instances: usize,
     /// Refusals still standing, by key name; `None` when turned off.
     denied: Option<Arc<DenyCache>>,
+    /// The fleet as this instance last saw it, and its outage.
+    instance: Arc<Instance>,
 }
 
 #[derive(Clone)]
@@ -123,6 +133,49 @@ enum Connection {
 }
 
 type ClientClock = Arc<dyn Fn() -> u64 + Send + Sync>;
+
+impl Connection {
+    async fn invoke<T: FromRedisValue>(&self, invocation: &ScriptInvocation<'_>) -> RedisResult<T> {
+        match self {
+            Self::Single(manager) => invocation.invoke_async(&mut manager.clone()).await,
+            Self::Cluster(cluster) => invocation.invoke_async(&mut cluster.clone()).await,
+        }
+    }
+
+    /// Sends `command`; on a Cluster to the node `routing` names, if any,
+    /// else to the one its keys live on.
+    async fn query<T: FromRedisValue>(
+        &self,
+        command: &Cmd,
+        routing: Option<RoutingInfo>,
+    ) -> RedisResult<T> {
+        match (self, routing) {
+            (Self::Cluster(cluster), Some(routing)) => {
+                let reply = cluster
+                    .clone()
+                    .route_command(command.clone(), routing)
+                    .await?;
+                Ok(redis::from_redis_value(reply)?)
+            }
+            (Self::Cluster(cluster), None) => command.query_async(&mut cluster.clone()).await,
+            (Self::Single(manager), _) => command.query_async(&mut manager.clone()).await,
+        }
+    }
+}
+
+/// `call`'s outcome, or an error once `timeout` has passed.
+async fn within<T>(
+    timeout: Duration,
+    call: impl std::future::Future<Output = Result<T, StoreError>>,
+) -> Result<T, StoreError> {
+    match tokio::time::timeout(timeout, call).await {
+        Ok(outcome) => outcome,
+        Err(_) => Err(
+            StoreError::new(format!("Redis did not answer within {timeout:?}"), None)
+                .with_kind(StoreErrorKind::Timeout),
+        ),
+    }
+}
 
 impl std::fmt::Debug for RedisStore {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -135,6 +188,8 @@ impl std::fmt::Debug for RedisStore {
             .field("client_clock", &self.clock.is_some())
             .field("timeout", &self.timeout)
             .field("failure", &self.failure)
+            .field("heartbeat", &self.heartbeat)
+            .field("live_instances", &self.live_instances())
             .field("denied_keys", &self.denied_keys())
             .finish()
     }
@@ -147,6 +202,9 @@ impl RedisStore {
     pub const DEFAULT_TIMEOUT: Duration = Duration::from_millis(50);
     /// How many refused keys the deny cache holds by default.
     pub const DEFAULT_DENY_CACHE: usize = 4096;
+    /// How often an instance refreshes its entry among the live instances
+    /// (and, during an outage, probes Redis) by default.
+    pub const DEFAULT_HEARTBEAT: Duration = Duration::from_secs(1);
 
     /// A store over an existing single-node connection.
     pub fn from_connection_manager(manager: ConnectionManager) -> Self {
@@ -165,8 +223,10 @@ impl RedisStore {
             clock: None,
             timeout: Self::DEFAULT_TIMEOUT,
             failure: FailurePolicy::default(),
-            fallback: MemoryStore::with_clock(LocalClock(None)),
+            heartbeat: Self::DEFAULT_HEARTBEAT,
+            expected_instances: 1,
             denied: Some(Arc::new(DenyCache::new(Self::DEFAULT_DENY_CACHE))),
+            instance: Arc::new(Instance::new()),
         }
     }
 
@@ -181,9 +241,7 @@ impl RedisStore {
     /// Every instance sharing the keys must then share the clock's zero; this
     /// is meant for tests with a [`ManualClock`](crate::ManualClock).
     pub fn with_clock<C: Clock>(mut self, clock: C) -> Self {
-        let clock: ClientClock = Arc::new(move || clock.now_micros());
-        self.fallback = MemoryStore::with_clock(LocalClock(Some(Arc::clone(&clock))));
-        self.clock = Some(clock);
+        self.clock = Some(Arc::new(move || clock.now_micros()));
         // What it remembers was placed on the other clock.
         self.denied = self
             .denied
@@ -222,6 +280,43 @@ impl RedisStore {
         self
     }
 
+    /// Refreshes this instance's entry among the prefix's live instances
+    /// every `interval` (default [`DEFAULT_HEARTBEAT`](Self::DEFAULT_HEARTBEAT)),
+    /// from a task on the tokio runtime started at the store's first call.
+    /// An entry lives three intervals, so an instance that dies without
+    /// leaving drops out of the count within three intervals. During an
+    /// outage the same task probes Redis once per interval, and decisions
+    /// go back to Redis at the first probe that succeeds.
+    ///
+    /// # Panics
+    ///
+    /// If `interval` is shorter than a millisecond.
+    pub fn with_heartbeat(mut self, interval: Duration) -> Self {
+        assert!(
+            interval >= Duration::from_millis(1),
+            "RedisStore::with_heartbeat: the interval must be at least 1 ms, got {interval:?}"
+        );
+        self.heartbeat = interval;
+        self
+    }
+
+    /// How many instances to assume [live](Self::live_instances) until
+    /// the first heartbeat has counted them (default 1): the fleet's size
+    /// for an instance that starts during an outage.
+    pub fn with_expected_instances(mut self, instances: usize) -> Self {
+        self.expected_instances = instances.max(1);
+        self
+    }
+
+    /// How many instances shared this store's prefix at the last
+    /// heartbeat, this one included: a store and its clones are one
+    /// instance. Before any heartbeat it is the
+    /// [expected](Self::with_expected_instances) number, 1 by default.
+    /// [`Fallback`](FailurePolicy::Fallback) divides every limit by it.
+    pub fn live_instances(&self) -> usize {
+        self.instance.live().unwrap_or(self.expected_instances)
+    }
+
     /// The Redis key holding `key`'s state under `policy`: `key` escaped
     /// inside a hash tag, or `sha256:` and its digest when the escaped key
     /// is longer than 256 bytes (see [`bound_key`](crate::bound_key)), so a
@@ -232,10 +327,10 @@ impl RedisStore {
     }
 
     /// The Lua scripts this store runs in Redis, by file name, to read
-    /// what runs on the server (or to measure it). The same three serve
+    /// what runs on the server (or to measure it). The same three judge
     /// every policy: each call passes the limits as arguments, and each
-    /// file's header says which.
-    pub fn script_sources() -> [(&'static str, &'static str); 3] {
+    /// file's header says which. The fourth is the heartbeat.
+    pub fn script_sources() -> [(&'static str, &'static str); 4] {
         scripts::SOURCES
     }
 }

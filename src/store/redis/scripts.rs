@@ -1,6 +1,6 @@
 //! The fixed scripts the store runs, one set for every policy, and how a
 //! call fills their arguments: the policy's limits travel with each call,
-//! so Redis's script cache holds these three whatever the number of
+//! so Redis's script cache holds these four whatever the number of
 //! policies. Each file's header documents its keys, arguments and replies.
 
 use std::sync::LazyLock;
@@ -17,17 +17,25 @@ const WINDOW: &str = include_str!("lua/window.lua");
 const LOG: &str = include_str!("lua/log.lua");
 /// The token bucket: judging, peeking, settling.
 const BUCKET: &str = include_str!("lua/bucket.lua");
+/// An instance's heartbeat, counting the fleet (see `fleet`).
+const FLEET: &str = include_str!("lua/fleet.lua");
 
 /// Every script the store runs, by its file name in `lua/`.
-pub(super) const SOURCES: [(&str, &str); 3] = [
+pub(super) const SOURCES: [(&str, &str); 4] = [
     ("window.lua", WINDOW),
     ("log.lua", LOG),
     ("bucket.lua", BUCKET),
+    ("fleet.lua", FLEET),
 ];
 
 /// The scripts with their SHA1 digests, computed once per process.
-static SCRIPTS: LazyLock<[Script; 3]> =
+static SCRIPTS: LazyLock<[Script; 4]> =
     LazyLock::new(|| SOURCES.map(|(_, source)| Script::new(source)));
+
+/// The heartbeat's script.
+pub(super) fn fleet() -> &'static Script {
+    &SCRIPTS[3]
+}
 
 /// What a call asks of a script.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -68,7 +76,7 @@ pub(super) fn invocation(
     name: &str,
     now: Option<u64>,
 ) -> ScriptInvocation<'static> {
-    let scripts: &'static [Script; 3] = &SCRIPTS;
+    let scripts: &'static [Script; 4] = &SCRIPTS;
     let algorithm = policy.algorithm();
     let script = match algorithm {
         Algorithm::SlidingLog => &scripts[1],

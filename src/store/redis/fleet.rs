@@ -1,0 +1,218 @@
+//! The fleet: the instances sharing a prefix. Each instance (a store and
+//! its clones) keeps an entry in the sorted set `prefix:instances`, scored
+//! by when it expires on Redis `TIME`, and refreshes it once per heartbeat
+//! from a background task, which learns how many entries are live from the
+//! same call. That task is also the outage's probe: a heartbeat or `PING`
+//! that succeeds brings a node back.
+
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Weak};
+use std::time::Duration;
+
+use parking_lot::Mutex;
+use redis::cluster_routing::{RoutingInfo, SingleNodeRoutingInfo};
+use tokio::sync::oneshot;
+
+use super::outage::{is_unreachable, whole, Node, Outage};
+use super::scripts;
+use super::slots::{self, Slots};
+use super::{error, within, Connection, RedisStore};
+use crate::store::StoreError;
+
+/// What a store and its clones share while they run: the fleet as last
+/// seen, and the outage.
+pub(super) struct Instance {
+    /// Live instances at the last heartbeat, this one included; 0 before.
+    live: AtomicUsize,
+    joined: AtomicBool,
+    /// Resolves once the last clone of the store is dropped: the
+    /// heartbeat then takes the entry out and stops.
+    dropped: Mutex<Option<oneshot::Receiver<()>>>,
+    _alive: oneshot::Sender<()>,
+    pub(super) outage: Outage,
+    /// A Cluster's slots, as the last heartbeat read them.
+    slots: Mutex<Option<Arc<Slots>>>,
+}
+
+impl Instance {
+    pub(super) fn new() -> Self {
+        let (alive, dropped) = oneshot::channel();
+        Self {
+            live: AtomicUsize::new(0),
+            joined: AtomicBool::new(false),
+            dropped: Mutex::new(Some(dropped)),
+            _alive: alive,
+            outage: Outage::default(),
+            slots: Mutex::new(None),
+        }
+    }
+
+    /// The live count last seen, if any.
+    pub(super) fn live(&self) -> Option<usize> {
+        Some(self.live.load(Ordering::Relaxed)).filter(|&n| n > 0)
+    }
+
+    /// The node holding the key `name`.
+    pub(super) fn node_of(&self, name: &str) -> Node {
+        match &*self.slots.lock() {
+            Some(slots) => slots.node(name),
+            None => whole(),
+        }
+    }
+}
+
+impl RedisStore {
+    /// Starts the heartbeat, unless it runs: at the store's first call,
+    /// under its final prefix, in the runtime that makes the call.
+    pub(super) fn join(&self) {
+        let instance = &self.instance;
+        if instance.joined.load(Ordering::Relaxed) {
+            return;
+        }
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        let Some(dropped) = instance.dropped.lock().take() else {
+            return;
+        };
+        instance.joined.store(true, Ordering::Relaxed);
+        let heart = Heart {
+            id: instance_id(),
+            connection: self.connection.clone(),
+            key: self.fleet_key(),
+            prefix: Arc::clone(&self.prefix),
+            interval: self.heartbeat,
+            timeout: self.timeout,
+        };
+        runtime.spawn(heart.beat_until(Arc::downgrade(instance), dropped));
+    }
+
+    /// The sorted set of the prefix's live instances.
+    pub(super) fn fleet_key(&self) -> String {
+        format!("{}:instances", self.prefix)
+    }
+}
+
+/// An instance's member in the set: the host's name where the environment
+/// gives one, the process id and a random part, so that a reader of the set
+/// with `redis-cli` sees whose entry it is.
+fn instance_id() -> String {
+    let random = std::hash::BuildHasher::hash_one(
+        &std::collections::hash_map::RandomState::new(),
+        std::time::SystemTime::now(),
+    );
+    let host = std::env::var("HOSTNAME").unwrap_or_default();
+    format!("{host}:{}:{random:016x}", std::process::id())
+}
+
+/// What the heartbeat task holds: not the store, whose last clone it must
+/// not keep alive.
+struct Heart {
+    /// The entry's member.
+    id: String,
+    connection: Connection,
+    key: String,
+    prefix: Arc<str>,
+    interval: Duration,
+    timeout: Duration,
+}
+
+impl Heart {
+    async fn beat_until(self, instance: Weak<Instance>, mut dropped: oneshot::Receiver<()>) {
+        loop {
+            match instance.upgrade() {
+                Some(instance) => self.beat(&instance).await,
+                None => break,
+            }
+            if tokio::time::timeout(self.interval, &mut dropped)
+                .await
+                .is_ok()
+            {
+                break;
+            }
+        }
+        let mut leave = redis::cmd("ZREM");
+        leave.arg(&self.key).arg(&self.id);
+        let _ = self
+            .ask("leaving", self.connection.query::<i64>(&leave, None))
+            .await;
+    }
+
+    /// Refreshes the entry, then, on a Cluster, its slot map and a probe
+    /// of each node down.
+    async fn beat(&self, instance: &Instance) {
+        let life = u64::try_from(self.interval.as_millis() * 3).unwrap_or(u64::MAX);
+        let mut call = scripts::fleet().key(&self.key);
+        call.arg(&self.id).arg(life);
+        match self
+            .ask("heartbeat", self.connection.invoke::<usize>(&call))
+            .await
+        {
+            Ok(live) => {
+                instance.live.store(live, Ordering::Relaxed);
+                crate::observe::live_instances(&self.prefix, live);
+                instance.outage.answered(&instance.node_of(&self.key));
+            }
+            Err(err) if is_unreachable(&err) => {
+                instance.outage.mark_down(instance.node_of(&self.key));
+            }
+            // The node answered, if with an error (a rotated password, a
+            // user not allowed the set): calls go back to it, to meet that
+            // error themselves rather than an outage that is not one.
+            Err(err) => {
+                crate::observe::heartbeat_failed(&err);
+                instance.outage.answered(&instance.node_of(&self.key));
+            }
+        }
+        if let Connection::Cluster(_) = self.connection {
+            self.read_slots(instance).await;
+            for node in instance.outage.down_nodes() {
+                if self.ping(&node).await {
+                    instance.outage.answered(&node);
+                }
+            }
+        }
+    }
+
+    async fn read_slots(&self, instance: &Instance) {
+        let mut command = redis::cmd("CLUSTER");
+        command.arg("SLOTS");
+        let random = RoutingInfo::SingleNode(SingleNodeRoutingInfo::Random);
+        let reply = self
+            .ask(
+                "CLUSTER SLOTS",
+                self.connection.query(&command, Some(random)),
+            )
+            .await;
+        if let Some(slots) = reply.ok().as_ref().and_then(Slots::read) {
+            *instance.slots.lock() = Some(Arc::new(slots));
+        }
+    }
+
+    /// Whether `node` answers a `PING` (any node, for `""`), if only
+    /// with an error.
+    async fn ping(&self, node: &Node) -> bool {
+        let routing = match slots::address(node) {
+            Some((host, port)) => SingleNodeRoutingInfo::ByAddress { host, port },
+            None => SingleNodeRoutingInfo::Random,
+        };
+        let ping = redis::cmd("PING");
+        let reply = self
+            .connection
+            .query::<String>(&ping, Some(RoutingInfo::SingleNode(routing)));
+        !matches!(self.ask("probe", reply).await, Err(err) if is_unreachable(&err))
+    }
+
+    /// A call's reply within the store's timeout.
+    async fn ask<T>(
+        &self,
+        what: &str,
+        call: impl std::future::Future<Output = redis::RedisResult<T>>,
+    ) -> Result<T, StoreError> {
+        let call = async {
+            call.await
+                .map_err(|e| error(format!("Redis {what} failed"), e))
+        };
+        within(self.timeout, call).await
+    }
+}

@@ -268,3 +268,69 @@ async fn drill_four_instances_through_a_five_second_outage() {
     assert!(median(&down) <= median(&up) + Duration::from_millis(1));
     assert!(back.iter().any(|(_, d)| d.origin() == Origin::Limits));
 }
+
+/// On a Cluster an outage is decided per node: with one of three primaries
+/// paused, its keys are answered by the fallback after at most one slow
+/// call, and the other nodes' keys are still judged by Redis.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_a_cluster_an_outage_is_decided_per_node() {
+    let cluster = tokio::task::spawn_blocking(|| {
+        // The other primaries keep serving their slots while one is out.
+        let mut args = redis_server::CLUSTER_NODE.to_vec();
+        args.extend(["--cluster-require-full-coverage", "no"]);
+        let nodes: Vec<Server> = (0..3).map(|_| Server::start_with(&args)).collect();
+        redis_server::form_cluster(&nodes.iter().collect::<Vec<_>>());
+        nodes
+    })
+    .await
+    .unwrap();
+    let urls: Vec<String> = cluster.iter().map(Server::url).collect();
+    let urls: Vec<&str> = urls.iter().map(String::as_str).collect();
+    let store = RedisStore::connect_cluster(&urls)
+        .await
+        .unwrap()
+        .with_prefix(&unique_prefix("cluster-outage"))
+        .with_heartbeat(HEARTBEAT)
+        .with_timeout(TIMEOUT)
+        .with_failure_policy(FailurePolicy::Fallback);
+    let policy = policy(Algorithm::SlidingCounter, &[(1_000, 60_000)]);
+    let keys: Vec<String> = (0..30).map(|i| format!("key-{i}")).collect();
+    for key in &keys {
+        assert_eq!(
+            store.decide(key.as_str(), &policy).await.unwrap().origin(),
+            Origin::Limits
+        );
+    }
+    // Long enough for the heartbeat to have read the slot map.
+    tokio::time::sleep(HEARTBEAT * 4).await;
+    cluster[0].pause();
+    let mut slow = 0;
+    let mut origins = Vec::new();
+    for _ in 0..2 {
+        for key in &keys {
+            let started = Instant::now();
+            let decision = store.decide(key.as_str(), &policy).await.unwrap();
+            slow += usize::from(started.elapsed() >= TIMEOUT / 2);
+            origins.push((key.clone(), decision.origin()));
+        }
+    }
+    cluster[0].resume();
+    let fallback = origins
+        .iter()
+        .filter(|(_, o)| *o == Origin::Fallback)
+        .count();
+    let redis = origins.iter().filter(|(_, o)| *o == Origin::Limits).count();
+    assert!(slow <= 1, "{slow} slow calls: {origins:?}");
+    assert!(fallback > 0 && redis > 0, "{origins:?}");
+    assert_eq!(fallback + redis, origins.len(), "{origins:?}");
+    // A key's node decides: each key had the same answer both times.
+    let (first, second) = origins.split_at(keys.len());
+    assert_eq!(first, second);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    for key in &keys {
+        while store.decide(key.as_str(), &policy).await.unwrap().origin() != Origin::Limits {
+            assert!(Instant::now() < deadline, "no recovery for {key}");
+            tokio::time::sleep(HEARTBEAT).await;
+        }
+    }
+}

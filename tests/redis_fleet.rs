@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 use redis_server::{unique_prefix, Server};
 use stores::{policy, ALGORITHMS};
 use tower_sliding_window::{
-    Algorithm, FailurePolicy, ManualClock, Origin, Policy, RedisStore, Store,
+    Algorithm, FailurePolicy, ManualClock, Origin, Policy, RedisStore, Store, StoreErrorKind,
 };
 
 const HEARTBEAT: Duration = Duration::from_millis(50);
@@ -60,6 +60,8 @@ async fn instances_count_each_other_and_a_dropped_one_leaves() {
     let server = tokio::task::spawn_blocking(Server::start).await.unwrap();
     let mut stores = fleet(&server.url(), 4, FailurePolicy::FailClosed).await;
     assert_eq!(stores[0].live_instances(), 1, "before any heartbeat");
+    let expected = stores[1].clone().with_expected_instances(4);
+    assert_eq!(expected.live_instances(), 4, "before any heartbeat");
     // A clone is the same instance.
     let clone = stores[0].clone();
     until_all_see(&stores, 4).await;
@@ -168,7 +170,28 @@ async fn four_instances_fall_back_to_a_quarter_of_each_limit() {
         .map(|store| store.with_clock(clock.clone()))
         .collect();
     until_all_see(&stores, 4).await;
+    let settled = policy(Algorithm::SlidingCounter, &[(100, 60_000)]);
+    let mut admitted = Vec::new();
+    for store in &stores {
+        admitted.push(store.decide_cost("settled", &settled, 5).await.unwrap());
+    }
     server.kill();
+    // Redis's admissions cannot be settled while it is out of reach: the
+    // store says so, at once once it knows of the outage.
+    for (store, admitted) in stores.iter().zip(&admitted) {
+        assert_eq!(admitted.origin(), Origin::Limits);
+        let binding = Store::<&str>::bind(store, &settled);
+        let outcome = store
+            .settle_bound("settled", &binding, admitted, 5, 1)
+            .await;
+        let err = outcome.expect_err("settled during an outage");
+        assert_eq!(err.kind(), StoreErrorKind::Connection, "{err}");
+        let started = Instant::now();
+        let again = store
+            .settle_bound("settled", &binding, admitted, 5, 1)
+            .await;
+        assert!(again.is_err() && started.elapsed() < TIMEOUT / 2);
+    }
     for algorithm in ALGORITHMS {
         let policy = policy(algorithm, &[(100, 60_000)]);
         let mut admitted = 0;

@@ -154,14 +154,6 @@ impl RedisStore {
                 return Box::pin(std::future::ready(Ok(decision)));
             }
         }
-        let outage = &self.instance.outage;
-        if outage.any_down() {
-            let node = self.instance.node_of(&name);
-            if outage.is_down(&node) {
-                let answer = self.on_failure(name, binding.policy(), Outage::error(&node), ask);
-                return Box::pin(std::future::ready(answer));
-            }
-        }
         let store = self.clone();
         let binding = binding.clone();
         Box::pin(async move {
@@ -205,9 +197,10 @@ impl RedisStore {
     }
 
     /// `call` to the node holding the key `name`: its outcome, or an error
-    /// once the store's timeout has passed or another call has found the
-    /// node down. A call that finds it out of reach marks it down, so that
-    /// the calls after it answer at once.
+    /// at once if the node is down, once the store's timeout has passed,
+    /// or as soon as another call finds the node down. A call that finds
+    /// it out of reach marks it down, so that the calls after it answer at
+    /// once.
     async fn reach<T>(
         &self,
         name: &str,
@@ -216,6 +209,9 @@ impl RedisStore {
         self.join();
         let outage = &self.instance.outage;
         let node = || self.instance.node_of(name);
+        if outage.any_down() && outage.is_down(&node()) {
+            return Err(Outage::error(&node()));
+        }
         let outcome = within(self.timeout, outage.unless_down(node, call)).await;
         if let Err(err) = &outcome {
             if is_unreachable(err) {

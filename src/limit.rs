@@ -116,6 +116,7 @@ impl Limit {
     }
 
     /// The same window holding `max`, at least one.
+    #[cfg(feature = "redis")]
     pub(crate) fn with_max(self, max: u32) -> Self {
         Self {
             max: max.max(1),

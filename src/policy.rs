@@ -277,6 +277,7 @@ impl Policy {
     /// The share of this policy one of `instances` instances enforces
     /// alone: every limit's `max` divided by their number, rounded up and
     /// at least 1, with the same windows, name and penalty.
+    #[cfg(feature = "redis")]
     pub(crate) fn shared_by(&self, instances: usize) -> Self {
         let instances = u32::try_from(instances).unwrap_or(u32::MAX).max(1);
         if instances == 1 {
@@ -387,6 +388,7 @@ mod tests {
     }
 
     #[test]
+    #[cfg(feature = "redis")]
     fn a_share_divides_every_max_rounding_up() {
         let policy = Policy::new(
             Algorithm::SlidingCounter,

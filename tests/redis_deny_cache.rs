@@ -19,11 +19,8 @@ use tower_sliding_window::{
 use xorshift::XorShift;
 
 /// Script calls the server has run to an answer.
-/// Calls of the decision scripts: every script call but the heartbeats,
-/// each of which adds one instance to the fleet's set.
 fn script_calls(server: &Server) -> u64 {
-    let heartbeats = server.command_calls("zadd");
-    server.successful_calls("evalsha") + server.successful_calls("eval") - heartbeats
+    server.decision_scripts()
 }
 
 async fn private_store(server: &Server, clock: &ManualClock) -> RedisStore {

@@ -612,8 +612,7 @@ async fn a_settle_costs_a_script_call_only_when_it_changes_something() {
             }
             std::future::ready(Ok::<_, Infallible>(response))
         }));
-        // The heartbeat's calls are not decisions: each adds to a set.
-        let calls = || server.successful_calls("evalsha") - server.command_calls("zadd");
+        let calls = || server.decision_scripts();
         let send = |cost: u32, used: Option<u32>| {
             let mut request = Request::new(cost);
             if let Some(used) = used {

@@ -200,8 +200,21 @@ impl Server {
         self.command_stat(command, "calls") - self.command_stat(command, "failed_calls")
     }
 
+    /// Successful script calls that judged, read from one `INFO`: every
+    /// script call but the heartbeats, each of which runs one `ZADD`.
+    pub fn decision_scripts(&self) -> u64 {
+        let stats = self.cli(&["INFO", "commandstats"]).unwrap_or_default();
+        let stat = |command, field| Self::stat_in(&stats, command, field);
+        let succeeded = |command| stat(command, "calls") - stat(command, "failed_calls");
+        succeeded("evalsha") + succeeded("eval") - stat("zadd", "calls")
+    }
+
     fn command_stat(&self, command: &str, field: &str) -> u64 {
         let stats = self.cli(&["INFO", "commandstats"]).unwrap_or_default();
+        Self::stat_in(&stats, command, field)
+    }
+
+    fn stat_in(stats: &str, command: &str, field: &str) -> u64 {
         let prefix = format!("cmdstat_{command}:");
         stats
             .lines()

@@ -88,7 +88,11 @@ impl RedisStore {
                     Ask::Record(cost) => fallback.decide_cost_bound_now(name, &binding, cost),
                     Ask::Peek | Ask::Settle { .. } => fallback.peek_bound_now(&name, &binding),
                 };
-                Ok(decision.with_origin(Origin::Fallback))
+                // A request costing more than the share stays too costly.
+                Ok(match decision.origin {
+                    Origin::TooCostly => decision,
+                    _ => decision.with_origin(Origin::Fallback),
+                })
             }
         }
     }

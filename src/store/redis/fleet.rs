@@ -17,7 +17,7 @@ use super::outage::{is_unreachable, whole, Node, Outage};
 use super::scripts;
 use super::slots::{self, Slots};
 use super::{error, within, Connection, RedisStore};
-use crate::store::StoreError;
+use crate::store::{StoreError, StoreErrorKind};
 
 /// What a store and its clones share while they run: the fleet as last
 /// seen, and the outage.
@@ -63,7 +63,8 @@ impl Instance {
 
 impl RedisStore {
     /// Starts the heartbeat, unless it runs: at the store's first call,
-    /// under its final prefix, in the runtime that makes the call.
+    /// in the runtime that makes the call (the builders that change what
+    /// it beats for make a new instance).
     pub(super) fn join(&self) {
         let instance = &self.instance;
         if instance.joined.load(Ordering::Relaxed) {
@@ -76,21 +77,39 @@ impl RedisStore {
             return;
         };
         instance.joined.store(true, Ordering::Relaxed);
+        let running = Running {
+            instance: Arc::downgrade(instance),
+            dropped: Some(dropped),
+        };
         let heart = Heart {
             id: instance_id(),
             connection: self.connection.clone(),
             key: self.fleet_key(),
             prefix: Arc::clone(&self.prefix),
             interval: self.heartbeat,
-            timeout: self.timeout,
+            // A heartbeat is no request: it may wait longer than one, so
+            // that a Redis slow for a moment is not declared down by it.
+            timeout: self.timeout.max(self.heartbeat),
         };
-        runtime.spawn(heart.beat_until(Arc::downgrade(instance), dropped));
+        runtime.spawn(heart.beat_until(running));
     }
 
     /// The sorted set of the prefix's live instances.
     pub(super) fn fleet_key(&self) -> String {
         format!("{}:instances", self.prefix)
     }
+}
+
+/// Whether a failure shows the server is there: an error reply it sent
+/// (with a code such as `WRONGTYPE`), or credentials or a handshake it
+/// refused.
+fn said_by_server(err: &StoreError) -> bool {
+    matches!(
+        err.kind(),
+        StoreErrorKind::Authentication | StoreErrorKind::Tls
+    ) || std::error::Error::source(err)
+        .and_then(|source| source.downcast_ref::<redis::RedisError>())
+        .is_some_and(|source| source.code().is_some())
 }
 
 /// An instance's member in the set: the host's name where the environment
@@ -103,6 +122,24 @@ fn instance_id() -> String {
     );
     let host = std::env::var("HOSTNAME").unwrap_or_default();
     format!("{host}:{}:{random:016x}", std::process::id())
+}
+
+/// The heartbeat task's hold on its instance. A task dropped while the
+/// instance lives (its runtime shut down) hands the instance back, so that
+/// the next call starts another heartbeat: only the heartbeat ends an
+/// outage.
+struct Running {
+    instance: Weak<Instance>,
+    dropped: Option<oneshot::Receiver<()>>,
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        if let Some(instance) = self.instance.upgrade() {
+            *instance.dropped.lock() = self.dropped.take();
+            instance.joined.store(false, Ordering::Relaxed);
+        }
+    }
 }
 
 /// What the heartbeat task holds: not the store, whose last clone it must
@@ -118,16 +155,16 @@ struct Heart {
 }
 
 impl Heart {
-    async fn beat_until(self, instance: Weak<Instance>, mut dropped: oneshot::Receiver<()>) {
+    async fn beat_until(self, mut running: Running) {
         loop {
-            match instance.upgrade() {
+            match running.instance.upgrade() {
                 Some(instance) => self.beat(&instance).await,
                 None => break,
             }
-            if tokio::time::timeout(self.interval, &mut dropped)
-                .await
-                .is_ok()
-            {
+            let Some(dropped) = running.dropped.as_mut() else {
+                break;
+            };
+            if tokio::time::timeout(self.interval, dropped).await.is_ok() {
                 break;
             }
         }
@@ -153,16 +190,17 @@ impl Heart {
                 crate::observe::live_instances(&self.prefix, live);
                 instance.outage.answered(&instance.node_of(&self.key));
             }
-            Err(err) if is_unreachable(&err) => {
-                instance.outage.mark_down(instance.node_of(&self.key));
-            }
             // The node answered, if with an error (a rotated password, a
             // user not allowed the set): calls go back to it, to meet that
             // error themselves rather than an outage that is not one.
-            Err(err) => {
+            Err(err) if said_by_server(&err) => {
                 crate::observe::heartbeat_failed(&err);
                 instance.outage.answered(&instance.node_of(&self.key));
             }
+            Err(err) if is_unreachable(&err) => {
+                instance.outage.mark_down(instance.node_of(&self.key));
+            }
+            Err(err) => crate::observe::heartbeat_failed(&err),
         }
         if let Connection::Cluster(_) = self.connection {
             self.read_slots(instance).await;
@@ -185,12 +223,20 @@ impl Heart {
             )
             .await;
         if let Some(slots) = reply.ok().as_ref().and_then(Slots::read) {
+            // A node the map no longer names (replaced by a failover) will
+            // not answer again: its keys are on another node now.
+            for node in instance.outage.down_nodes() {
+                if !node.is_empty() && !slots.names(&node) {
+                    instance.outage.answered(&node);
+                }
+            }
             *instance.slots.lock() = Some(Arc::new(slots));
         }
     }
 
     /// Whether `node` answers a `PING` (any node, for `""`), if only
-    /// with an error.
+    /// with an error of its own: one the client makes up (no connection
+    /// to that address) is no answer.
     async fn ping(&self, node: &Node) -> bool {
         let routing = match slots::address(node) {
             Some((host, port)) => SingleNodeRoutingInfo::ByAddress { host, port },
@@ -200,7 +246,10 @@ impl Heart {
         let reply = self
             .connection
             .query::<String>(&ping, Some(RoutingInfo::SingleNode(routing)));
-        !matches!(self.ask("probe", reply).await, Err(err) if is_unreachable(&err))
+        match self.ask("probe", reply).await {
+            Ok(_) => true,
+            Err(err) => said_by_server(&err),
+        }
     }
 
     /// A call's reply within the store's timeout.

@@ -108,6 +108,12 @@ use crate::store::{StoreError, StoreErrorKind};
 ///   [`Fallback`](FailurePolicy::Fallback) a local memory store judges each
 ///   request at its cost; what it admits is not counted in Redis, and not
 ///   settled.
+/// * **A heartbeat.** From its first call the store runs a task on the
+///   tokio runtime that keeps its entry in the set `prefix:instances` once
+///   per [heartbeat](RedisStore::with_heartbeat) and, during an outage,
+///   probes Redis; on a Cluster it also reads `CLUSTER SLOTS` and sends
+///   `PING`. A user restricted by ACLs needs those commands and that key,
+///   or outages are decided for the whole Cluster.
 ///
 /// Supports 64-bit Redis 6 and later (tested on 7.0), standalone or cluster:
 /// the bucket's times are printed through a C `long`.
@@ -233,6 +239,7 @@ impl RedisStore {
     /// Names every key `prefix:{…}:…` (default `tsw`).
     pub fn with_prefix(mut self, prefix: &str) -> Self {
         self.prefix = Arc::from(keys::escape(prefix));
+        self.instance = Arc::new(Instance::new());
         self
     }
 
@@ -242,6 +249,8 @@ impl RedisStore {
     /// is meant for tests with a [`ManualClock`](crate::ManualClock).
     pub fn with_clock<C: Clock>(mut self, clock: C) -> Self {
         self.clock = Some(Arc::new(move || clock.now_micros()));
+        // Its fallback windows judge on this clock.
+        self.instance = Arc::new(Instance::new());
         // What it remembers was placed on the other clock.
         self.denied = self
             .denied
@@ -284,7 +293,7 @@ impl RedisStore {
     /// every `interval` (default [`DEFAULT_HEARTBEAT`](Self::DEFAULT_HEARTBEAT)),
     /// from a task on the tokio runtime started at the store's first call.
     /// An entry lives three intervals, so an instance that dies without
-    /// leaving drops out of the count within three intervals. During an
+    /// leaving drops out of the others' count within four. During an
     /// outage the same task probes Redis once per interval, and decisions
     /// go back to Redis at the first probe that succeeds.
     ///
@@ -297,6 +306,7 @@ impl RedisStore {
             "RedisStore::with_heartbeat: the interval must be at least 1 ms, got {interval:?}"
         );
         self.heartbeat = interval;
+        self.instance = Arc::new(Instance::new());
         self
     }
 

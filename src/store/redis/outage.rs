@@ -30,8 +30,8 @@ pub(super) fn whole() -> Node {
 pub(super) struct Outage {
     /// The nodes found unreachable, and not answering since.
     down: Mutex<Vec<Node>>,
-    /// Whether `down` holds any node: read by every call, so that a store
-    /// whose nodes all answer takes no lock.
+    /// Whether `down` holds any node: read first by every call, so that a
+    /// store whose nodes all answer never reads the list.
     any_down: AtomicBool,
     /// Wakes the calls in flight when a node is found down: they were sent
     /// before anyone knew, and need not wait out their timeout.
@@ -68,6 +68,11 @@ impl Outage {
         let mut down = self.down.lock();
         if !down.contains(&node) {
             crate::observe::node_down(&node);
+            if down.is_empty() {
+                // Each outage starts with windows of its own, whatever a
+                // reply error judged locally before it.
+                *self.fallback.lock() = None;
+            }
             down.push(node);
             self.any_down.store(true, Ordering::Release);
             self.went_down.notify_waiters();
@@ -100,7 +105,7 @@ impl Outage {
         StoreError::new(message, None).with_kind(StoreErrorKind::Connection)
     }
 
-    /// The fallback's windows, made with `make` at an outage's first use.
+    /// The fallback's windows, made with `make` at their first use.
     pub(super) fn fallback(
         &self,
         make: impl FnOnce() -> MemoryStore<LocalClock>,

@@ -21,6 +21,11 @@ impl Slots {
             .map_or_else(whole, |(_, _, node)| node.clone())
     }
 
+    /// Whether some range is served by `node`.
+    pub(super) fn names(&self, node: &Node) -> bool {
+        self.ranges.iter().any(|(_, _, n)| n == node)
+    }
+
     /// The map in a `CLUSTER SLOTS` reply: per range, its first and last
     /// slot, then the primary's host and port (then replicas, not used).
     pub(super) fn read(reply: &Value) -> Option<Self> {

@@ -209,7 +209,7 @@ impl RedisStore {
         self.join();
         let outage = &self.instance.outage;
         let node = || self.instance.node_of(name);
-        if outage.any_down() && outage.is_down(&node()) {
+        if outage.is_down(node) {
             return Err(Outage::error(&node()));
         }
         let outcome = within(self.timeout, outage.unless_down(node, call)).await;

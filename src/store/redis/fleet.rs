@@ -24,6 +24,8 @@ use crate::store::{StoreError, StoreErrorKind};
 pub(super) struct Instance {
     /// Live instances at the last heartbeat, this one included; 0 before.
     live: AtomicUsize,
+    /// Whether a heartbeat runs: read by every call, which takes the
+    /// lock on `dropped` only to start one.
     joined: AtomicBool,
     /// Resolves once the last clone of the store is dropped: the
     /// heartbeat then takes the entry out and stops.
@@ -31,7 +33,7 @@ pub(super) struct Instance {
     _alive: oneshot::Sender<()>,
     pub(super) outage: Outage,
     /// A Cluster's slots, as the last heartbeat read them.
-    slots: Mutex<Option<Arc<Slots>>>,
+    slots: Mutex<Option<Slots>>,
 }
 
 impl Instance {
@@ -95,7 +97,7 @@ impl RedisStore {
     }
 
     /// The sorted set of the prefix's live instances.
-    pub(super) fn fleet_key(&self) -> String {
+    fn fleet_key(&self) -> String {
         format!("{}:instances", self.prefix)
     }
 }
@@ -230,7 +232,7 @@ impl Heart {
                     instance.outage.answered(&node);
                 }
             }
-            *instance.slots.lock() = Some(Arc::new(slots));
+            *instance.slots.lock() = Some(slots);
         }
     }
 

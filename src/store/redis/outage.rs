@@ -51,12 +51,14 @@ pub(super) fn is_unreachable(err: &StoreError) -> bool {
 }
 
 impl Outage {
-    pub(super) fn any_down(&self) -> bool {
+    fn any_down(&self) -> bool {
         self.any_down.load(Ordering::Acquire)
     }
 
-    pub(super) fn is_down(&self, node: &Node) -> bool {
-        self.any_down() && self.down.lock().contains(node)
+    /// Whether the node `node` names is down; `node` is worked out only
+    /// once some node is.
+    pub(super) fn is_down(&self, node: impl Fn() -> Node) -> bool {
+        self.any_down() && self.down.lock().contains(&node())
     }
 
     /// The nodes down now, for the probe.
@@ -134,7 +136,7 @@ impl Outage {
             // Taken before looking, so that a node marked in between
             // still wakes it.
             let marked = self.went_down.notified();
-            if self.any_down() && self.is_down(&node()) {
+            if self.is_down(node) {
                 return;
             }
             marked.await;

@@ -387,3 +387,21 @@ async fn on_a_cluster_an_outage_is_decided_per_node() {
             .collect::<Vec<_>>()
     );
 }
+
+/// A reply error (here a key of the wrong type) fails its own call, and
+/// is no outage: the next call goes to Redis.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reply_error_is_not_an_outage() {
+    let server = tokio::task::spawn_blocking(Server::start).await.unwrap();
+    let store = fleet(&server.url(), 1, FailurePolicy::FailClosed)
+        .await
+        .remove(0);
+    let policy = policy(Algorithm::SlidingCounter, &[(10, 60_000)]);
+    let poisoned = store.key_name(&"poisoned", &policy);
+    server.cli(&["HSET", &poisoned, "field", "1"]).unwrap();
+    let err = store.decide("poisoned", &policy).await.unwrap_err();
+    assert_ne!(err.kind(), StoreErrorKind::Connection, "{err}");
+    assert_ne!(err.kind(), StoreErrorKind::Timeout, "{err}");
+    let next = store.decide("fine", &policy).await.unwrap();
+    assert_eq!(next.origin(), Origin::Limits);
+}

@@ -252,7 +252,7 @@ pub use crate::layer::{
 };
 pub use crate::limit::Limit;
 pub use crate::policy::Policy;
-pub use crate::state::KeyState;
+pub use crate::state::{KeyState, DEFAULT_LEASE};
 #[cfg(feature = "redis-tls")]
 #[cfg_attr(docsrs, doc(cfg(feature = "redis-tls")))]
 pub use crate::store::RedisTls;

@@ -42,7 +42,7 @@ pub(crate) const UNNAMED: &str = "unnamed";
 
 /// The decisions' outcomes, in the order `MetricKeys` keeps their keys.
 #[cfg(any(feature = "metrics", feature = "tracing"))]
-const OUTCOMES: [&str; 8] = [
+const OUTCOMES: [&str; 9] = [
     "allowed",
     "rejected",
     "store_full",
@@ -51,6 +51,7 @@ const OUTCOMES: [&str; 8] = [
     "shadow_rejected",
     "penalty",
     "too_costly",
+    "in_flight",
 ];
 
 /// What events name a policy by: its label and, with `metrics`, its metric
@@ -133,6 +134,7 @@ pub(crate) fn decided(policy: &PolicyEvents, decision: &Decision) {
         (Origin::Fallback, _) => 4,
         (Origin::Penalty, _) => 6,
         (Origin::TooCostly, _) => 7,
+        (Origin::InFlight, _) => 8,
         (_, true) => 0,
         (_, false) => 1,
     };
@@ -143,14 +145,14 @@ pub(crate) fn decided(policy: &PolicyEvents, decision: &Decision) {
         tracing::debug!(
             policy = &*policy.label,
             outcome = OUTCOMES[index],
-            limit = %decision.limit().window_name(),
+            limit = %decision.limit_name(),
             "request let through in shadow mode; enforcement would refuse it"
         );
     } else if !decision.is_allowed() {
         tracing::debug!(
             policy = &*policy.label,
             outcome = OUTCOMES[index],
-            limit = %decision.limit().window_name(),
+            limit = %decision.limit_name(),
             retry_after_ms = decision.retry_after().as_millis() as u64,
             "request refused by rate limit"
         );
@@ -228,6 +230,16 @@ pub(crate) fn denied_locally(events: &DenyCacheEvents) {
 pub(crate) fn settle_failed(err: &StoreError) {
     #[cfg(feature = "tracing")]
     tracing::warn!(error = %err, "rate-limit settling failed; the reservation stands");
+    #[cfg(not(feature = "tracing"))]
+    let _ = err;
+}
+
+/// A store could not release or renew an in-flight slot: one not
+/// released comes back when its lease ends.
+#[cfg(feature = "redis")]
+pub(crate) fn slot_call_failed(err: &StoreError) {
+    #[cfg(feature = "tracing")]
+    tracing::warn!(error = %err, "releasing or renewing an in-flight slot failed; a slot not released frees when its lease ends");
     #[cfg(not(feature = "tracing"))]
     let _ = err;
 }

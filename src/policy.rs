@@ -51,6 +51,8 @@ struct PolicyInner {
     name: Option<Box<str>>,
     /// How long a refusal shuts the key out, µs; 0 for no penalty.
     penalty_micros: u64,
+    /// The most requests of a key in flight at once; 0 for no cap.
+    in_flight: u32,
     // Derived from the fields above, kept so that stores and lookups
     // need not work them out on every request.
     /// Written the first time it is asked for: a plan that builds its
@@ -71,6 +73,7 @@ impl fmt::Debug for Policy {
             .field("limits", &inner.limits.as_slice())
             .field("name", &inner.name)
             .field("penalty", &self.penalty())
+            .field("in_flight", &self.in_flight())
             .finish()
     }
 }
@@ -84,7 +87,8 @@ impl PartialEq for Policy {
                 && a.algorithm == b.algorithm
                 && a.limits.as_slice() == b.limits.as_slice()
                 && a.name == b.name
-                && a.penalty_micros == b.penalty_micros)
+                && a.penalty_micros == b.penalty_micros
+                && a.in_flight == b.in_flight)
     }
 }
 
@@ -104,7 +108,8 @@ impl Policy {
     ///
     /// # Errors
     ///
-    /// [`ConfigError::NoLimits`] for an empty list and
+    /// [`ConfigError::NoLimits`] for an empty list (a policy that only caps
+    /// requests in flight is [`Policy::in_flight_only`]) and
     /// [`ConfigError::TooManyLimits`] for more than [`Policy::MAX_LIMITS`].
     pub fn new(
         algorithm: Algorithm,
@@ -116,7 +121,46 @@ impl Policy {
             n if n > Self::MAX_LIMITS => return Err(ConfigError::TooManyLimits(n)),
             _ => {}
         }
-        Ok(Self::build(algorithm, limits, None, 0))
+        Ok(Self::build(algorithm, limits, None, 0, 0))
+    }
+
+    /// A policy with no rate limit, only a cap of `max` requests of a key
+    /// in flight at once (see [`with_in_flight`](Policy::with_in_flight)).
+    /// Its decisions name no [`Limit`]; a request's cost does not matter.
+    ///
+    /// # Panics
+    ///
+    /// If `max` is 0, which would refuse every request.
+    pub fn in_flight_only(max: u32) -> Self {
+        assert_cap(max);
+        Self::build(Algorithm::default(), Limits::collect([]), None, 0, max)
+    }
+
+    /// The same policy with a cap: at most `max` requests of a key
+    /// admitted and not yet over at once, on top of the rate limits, all
+    /// judged together (a request the cap refuses records nothing in any
+    /// window, one a window refuses takes no slot). A request takes one
+    /// slot whatever its cost. The cap is part of the policy's value.
+    ///
+    /// # Panics
+    ///
+    /// If `max` is 0, which would refuse every request.
+    pub fn with_in_flight(self, max: u32) -> Self {
+        assert_cap(max);
+        let inner = &self.inner;
+        Self::build(
+            inner.algorithm,
+            inner.limits.clone(),
+            inner.name.clone(),
+            inner.penalty_micros,
+            max,
+        )
+    }
+
+    /// The cap given with [`with_in_flight`](Policy::with_in_flight), if any.
+    #[inline]
+    pub fn in_flight(&self) -> Option<u32> {
+        (self.inner.in_flight > 0).then_some(self.inner.in_flight)
     }
 
     fn build(
@@ -124,16 +168,24 @@ impl Policy {
         limits: Limits,
         name: Option<Box<str>>,
         penalty_micros: u64,
+        in_flight: u32,
     ) -> Self {
         // Seeded once per process, so that policies built from data cannot
         // be chosen to collide.
         static SEED: LazyLock<foldhash::fast::RandomState> = LazyLock::new(Default::default);
-        let hash = SEED.hash_one((algorithm, limits.as_slice(), &name, penalty_micros));
+        let hash = SEED.hash_one((
+            algorithm,
+            limits.as_slice(),
+            &name,
+            penalty_micros,
+            in_flight,
+        ));
         let maxes = limits.as_slice().iter().map(Limit::max);
         Self {
             inner: Arc::new(PolicyInner {
                 signature: OnceLock::new(),
-                smallest_max: maxes.clone().min().unwrap_or(1),
+                // With no limit, any cost passes: a request takes one slot.
+                smallest_max: maxes.clone().min().unwrap_or(u32::MAX),
                 largest_max: maxes.max().unwrap_or(1),
                 longest_window_micros: limits
                     .as_slice()
@@ -146,6 +198,7 @@ impl Policy {
                 limits,
                 name,
                 penalty_micros,
+                in_flight,
                 hash,
             }),
         }
@@ -164,6 +217,7 @@ impl Policy {
             inner.limits.clone(),
             Some(name.into().into_boxed_str()),
             inner.penalty_micros,
+            inner.in_flight,
         )
     }
 
@@ -182,6 +236,7 @@ impl Policy {
             inner.limits.clone(),
             inner.name.clone(),
             micros,
+            inner.in_flight,
         )
     }
 
@@ -205,6 +260,17 @@ impl Policy {
     #[inline]
     pub fn limits(&self) -> &[Limit] {
         self.inner.limits.as_slice()
+    }
+
+    /// The limit a decision stands on when none of the limits made it (a
+    /// store's own refusal, a failure policy's admission): the first, or,
+    /// for a policy with only a cap, the cap per second.
+    pub(crate) fn first_limit(&self) -> Limit {
+        let cap = self.inner.in_flight.max(1);
+        self.limits()
+            .first()
+            .copied()
+            .unwrap_or(Limit::per_second(cap))
     }
 
     /// The largest `max` among the limits: the most timestamps a log keeps
@@ -263,20 +329,26 @@ impl Policy {
         algorithm: Algorithm,
         limits: impl IntoIterator<Item = Limit>,
     ) -> Result<Self, ConfigError> {
-        let policy = Self::new(algorithm, limits)?;
-        let policy = match self.name() {
-            Some(name) => policy.named(name),
-            None => policy,
-        };
-        Ok(match self.penalty() {
-            Some(penalty) => policy.with_penalty(penalty),
-            None => policy,
-        })
+        let limits = Limits::collect(limits);
+        match limits.as_slice().len() {
+            0 if self.in_flight().is_none() => return Err(ConfigError::NoLimits),
+            n if n > Self::MAX_LIMITS => return Err(ConfigError::TooManyLimits(n)),
+            _ => {}
+        }
+        let inner = &self.inner;
+        Ok(Self::build(
+            algorithm,
+            limits,
+            inner.name.clone(),
+            inner.penalty_micros,
+            inner.in_flight,
+        ))
     }
 
     /// The share of this policy one of `instances` instances enforces
-    /// alone: every limit's `max` divided by their number, rounded up and
-    /// at least 1, with the same windows, name and penalty.
+    /// alone: every limit's `max` and the in-flight cap divided by their
+    /// number, rounded up and at least 1, with the same windows, name and
+    /// penalty.
     #[cfg(feature = "redis")]
     pub(crate) fn shared_by(&self, instances: usize) -> Self {
         let instances = u32::try_from(instances).unwrap_or(u32::MAX).max(1);
@@ -291,6 +363,7 @@ impl Policy {
             Limits::collect(shares),
             inner.name.clone(),
             inner.penalty_micros,
+            inner.in_flight.div_ceil(instances),
         )
     }
 
@@ -303,6 +376,9 @@ impl Policy {
             let mut signature = signature(inner.algorithm, inner.limits.as_slice());
             if inner.penalty_micros > 0 {
                 signature.push_str(&format!(";p{}", duration_name(inner.penalty_micros)));
+            }
+            if inner.in_flight > 0 {
+                signature.push_str(&format!(";i{}", inner.in_flight));
             }
             signature.into()
         })
@@ -359,6 +435,10 @@ impl Limits {
             Self::Many(limits) => limits,
         }
     }
+}
+
+fn assert_cap(max: u32) {
+    assert!(max > 0, "an in-flight cap of 0 would refuse every request");
 }
 
 fn signature(algorithm: Algorithm, limits: &[Limit]) -> String {

@@ -2,6 +2,7 @@
 
 use std::time::Duration;
 
+use crate::algorithm::leases::{fresh_id, Lease, Leases};
 use crate::algorithm::{
     Algorithm, Decision, FixedWindow, Origin, Settlement, SlidingCounter, SlidingLog, TokenBucket,
 };
@@ -53,9 +54,72 @@ use crate::store::{StoreError, StoreErrorKind};
 #[derive(Clone, Debug)]
 pub struct KeyState {
     counts: Counts,
+    held: Held,
+}
+
+/// What a key holds besides its counts, while it holds any: boxed, so
+/// that the many keys holding neither pay one pointer for it.
+#[derive(Clone, Debug, Default)]
+struct Held(Option<Box<HeldParts>>);
+
+#[derive(Clone, Debug, Default)]
+struct HeldParts {
     /// Until when (µs) a penalty shuts the key out; 0 for none.
     penalty_until: u64,
+    /// The requests in flight, under a policy with a cap.
+    leases: Leases,
 }
+
+impl Held {
+    fn new(penalty_until: u64, leases: Leases) -> Self {
+        let mut held = Held(Some(Box::new(HeldParts {
+            penalty_until,
+            leases,
+        })));
+        held.tidy();
+        held
+    }
+
+    fn penalty_until(&self) -> u64 {
+        self.0.as_ref().map_or(0, |held| held.penalty_until)
+    }
+
+    fn set_penalty_until(&mut self, until: u64) {
+        if until != self.penalty_until() {
+            self.parts().penalty_until = until;
+            self.tidy();
+        }
+    }
+
+    fn leases(&self) -> &Leases {
+        static NONE: Leases = Leases::EMPTY;
+        self.0.as_ref().map_or(&NONE, |held| &held.leases)
+    }
+
+    /// The leases, to change: call [`tidy`](Held::tidy) after.
+    fn leases_mut(&mut self) -> &mut Leases {
+        &mut self.parts().leases
+    }
+
+    fn parts(&mut self) -> &mut HeldParts {
+        self.0.get_or_insert_default()
+    }
+
+    /// Frees the box once it holds nothing.
+    fn tidy(&mut self) {
+        if self
+            .0
+            .as_ref()
+            .is_some_and(|held| held.penalty_until == 0 && held.leases.len() == 0)
+        {
+            self.0 = None;
+        }
+    }
+}
+
+/// How long a lease [`KeyState::decide`] takes lasts unless released or
+/// renewed: as long as Redis's leases by default.
+pub const DEFAULT_LEASE: Duration = Duration::from_secs(30);
 
 /// An algorithm's own state.
 #[derive(Clone, Debug)]
@@ -77,16 +141,17 @@ impl KeyState {
         };
         KeyState {
             counts,
-            penalty_until: 0,
+            held: Held::default(),
         }
     }
 
     /// A state holding `counts`, shut out until `penalty_until` (µs; 0
-    /// for no penalty): what a store read back from its own format.
-    pub(crate) fn from_parts(counts: Counts, penalty_until: u64) -> KeyState {
+    /// for no penalty), with `leases` in flight: what a store read back
+    /// from its own format.
+    pub(crate) fn from_parts(counts: Counts, penalty_until: u64, leases: Leases) -> KeyState {
         KeyState {
             counts,
-            penalty_until,
+            held: Held::new(penalty_until, leases),
         }
     }
 
@@ -101,25 +166,79 @@ impl KeyState {
     }
 
     /// Judges a request of `cost` units at `now` under every limit of
-    /// `policy`, penalty included, and records it if accepted, as the
-    /// crate's stores do: a cost of 0 passes and records nothing, and a
-    /// cost above some limit's `max` is refused with
-    /// [`Origin::TooCostly`].
+    /// `policy`, penalty and [in-flight cap](Policy::with_in_flight)
+    /// included, and records it if accepted, as the crate's stores do: a
+    /// cost of 0 passes and records nothing, and a cost above some limit's
+    /// `max` is refused with [`Origin::TooCostly`]. Under a cap, an
+    /// accepted request holds a slot for [`DEFAULT_LEASE`] unless
+    /// [released](KeyState::release) first; see
+    /// [`decide_leased`](KeyState::decide_leased).
     pub fn decide(&mut self, policy: &Policy, now: Duration, cost: u32) -> Decision {
-        self.decide_micros(policy, micros(now), cost)
+        self.decide_leased(policy, now, cost, DEFAULT_LEASE)
     }
 
-    /// [`decide`](KeyState::decide) at `now` µs.
+    /// [`decide`](KeyState::decide), with a slot that lasts `lease` unless
+    /// [released](KeyState::release) or [renewed](KeyState::renew): a
+    /// state shared by instances gets its slots back within a lease of an
+    /// instance's crash.
+    pub fn decide_leased(
+        &mut self,
+        policy: &Policy,
+        now: Duration,
+        cost: u32,
+        lease: Duration,
+    ) -> Decision {
+        let now = micros(now);
+        self.decide_micros(policy, now, cost, now.saturating_add(micros(lease)))
+    }
+
+    /// [`decide`](KeyState::decide) at `now` µs, a slot taken lasting
+    /// until `lease_until` µs.
     #[inline]
-    pub(crate) fn decide_micros(&mut self, policy: &Policy, now: u64, cost: u32) -> Decision {
+    pub(crate) fn decide_micros(
+        &mut self,
+        policy: &Policy,
+        now: u64,
+        cost: u32,
+        lease_until: u64,
+    ) -> Decision {
         match policy.weigh(cost) {
             Weighed::Judged => {}
             Weighed::Peek => return self.peek_at(policy, now).costing_nothing(),
             Weighed::TooCostly => return Decision::too_costly(policy.limits(), cost, now),
         }
         self.fit(policy);
+        let Some(cap) = policy.in_flight() else {
+            return self.decide_windows(policy, now, cost);
+        };
+        let full = self.held.leases_mut().is_full(now, cap);
+        self.held.tidy();
+        if full {
+            return Decision::in_flight_full(policy.first_limit(), now);
+        }
+        let decision = if policy.limits().is_empty() {
+            let free = cap - self.held.leases().len() as u32 - 1;
+            Decision::slot_only(policy.first_limit(), free, now)
+        } else {
+            self.decide_windows(policy, now, cost)
+        };
+        if !decision.is_allowed() {
+            return decision;
+        }
+        let id = fresh_id();
+        self.held.leases_mut().take(Lease {
+            id,
+            until: lease_until,
+        });
+        decision.holding(id)
+    }
+
+    /// Judges a request by the policy's windows and penalty alone.
+    #[inline]
+    fn decide_windows(&mut self, policy: &Policy, now: u64, cost: u32) -> Decision {
         let counts = &mut self.counts;
-        with_penalty(&mut self.penalty_until, now, policy, || match counts {
+        let mut penalty_until = self.held.penalty_until();
+        let decision = with_penalty(&mut penalty_until, now, policy, || match counts {
             Counts::Counter(counter) => counter.decide_micros(now, policy.limits(), cost),
             Counts::Fixed(fixed) => fixed.decide_micros(now, policy.limits(), cost),
             Counts::Bucket(bucket) => bucket.decide_micros(now, policy.limits(), cost),
@@ -130,7 +249,24 @@ impl KeyState {
                 policy.longest_window_micros(),
                 cost,
             ),
-        })
+        });
+        self.held.set_penalty_until(penalty_until);
+        decision
+    }
+
+    /// Frees the slot `admitted` (this state's decision) took, if it took
+    /// one and still holds it: the request ended.
+    pub fn release(&mut self, admitted: &Decision) {
+        self.held.leases_mut().release(admitted.lease);
+        self.held.tidy();
+    }
+
+    /// Extends the slot `admitted` took, if still held, to last `lease`
+    /// from `now`: its request is still running.
+    pub fn renew(&mut self, admitted: &Decision, now: Duration, lease: Duration) {
+        let until = micros(now).saturating_add(micros(lease));
+        self.held.leases_mut().renew(admitted.lease, until);
+        self.held.tidy();
     }
 
     /// What [`decide`](KeyState::decide) would answer for a request of
@@ -140,7 +276,9 @@ impl KeyState {
     }
 
     pub(crate) fn peek_at(&self, policy: &Policy, now: u64) -> Decision {
-        self.clone().decide_micros(policy, now, 1)
+        let mut decision = self.clone().decide_micros(policy, now, 1, now);
+        decision.lease = 0;
+        decision
     }
 
     /// Settles a request that `admitted` (this state's decision) counted
@@ -221,7 +359,9 @@ impl KeyState {
             Counts::Bucket(bucket) => bucket.idle_from_micros(limits),
             Counts::Log(log) => log.idle_from_micros(policy.longest_window_micros()),
         };
-        idle_from.max(self.penalty_until)
+        idle_from
+            .max(self.held.penalty_until())
+            .max(self.held.leases().last_until())
     }
 
     /// Lets a log give back ring slots that stamps outside `policy`'s
@@ -240,7 +380,7 @@ impl KeyState {
             Counts::Bucket(bucket) => bucket.parts().next().is_none(),
             Counts::Log(log) => log.stamps().next().is_none(),
         };
-        empty && self.penalty_until == 0
+        empty && self.held.0.is_none()
     }
 
     /// Starts afresh under a policy of another algorithm.
@@ -252,6 +392,7 @@ impl KeyState {
 
     /// The state as compact bytes, with absolute times, to keep until the
     /// next call: two bytes of header, eight more while a penalty runs,
+    /// two and sixteen a slot while requests are in flight under a cap,
     /// then the algorithm's numbers (a log's are eight bytes a stamp, up
     /// to the largest limit's `max`).
     /// [`from_bytes`](KeyState::from_bytes) reads them back. The layout
@@ -259,10 +400,20 @@ impl KeyState {
     /// byte: a release that changes it writes a new version and still
     /// reads the old ones.
     pub fn to_bytes(&self) -> Vec<u8> {
-        let penalty = self.penalty_until > 0;
-        let mut bytes = vec![FORMAT, self.kind() | if penalty { PENALTY } else { 0 }];
+        let penalty_until = self.held.penalty_until();
+        let penalty = penalty_until > 0;
+        let leases = self.held.leases().len();
+        let flags = if penalty { PENALTY } else { 0 } | if leases > 0 { LEASES } else { 0 };
+        let mut bytes = vec![FORMAT, self.kind() | flags];
         if penalty {
-            bytes.extend(self.penalty_until.to_le_bytes());
+            bytes.extend(penalty_until.to_le_bytes());
+        }
+        if leases > 0 {
+            bytes.extend((leases as u16).to_le_bytes());
+            for lease in self.held.leases().iter() {
+                bytes.extend(lease.id.to_le_bytes());
+                bytes.extend(lease.until.to_le_bytes());
+            }
         }
         match &self.counts {
             Counts::Counter(counter) => {
@@ -310,7 +461,12 @@ impl KeyState {
         } else {
             (0, rest)
         };
-        let counts = match kind & !PENALTY {
+        let (leases, body) = if kind & LEASES != 0 {
+            read_leases(body).ok_or_else(|| malformed("in-flight slots cut short"))?
+        } else {
+            (Leases::default(), body)
+        };
+        let counts = match kind & !(PENALTY | LEASES) {
             COUNTER => Counts::Counter(SlidingCounter::from_parts(
                 records::<16>(body, Policy::MAX_LIMITS)
                     .ok_or_else(|| malformed("counter slots"))?
@@ -334,7 +490,7 @@ impl KeyState {
             }
             _ => return Err(malformed("an unknown algorithm")),
         };
-        Ok(KeyState::from_parts(counts, penalty_until))
+        Ok(KeyState::from_parts(counts, penalty_until, leases))
     }
 
     fn kind(&self) -> u8 {
@@ -357,6 +513,24 @@ const LOG: u8 = b'l';
 const FIXED: u8 = b'f';
 const BUCKET: u8 = b'b';
 const PENALTY: u8 = 0x80;
+/// Set when a count of in-flight slots and the slots follow the penalty:
+/// a bit no algorithm's letter has.
+const LEASES: u8 = 0x10;
+
+/// Reads the slots [`KeyState::to_bytes`] wrote at the start of `body`:
+/// a two-byte count, then each slot's id and expiry; and what follows.
+fn read_leases(body: &[u8]) -> Option<(Leases, &[u8])> {
+    let (count, rest) = body.split_first_chunk::<2>()?;
+    let (slots, rest) = rest.split_at_checked(16 * usize::from(u16::from_le_bytes(*count)))?;
+    let mut leases = Leases::default();
+    for slot in records::<16>(slots, usize::MAX)? {
+        leases.take(Lease {
+            id: le(&slot[..8]),
+            until: le(&slot[8..]),
+        });
+    }
+    Some((leases, rest))
+}
 
 /// `body` cut into records of `N` bytes, at most `most` of them; `None`
 /// if it does not divide evenly or holds more.

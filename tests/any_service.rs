@@ -93,7 +93,7 @@ async fn a_refusal_fails_the_call_with_its_exact_retry_after() {
     let refused = refusal(&error);
     // The first stamp leaves the window just past 10 s after it was made.
     assert_eq!(refused.retry_after(), Duration::from_micros(5_750_001));
-    assert_eq!(refused.decision().limit(), two_per_ten_seconds());
+    assert_eq!(refused.decision().limit(), Some(two_per_ten_seconds()));
     assert!(!refused.decision().is_allowed());
     assert!(error.to_string().contains("2/10s"), "{error}");
     // Another tenant has quota of its own.

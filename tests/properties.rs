@@ -263,7 +263,7 @@ proptest! {
                 prop_assert!(wait >= 1);
                 prop_assert!(!probe(|t| state.clone().decide(&policy, t, 1), now + wait - 1), "{:?}", decision);
                 prop_assert!(probe(|t| state.clone().decide(&policy, t, 1), now + wait), "{:?}", decision);
-            } else if decision.remaining() < decision.limit().max() {
+            } else if decision.remaining() < decision.limit().unwrap().max() {
                 // `replenish_after` is when one more request than `remaining` fits.
                 let later = now + decision.replenish_after().as_micros() as u64;
                 let mut ahead = state.clone();

@@ -9,7 +9,9 @@ async fn hello(Extension(decision): Extension<Decision>) -> String {
     format!(
         "hello! {} left in this {}\n",
         decision.remaining(),
-        decision.limit().window_name()
+        decision
+            .limit()
+            .map_or("moment".into(), |limit| limit.window_name())
     )
 }
 

@@ -263,6 +263,7 @@ fn decide_one(slot: &mut Slot, now: u64, limit: &Limit, cost: u32) -> Decision {
         at_micros: now,
         origin: Origin::Limits,
         shadow: false,
+        lease: 0,
     }
 }
 

@@ -20,7 +20,13 @@ pub struct Decision {
     pub(crate) origin: Origin,
     /// Judged by a layer in shadow mode, which lets every request through.
     pub(crate) shadow: bool,
+    /// The in-flight slot the request holds until it ends; 0 for none.
+    pub(crate) lease: u64,
 }
+
+/// The `limit_index` of a decision no limit made: an in-flight refusal, or
+/// an admission under a policy that only caps requests in flight.
+const NO_LIMIT: u16 = u16::MAX;
 
 /// A request's settling: it was judged at `at` (the store's time its
 /// decision gives) and counted for `cost` units, and its response says it
@@ -99,6 +105,10 @@ pub enum Origin {
     /// The request costs more units than a limit's `max`: no wait would
     /// let it pass, so the refusal names no time to retry at.
     TooCostly,
+    /// The key already has as many requests in flight as the policy's
+    /// [cap](crate::Policy::with_in_flight) allows. No store knows when one
+    /// ends, so the refusal names a short, fixed time to retry at.
+    InFlight,
 }
 
 impl Decision {
@@ -122,7 +132,42 @@ impl Decision {
             at_micros,
             origin,
             shadow: false,
+            lease: 0,
         }
+    }
+
+    /// The refusal of a request whose key has as many requests in flight as
+    /// its policy's cap, at `at_micros`; `limit` stands in for the cap.
+    pub(crate) fn in_flight_full(limit: Limit, at_micros: u64) -> Self {
+        let retry = micros(super::leases::RETRY_AFTER);
+        let mut refusal = Self::substitute(false, limit, retry, at_micros, Origin::InFlight);
+        refusal.limit_index = NO_LIMIT;
+        refusal
+    }
+
+    /// The admission of a request under a policy that only caps requests
+    /// in flight, at `at_micros`, leaving `free` slots; `limit` stands in
+    /// for the cap.
+    pub(crate) fn slot_only(limit: Limit, free: u32, at_micros: u64) -> Self {
+        let mut admission = Self::substitute(true, limit, 0, at_micros, Origin::Limits);
+        admission.limit_index = NO_LIMIT;
+        admission.quota = Quota::Known {
+            remaining: free,
+            replenish_micros: 0,
+        };
+        admission
+    }
+
+    /// The same decision, holding the in-flight slot `lease`.
+    pub(crate) fn holding(mut self, lease: u64) -> Self {
+        self.lease = lease;
+        self
+    }
+
+    /// Whether the request holds an in-flight slot, to be released when
+    /// it ends ([`Store::release_bound`](crate::Store::release_bound)).
+    pub fn holds_slot(&self) -> bool {
+        self.lease != 0
     }
 
     /// The refusal of a request of `cost` units, more than one of `limits`
@@ -180,6 +225,7 @@ impl Decision {
     /// [`retry_after`](Decision::retry_after) can turn into an admission:
     /// not one for a cost above a limit's `max`, nor one by a store too
     /// full to track a new key, which would come back the same.
+    /// A refusal for requests in flight is waited on: a slot may free.
     pub fn wait_helps(&self) -> bool {
         !self.allowed && !matches!(self.origin, Origin::TooCostly | Origin::StoreFull)
     }
@@ -251,14 +297,28 @@ impl Decision {
     }
 
     /// The limit that decided: the one that refused with the longest wait, or,
-    /// when accepted, the one with the least quota left.
-    pub fn limit(&self) -> Limit {
-        self.limit
+    /// when accepted, the one with the least quota left. `None` when no
+    /// limit decided: a refusal for requests in flight
+    /// ([`Origin::InFlight`]), or any decision under a policy that only
+    /// caps them ([`Policy::in_flight_only`](crate::Policy::in_flight_only)).
+    pub fn limit(&self) -> Option<Limit> {
+        (self.limit_index != NO_LIMIT).then_some(self.limit)
     }
 
-    /// The position of [`limit`](Decision::limit) in the policy's list.
-    pub fn limit_index(&self) -> usize {
-        usize::from(self.limit_index)
+    /// What events and messages call the deciding limit: its window, or
+    /// `in-flight` for the cap.
+    #[cfg(feature = "tracing")]
+    pub(crate) fn limit_name(&self) -> String {
+        match self.limit() {
+            Some(limit) => limit.window_name(),
+            None => "in-flight".to_owned(),
+        }
+    }
+
+    /// The position of [`limit`](Decision::limit) in the policy's list;
+    /// `None` when no limit decided.
+    pub fn limit_index(&self) -> Option<usize> {
+        (self.limit_index != NO_LIMIT).then_some(usize::from(self.limit_index))
     }
 
     /// Units (requests, unless the layer has a

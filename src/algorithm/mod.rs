@@ -26,6 +26,7 @@ pub(crate) mod bucket;
 pub(crate) mod counter;
 mod decision;
 pub(crate) mod fixed;
+pub(crate) mod leases;
 pub(crate) mod log;
 pub(crate) mod refusal;
 mod slots;

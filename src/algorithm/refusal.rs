@@ -42,6 +42,7 @@ pub(crate) fn refused(limits: &[Limit], now: u64, index: usize, retry_after: u64
         at_micros: now,
         origin: Origin::Limits,
         shadow: false,
+        lease: 0,
     }
 }
 
@@ -109,5 +110,6 @@ pub(crate) fn accepted(limits: &[Limit], now: u64, index: usize, quota: Quota) -
         at_micros: now,
         origin: Origin::Limits,
         shadow: false,
+        lease: 0,
     }
 }

@@ -9,12 +9,17 @@ use http::Response;
 use http_body::{Body, Frame, SizeHint};
 use pin_project_lite::pin_project;
 
+use super::slot::Slot;
+
 pin_project! {
     /// Either the inner service's body, passed through untouched, or the
     /// body of a response the layer wrote itself (a rejection's text).
+    /// Under an [in-flight cap](crate::SlidingWindowLayer::in_flight), it
+    /// holds its request's slot until it ends, fails or is dropped.
     pub struct ResponseBody<B> {
         #[pin]
         kind: Kind<B>,
+        slot: Option<Slot>,
     }
 }
 
@@ -33,9 +38,10 @@ pin_project! {
 }
 
 impl<B> ResponseBody<B> {
-    pub(crate) fn inner(body: B) -> Self {
+    pub(crate) fn inner(body: B, slot: Option<Slot>) -> Self {
         Self {
             kind: Kind::Inner { body },
+            slot,
         }
     }
 
@@ -44,6 +50,7 @@ impl<B> ResponseBody<B> {
             kind: Kind::Full {
                 data: (!data.is_empty()).then_some(data),
             },
+            slot: None,
         }
     }
 }
@@ -60,8 +67,17 @@ where
         self: Pin<&mut Self>,
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Self::Data>, Self::Error>>> {
-        match self.project().kind.project() {
-            KindProj::Inner { body } => body.poll_frame(cx),
+        let this = self.project();
+        match this.kind.project() {
+            KindProj::Inner { body } => {
+                let frame = body.poll_frame(cx);
+                // The stream is over: its slot is free before the client
+                // reads the end.
+                if let Poll::Ready(None | Some(Err(_))) = &frame {
+                    this.slot.take();
+                }
+                frame
+            }
             KindProj::Full { data } => {
                 Poll::Ready(data.take().map(|data| Ok(Frame::data(data.into()))))
             }
@@ -93,8 +109,10 @@ where
 pub trait BodyMode<B>: sealed::Sealed {
     /// The body type of the layer's responses.
     type Body;
-    /// A response the inner service made, in the layer's body type.
-    fn inner(response: Response<B>) -> Response<Self::Body>;
+    /// A response the inner service made, in the layer's body type, with
+    /// the in-flight slot its request holds, if any.
+    #[allow(private_interfaces)]
+    fn inner(response: Response<B>, slot: Option<Slot>) -> Response<Self::Body>;
     /// The body of a response the layer made itself.
     fn full(data: Bytes) -> Self::Body;
 }
@@ -131,8 +149,8 @@ mod sealed {
 impl<B> BodyMode<B> for WrapBody {
     type Body = ResponseBody<B>;
 
-    fn inner(response: Response<B>) -> Response<Self::Body> {
-        response.map(ResponseBody::inner)
+    fn inner(response: Response<B>, slot: Option<Slot>) -> Response<Self::Body> {
+        response.map(|body| ResponseBody::inner(body, slot))
     }
 
     fn full(data: Bytes) -> Self::Body {
@@ -143,7 +161,8 @@ impl<B> BodyMode<B> for WrapBody {
 impl<B: From<Bytes>> BodyMode<B> for InnerBody {
     type Body = B;
 
-    fn inner(response: Response<B>) -> Response<Self::Body> {
+    /// The slot is freed here: the body passes through as it is.
+    fn inner(response: Response<B>, _: Option<Slot>) -> Response<Self::Body> {
         response
     }
 

@@ -17,6 +17,7 @@ use super::errors::{MissingKeyError, RateLimited};
 use super::future::Chosen;
 use super::layer::LayerConfig;
 use super::response::{is_grpc, missing_key, rejection, store_unavailable};
+use super::slot::Slot;
 use crate::algorithm::Decision;
 use crate::store::StoreError;
 
@@ -49,10 +50,12 @@ pub trait Ending<R, S: Service<R>> {
     /// That answer, as the future's result.
     fn answered(answer: Self::Answer) -> Result<Self::Output, Self::Error>;
     /// The inner service's response, with what its decision adds to it
-    /// (`None` for a request passed on unjudged).
+    /// (`None` for a request passed on unjudged), and the in-flight slot
+    /// its request holds: carried by the body, or freed now.
     fn respond(
         response: S::Response,
         judged: Option<(&Decision, &LayerConfig, &Chosen)>,
+        slot: Option<Slot>,
     ) -> Self::Output;
     /// The inner service's error.
     fn failed(error: S::Error) -> Self::Error;
@@ -101,6 +104,7 @@ where
     fn respond(
         mut response: Response<ResB>,
         judged: Option<(&Decision, &LayerConfig, &Chosen)>,
+        slot: Option<Slot>,
     ) -> Self::Output {
         if let Some((decision, config, chosen)) = judged {
             if config.headers_on_success {
@@ -108,7 +112,7 @@ where
                 headers.apply(decision, response.headers_mut());
             }
         }
-        M::inner(response)
+        M::inner(response, slot)
     }
 
     #[inline(always)]
@@ -143,6 +147,7 @@ where
     fn respond(
         response: S::Response,
         _: Option<(&Decision, &LayerConfig, &Chosen)>,
+        _: Option<Slot>,
     ) -> S::Response {
         response
     }

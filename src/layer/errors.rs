@@ -56,8 +56,13 @@ impl RateLimited {
 
 impl fmt::Display for RateLimited {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let limit = self.decision.limit();
+        let limit = self.decision.limit;
         match self.decision.origin() {
+            Origin::InFlight => write!(
+                f,
+                "rate limited: too many calls of this key in flight; retry after {:?}",
+                self.retry_after()
+            ),
             Origin::TooCostly => write!(f, "rate limited: the call costs more than {limit} allows"),
             Origin::StoreFull => {
                 f.write_str("rate limited: the store is full and tracks no new key")

@@ -15,15 +15,21 @@ use tower::Service;
 use super::body::WrapBody;
 use super::ending::{Ending, Refusal};
 use super::layer::LayerConfig;
+use super::slot::Hold;
 use super::view::PolicyView;
 use super::wait::Admission;
-use crate::algorithm::Decision;
+use crate::algorithm::{Decision, Origin};
+use crate::clock::micros;
 use crate::observe;
 use crate::store::StoreError;
 
 /// Settles a request reserved by the decision given, from its response
 /// `R`: the store's call `F`, if the response changes what it cost.
 pub(crate) type Settler<R, F> = Box<dyn FnOnce(&R, &Decision) -> Option<F> + Send>;
+
+/// What a request leaves to do once it is admitted: settle from its
+/// response, and free its in-flight slot once the response is over.
+pub(crate) type After<R, F> = (Option<Settler<R, F>>, Hold);
 
 /// The policy a request was judged by: the layer's own (no extra reference
 /// count on the hot path), or one a plan picked, viewed for this request.
@@ -86,6 +92,7 @@ pin_project! {
             config: Option<Arc<LayerConfig>>,
             chosen: Chosen,
             settler: Option<Settler<S::Response, F>>,
+            hold: Hold,
         },
     }
 }
@@ -136,7 +143,7 @@ where
         state: State<F, S, R, M::Answer>,
         config: Option<Arc<LayerConfig>>,
         chosen: Chosen,
-        settler: Option<Settler<S::Response, F>>,
+        (settler, hold): (Option<Settler<S::Response, F>>, Hold),
     ) -> Self {
         Self {
             kind: Kind::Full {
@@ -144,6 +151,7 @@ where
                 config,
                 chosen,
                 settler,
+                hold,
             },
             mode: PhantomData,
         }
@@ -155,13 +163,13 @@ where
         request: R,
         config: Arc<LayerConfig>,
         chosen: Chosen,
-        settler: Option<Settler<S::Response, F>>,
+        after: After<S::Response, F>,
     ) -> Self {
         let state = State::Check {
             check,
             pending: Some(Box::new((inner, request, None))),
         };
-        Self::full(state, Some(config), chosen, settler)
+        Self::full(state, Some(config), chosen, after)
     }
 
     /// A future for a request whose decision is already known: the inner
@@ -177,25 +185,27 @@ where
         request: R,
         config: Arc<LayerConfig>,
         chosen: Chosen,
-        settler: Option<Settler<S::Response, F>>,
+        after: After<S::Response, F>,
     ) -> Self {
         let verdict = judge(outcome, &config, &chosen);
         let state = next_state::<F, S, R, M>(verdict, inner, request, &config, &chosen);
-        Self::full(state, Some(config), chosen, settler)
+        Self::full(state, Some(config), chosen, after)
     }
 
     /// A future for a request the limits let through, already passed on.
     /// It keeps the decision and the layer's configuration only if the
-    /// response needs them.
+    /// response needs them, and the request's in-flight slot if it holds
+    /// one.
     #[inline(always)]
     pub(crate) fn called(
         call: S::Future,
         decision: Decision,
         config: &Arc<LayerConfig>,
         chosen: Chosen,
-        settler: Option<Settler<S::Response, F>>,
+        (settler, mut hold): After<S::Response, F>,
     ) -> Self {
-        if !config.read_after_response() && settler.is_none() {
+        hold.arm(&decision);
+        if !config.read_after_response() && settler.is_none() && hold.is_none() {
             return Self::pass(call);
         }
         let state = State::Call {
@@ -203,7 +213,7 @@ where
             decision: Some(decision),
         };
         let config = config.read_after_response().then(|| Arc::clone(config));
-        Self::full(state, config, chosen, settler)
+        Self::full(state, config, chosen, (settler, hold))
     }
 
     pub(crate) fn pass(call: S::Future) -> Self {
@@ -219,7 +229,7 @@ where
         let state = State::Answer {
             answer: Some(answer),
         };
-        Self::full(state, None, Chosen::Layer, None)
+        Self::full(state, None, Chosen::Layer, (None, Hold::None))
     }
 }
 
@@ -260,6 +270,9 @@ fn judge(outcome: Result<Decision, StoreError>, config: &LayerConfig, chosen: &C
     match outcome {
         Ok(mut decision) => {
             record(&mut decision, config, chosen);
+            if decision.origin() == Origin::InFlight {
+                decision.retry_after_micros = micros(config.in_flight_retry);
+            }
             if decision.is_allowed() || config.shadow {
                 Verdict::Pass(Some(decision))
             } else {
@@ -328,14 +341,15 @@ where
         match self.project().kind.project() {
             KindProj::Pass { call } => {
                 let response = ready!(call.poll(cx)).map_err(M::failed)?;
-                Poll::Ready(Ok(M::respond(response, None)))
+                Poll::Ready(Ok(M::respond(response, None, None)))
             }
             KindProj::Full {
                 state,
                 config,
                 chosen,
                 settler,
-            } => poll_full::<F, S, R, M>(state, config, chosen, settler, cx),
+                hold,
+            } => poll_full::<F, S, R, M>(state, config, chosen, (settler, hold), cx),
         }
     }
 }
@@ -347,7 +361,7 @@ fn poll_full<F, S, R, M>(
     mut state: Pin<&mut State<F, S, R, M::Answer>>,
     config: &Option<Arc<LayerConfig>>,
     chosen: &Chosen,
-    settler: &mut Option<Settler<S::Response, F>>,
+    (settler, hold): (&mut Option<Settler<S::Response, F>>, &mut Hold),
     cx: &mut Context<'_>,
 ) -> Poll<Result<M::Output, M::Error>>
 where
@@ -363,18 +377,25 @@ where
                     unreachable!("a pending check keeps the layer's configuration")
                 };
                 let next = ready!(poll_check::<F, S, R, M>(check, pending, config, chosen, cx))?;
+                if let State::Call {
+                    decision: Some(decision),
+                    ..
+                } = &next
+                {
+                    hold.arm(decision);
+                }
                 state.set(next);
             }
             StateProj::Call { call, decision } => {
                 let response = ready!(call.poll(cx)).map_err(M::failed)?;
                 let Some(decision) = decision.take() else {
-                    return Poll::Ready(Ok(M::respond(response, None)));
+                    return Poll::Ready(Ok(M::respond(response, None, hold.take())));
                 };
                 let settling = settler
                     .take()
                     .and_then(|settle| settle(&response, &decision));
                 let Some(settling) = settling else {
-                    return Poll::Ready(Ok(M::respond(response, judged(&decision))));
+                    return Poll::Ready(Ok(M::respond(response, judged(&decision), hold.take())));
                 };
                 state.set(State::Settle {
                     settling,
@@ -392,7 +413,8 @@ where
                     .inspect_err(observe::settle_failed)
                     .unwrap_or(*reserved);
                 let response = response.take().expect("polled after completion");
-                return Poll::Ready(Ok(M::respond(response, judged(&decision))));
+                let slot = hold.take();
+                return Poll::Ready(Ok(M::respond(response, judged(&decision), slot)));
             }
             StateProj::Answer { answer } => {
                 let answer = answer.take().expect("polled after completion");

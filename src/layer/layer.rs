@@ -75,6 +75,8 @@ pub(crate) struct LayerConfig {
     pub(crate) quota_unit: QuotaUnit,
     /// How far ahead a refused request waits for its turn, if at all.
     pub(crate) wait: Option<Duration>,
+    /// What `Retry-After` a refusal for requests in flight names.
+    pub(crate) in_flight_retry: Duration,
 }
 
 impl LayerConfig {
@@ -127,8 +129,30 @@ impl<E> SlidingWindowLayer<E> {
                 rejection: Rejection::default(),
                 count_only: None,
                 wait: None,
+                in_flight_retry: crate::algorithm::leases::RETRY_AFTER,
             }),
         }
+    }
+
+    /// A layer with no rate limit that lets each key have at most `max`
+    /// requests in flight at once (see
+    /// [`in_flight`](SlidingWindowLayer::in_flight)); add rate limits with
+    /// [`limit`](SlidingWindowLayer::limit).
+    ///
+    /// ```
+    /// use tower_sliding_window::{extract::HeaderKey, SlidingWindowLayer};
+    ///
+    /// // At most 4 expensive queries per API key at a time.
+    /// let layer = SlidingWindowLayer::in_flight_only(4, HeaderKey::new("x-api-key"));
+    /// assert_eq!(layer.policy().in_flight(), Some(4));
+    /// assert!(layer.policy().limits().is_empty());
+    /// ```
+    ///
+    /// # Panics
+    ///
+    /// If `max` is 0, which would refuse every request.
+    pub fn in_flight_only(max: u32, extractor: E) -> Self {
+        Self::with_policy(Policy::in_flight_only(max), extractor)
     }
 }
 
@@ -180,6 +204,42 @@ impl<E, St, P, M, W> SlidingWindowLayer<E, St, P, M, W> {
     pub fn penalty(self, penalty: Duration) -> Self {
         let policy = self.policy().clone().with_penalty(penalty);
         self.replace_policy(policy)
+    }
+
+    /// Lets a key have at most `max` requests admitted and not yet over at
+    /// once, beside the rate limits, judged with them all-or-nothing (see
+    /// [`Policy::with_in_flight`]). A request refused for it gets a 429
+    /// with [`Origin::InFlight`](crate::Origin::InFlight) (in error mode, a
+    /// [`RateLimited`](crate::layer::RateLimited)) and a `Retry-After` of
+    /// one second, as no store can know when a slot frees (see
+    /// [`in_flight_retry_after`](SlidingWindowLayer::in_flight_retry_after)).
+    /// `RateLimit-Policy` announces the cap in the draft's
+    /// `concurrent-requests` unit.
+    ///
+    /// A request's slot is freed when its response body ends, fails or is
+    /// dropped, so a stream counts for as long as it streams. With
+    /// [`inner_body`](SlidingWindowLayer::inner_body) and in error mode,
+    /// whose bodies pass through unwrapped, it is freed as soon as the
+    /// inner service's future resolves: keep the default body for
+    /// streaming endpoints. An upgraded connection (101) frees its slot
+    /// with the response. A cancelled request, an inner error and a panic
+    /// free it too. [`wait_up_to`](SlidingWindowLayer::wait_up_to) waits
+    /// for a slot, asking again a few times a second.
+    ///
+    /// # Panics
+    ///
+    /// If `max` is 0, which would refuse every request.
+    pub fn in_flight(self, max: u32) -> Self {
+        let policy = self.policy().clone().with_in_flight(max);
+        self.replace_policy(policy)
+    }
+
+    /// The `Retry-After` a refusal for requests in flight names (default
+    /// one second, the header's smallest unit): how soon a client should
+    /// expect a slot to free on this endpoint.
+    pub fn in_flight_retry_after(mut self, retry: Duration) -> Self {
+        Arc::make_mut(&mut self.config).in_flight_retry = retry;
+        self
     }
 
     /// Keeps state in `store` instead of a private [`MemoryStore`].

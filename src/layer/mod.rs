@@ -17,6 +17,7 @@ mod plan;
 mod rejection;
 mod response;
 mod service;
+mod slot;
 mod view;
 mod wait;
 mod weights;

@@ -24,6 +24,10 @@ const GRPC_INVALID_ARGUMENT: u16 = 3;
 const GRPC_RESOURCE_EXHAUSTED: u16 = 8;
 const GRPC_UNAVAILABLE: u16 = 14;
 
+/// The name of a policy's in-flight cap in `RateLimit-Policy` and
+/// `RateLimit`, counted in the draft's `concurrent-requests` unit.
+const IN_FLIGHT: &str = "in-flight";
+
 /// The problem type draft-ietf-httpapi-ratelimit-headers registers.
 const QUOTA_EXCEEDED: &str = "https://iana.org/assignments/http-problem-types#quota-exceeded";
 
@@ -67,6 +71,11 @@ impl PolicyHeaders {
                     ceil_secs(limit.window_micros()).max(1)
                 )
             })
+            .chain(
+                policy
+                    .in_flight()
+                    .map(|cap| format!("\"{IN_FLIGHT}\";q={cap};qu=\"concurrent-requests\"")),
+            )
             .collect();
         let policy = HeaderValue::try_from(items.join(", "))
             .unwrap_or_else(|_| HeaderValue::from_static(""));
@@ -80,20 +89,21 @@ impl PolicyHeaders {
             return;
         }
         headers.insert(RATELIMIT_POLICY.clone(), self.policy.clone());
-        let name = self
-            .names
-            .get(decision.limit_index())
-            .map_or("", String::as_str);
         let (remaining, replenish) = decision.quota.resolve(&decision.limit, decision.at_micros);
         let (mut remaining_text, mut reset_text) = (itoa::Buffer::new(), itoa::Buffer::new());
-        let value = header_text::joined(&[
-            b"\"",
-            name.as_bytes(),
-            b"\";r=",
-            remaining_text.format(remaining).as_bytes(),
-            b";t=",
-            reset_text.format(ceil_secs(replenish)).as_bytes(),
-        ]);
+        let remaining = remaining_text.format(remaining).as_bytes();
+        let value = match decision.limit_index() {
+            // No store knows when a slot frees: the cap's item has no reset.
+            None => header_text::joined(&[b"\"", IN_FLIGHT.as_bytes(), b"\";r=", remaining]),
+            Some(index) => header_text::joined(&[
+                b"\"",
+                self.names.get(index).map_or("", String::as_str).as_bytes(),
+                b"\";r=",
+                remaining,
+                b";t=",
+                reset_text.format(ceil_secs(replenish)).as_bytes(),
+            ]),
+        };
         if let Some(value) = value {
             headers.insert(RATELIMIT.clone(), value);
         }
@@ -118,15 +128,18 @@ fn refusal_message(decision: &Decision, wait: u64) -> String {
         Origin::StoreFull => format!(
             "Too Many Requests: the rate limiter is tracking too many clients; retry after {wait} s"
         ),
+        Origin::InFlight => format!(
+            "Too Many Requests: too many requests of this client in flight; retry after {wait} s"
+        ),
         Origin::Penalty => format!(
             "Too Many Requests: refused after going over the limit of {} per {}; retry after {wait} s",
-            decision.limit().max(),
-            decision.limit().window_name()
+            decision.limit.max(),
+            decision.limit.window_name()
         ),
         _ => format!(
             "Too Many Requests: limit of {} per {} reached; retry after {wait} s",
-            decision.limit().max(),
-            decision.limit().window_name()
+            decision.limit.max(),
+            decision.limit.window_name()
         ),
     }
 }
@@ -173,8 +186,8 @@ pub(crate) fn rejection(
 fn too_costly(decision: &Decision, grpc: bool) -> Response<Bytes> {
     let message = format!(
         "Content Too Large: the request costs more than the limit of {} per {} allows",
-        decision.limit().max(),
-        decision.limit().window_name()
+        decision.limit.max(),
+        decision.limit.window_name()
     );
     if grpc {
         grpc_answer(GRPC_INVALID_ARGUMENT, &message)

@@ -13,15 +13,16 @@ use tower::Service;
 
 use super::body::{BodyMode, HttpMode, WrapBody};
 use super::ending::Ending;
-use super::future::{admit, Chosen, ResponseFuture, Settler};
+use super::future::{admit, After, Chosen, ResponseFuture, Settler};
 use super::key::{KeyExtractor, MissingKey};
 use super::layer::LayerConfig;
 use super::plan::{Plan, SinglePolicy};
+use super::slot::Hold;
 use super::view::PolicyView;
 use super::wait::Admission;
 use super::weights::{Weigh, Weights};
 use crate::algorithm::Decision;
-use crate::store::Store;
+use crate::store::{Store, StoreError, StoreErrorKind};
 
 /// Rate-limits requests to the inner service `S`; built by
 /// [`SlidingWindowLayer`](crate::SlidingWindowLayer).
@@ -154,8 +155,9 @@ impl<S, E, St, P, M, W> SlidingWindow<S, E, St, P, M, W> {
     }
 }
 
-/// A request's admission, and what settles it once its response is in.
-type Reservation<F, Res> = (Admission<F>, Option<Settler<Res, F>>);
+/// A request's admission, and what follows it: settling once its response
+/// is in, freeing its in-flight slot once the response is over.
+type Reservation<F, Res> = (Admission<F>, After<Res, F>);
 
 impl<E, St, P, W> Shared<E, St, P, W> {
     /// The policy `request` is judged by, bound to the store, and which it
@@ -185,14 +187,15 @@ impl<E, St, P, W> Shared<E, St, P, W> {
     }
 
     /// Asks the store to admit a request of `cost` units for `key`: its
-    /// admission (waiting if the layer waits), and, if `used` reads what a
-    /// response used, what settles the request once its response is in.
+    /// admission (waiting if the layer waits); if `used` reads what a
+    /// response used, what settles the request once its response is in;
+    /// and if the policy is `capped`, what frees its slot.
     #[inline(always)]
     pub(super) fn reserve<K, Res, U>(
         &self,
         key: K,
         binding: Cow<'_, St::Binding>,
-        cost: u32,
+        (cost, capped): (u32, bool),
         used: Option<U>,
     ) -> Reservation<St::Future, Res>
     where
@@ -202,9 +205,18 @@ impl<E, St, P, W> Shared<E, St, P, W> {
     {
         let config = &self.config;
         let waits = config.waits();
+        let hold = if capped {
+            let (store, key) = (self.store.clone(), key.clone());
+            let binding = binding.clone().into_owned();
+            Hold::Pending(Box::new(move |admitted: &Decision| {
+                store.release_bound(key, &binding, admitted)
+            }))
+        } else {
+            Hold::None
+        };
         if used.is_none() && waits.is_none() {
             let check = self.store.decide_cost_bound(key, &binding, cost);
-            return (Admission::once(check), None);
+            return (Admission::once(check), (None, hold));
         }
         let binding = binding.into_owned();
         let check = self.store.decide_cost_bound(key.clone(), &binding, cost);
@@ -227,7 +239,7 @@ impl<E, St, P, W> Shared<E, St, P, W> {
                 });
             settle
         });
-        (admission, settler)
+        (admission, (settler, hold))
     }
 }
 
@@ -294,8 +306,22 @@ impl<S, E, St, P, M, W> SlidingWindow<S, E, St, P, M, W> {
             };
         };
         let (binding, chosen) = shared.choose(&request, &key);
+        let capped = chosen.get(config).policy.in_flight().is_some();
+        if capped && !shared.store.holds_slots() {
+            let inner = &mut self.inner;
+            let outcome = Err(no_slots());
+            let config = Arc::clone(config);
+            return ResponseFuture::decided(
+                outcome,
+                inner,
+                request,
+                config,
+                chosen,
+                (None, Hold::None),
+            );
+        }
         let cost = shared.weights.cost(&request);
-        let (mut check, settler) = shared.reserve(key, binding, cost, used);
+        let (mut check, after) = shared.reserve(key, binding, (cost, capped), used);
         // A store that answers at once (the memory store always does) lets
         // the request go straight on to the service that was polled ready.
         let mut cx = Context::from_waker(Waker::noop());
@@ -307,7 +333,7 @@ impl<S, E, St, P, M, W> SlidingWindow<S, E, St, P, M, W> {
                 if decision.is_allowed() || config.shadow {
                     admit::<R, S, M>(&mut request, &mut decision, config, &chosen);
                     let call = self.inner.call(request);
-                    return ResponseFuture::called(call, decision, config, chosen, settler);
+                    return ResponseFuture::called(call, decision, config, chosen, after);
                 }
             }
             return ResponseFuture::decided(
@@ -316,12 +342,24 @@ impl<S, E, St, P, M, W> SlidingWindow<S, E, St, P, M, W> {
                 request,
                 Arc::clone(config),
                 chosen,
-                settler,
+                after,
             );
         }
         let inner = for_later(&mut self.inner, config.waits().is_some());
-        ResponseFuture::check(check, inner, request, Arc::clone(config), chosen, settler)
+        ResponseFuture::check(check, inner, request, Arc::clone(config), chosen, after)
     }
+}
+
+/// What a layer answers when its policy caps requests in flight and its
+/// store keeps no caps: an error every request shows, never a cap that
+/// silently lets everything through.
+#[cold]
+fn no_slots() -> StoreError {
+    StoreError::new(
+        "the policy caps requests in flight, and this store keeps no in-flight caps",
+        None,
+    )
+    .with_kind(StoreErrorKind::Config)
 }
 
 /// The inner service for a request the store could not judge at once, to

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use tokio::time::{sleep_until, Instant, Sleep};
 
-use crate::algorithm::Decision;
+use crate::algorithm::{leases, Decision, Origin};
 use crate::observe;
 use crate::store::StoreError;
 
@@ -97,8 +97,12 @@ where
                 return Poll::Ready(outcome);
             };
             // A refusal that names no wait is not waited on: asking again at
-            // once would only spin.
-            let retry_after = decision.retry_after();
+            // once would only spin. No store knows when a slot frees, so a
+            // request waiting for one asks again a few times a second.
+            let retry_after = match decision.origin() {
+                Origin::InFlight => slot_poll(),
+                _ => decision.retry_after(),
+            };
             if !decision.wait_helps() || retry_after.is_zero() {
                 return Poll::Ready(outcome);
             }
@@ -116,4 +120,13 @@ where
             }
         }
     }
+}
+
+/// How long a request waiting for an in-flight slot sleeps before asking
+/// again: 25 to 50 ms, spread at random so that waiters released together
+/// do not ask together.
+fn slot_poll() -> Duration {
+    use std::hash::BuildHasher;
+    let spread = foldhash::fast::FixedState::default().hash_one(leases::fresh_id());
+    Duration::from_micros(25_000 + spread % 25_000)
 }

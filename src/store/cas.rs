@@ -8,11 +8,13 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::names::{escape, escape_into, key_name};
-use super::{Store, StoreError};
+use super::{send_now, Store, StoreError};
 use crate::algorithm::Decision;
 use crate::clock::{Clock, UnixClock};
 use crate::policy::Policy;
 use crate::state::KeyState;
+#[cfg(doc)]
+use crate::state::DEFAULT_LEASE;
 
 /// What [`CasStore`] needs of a key-value service (DynamoDB, Postgres,
 /// etcd, memcached, a Redis of your own…): read a key's bytes, and write
@@ -53,6 +55,10 @@ pub trait CompareAndSwap: Clone + Send + Sync + 'static {
 ///   as they matter ([`KeyState::idle_after`]) and five seconds more.
 /// * **Contention**: a write beaten 16 times in a row on one key fails
 ///   with a [`StoreError`], rather than retrying without end.
+/// * **In-flight caps** ([`Policy::with_in_flight`]): the slots are
+///   leases kept in the key's bytes, each lasting [`DEFAULT_LEASE`]
+///   unless released first. They are not renewed: a request held longer
+///   than a lease stops counting against the cap.
 pub struct CasStore<S, C = UnixClock> {
     inner: Arc<Inner<S, C>>,
 }
@@ -225,5 +231,25 @@ where
     fn peek_bound(&self, key: K, binding: &CasBinding) -> Pending {
         let name = key_name(&self.inner.prefix, &key, &binding.suffix);
         Box::pin(self.clone().peek_at(name, binding.policy.clone()))
+    }
+
+    fn holds_slots(&self) -> bool {
+        true
+    }
+
+    fn release_bound(&self, key: K, binding: &CasBinding, admitted: &Decision) {
+        if !admitted.holds_slot() {
+            return;
+        }
+        let name = key_name(&self.inner.prefix, &key, &binding.suffix);
+        let admitted = *admitted;
+        let release = move |state: &mut KeyState, _: &Policy, _| {
+            state.release(&admitted);
+            admitted
+        };
+        let update = self.clone().update(name, binding.policy.clone(), release);
+        send_now(async move {
+            let _ = update.await;
+        });
     }
 }

@@ -13,6 +13,7 @@ mod names;
 mod redis;
 
 use std::future::Future;
+use std::task::{Context, Waker};
 
 pub use self::cas::{CasBinding, CasStore, CompareAndSwap};
 pub use self::error::{StoreError, StoreErrorKind};
@@ -157,6 +158,27 @@ pub trait Store<K>: Clone + Send + Sync + 'static {
     /// cost 0 is told.
     fn peek_bound(&self, key: K, binding: &Self::Binding) -> Self::Future;
 
+    /// Whether the store keeps in-flight caps
+    /// ([`Policy::with_in_flight`]): judges them with the limits and
+    /// [releases](Store::release_bound) slots. A layer whose policy has a
+    /// cap answers every request with a [`Config`](StoreErrorKind::Config)
+    /// error on a store that does not, rather than let the cap pass
+    /// unenforced. No, unless the store says so.
+    fn holds_slots(&self) -> bool {
+        false
+    }
+
+    /// Frees the in-flight slot that `admitted` (this store's decision
+    /// for `key` under the bound policy) took, once its request is over:
+    /// a decision that [holds no slot](Decision::holds_slot) frees
+    /// nothing. It does not wait: a remote store sends the release before
+    /// any later call of its own, so a client that sends its next request
+    /// once one ends is never refused by the one that ended. A release
+    /// that fails is lost, and its slot comes back when its lease ends.
+    fn release_bound(&self, key: K, binding: &Self::Binding, admitted: &Decision) {
+        let _ = (key, binding, admitted);
+    }
+
     /// Binds `policy` and judges a request for `key` under it.
     fn decide(&self, key: K, policy: &Policy) -> Self::Future {
         self.decide_bound(key, &self.bind(policy))
@@ -171,5 +193,23 @@ pub trait Store<K>: Clone + Send + Sync + 'static {
     /// nothing.
     fn peek(&self, key: K, policy: &Policy) -> Self::Future {
         self.peek_bound(key, &self.bind(policy))
+    }
+}
+
+/// Starts a store's call that nobody waits for (a release) at once, so
+/// that it goes out before any later call of the same store, and lets it
+/// finish on the tokio runtime if it cannot finish now. Outside a runtime
+/// what is left of it is dropped: a lease that was not released ends on
+/// its own.
+pub(crate) fn send_now(call: impl Future<Output = ()> + Send + 'static) {
+    let mut call = Box::pin(call);
+    if call
+        .as_mut()
+        .poll(&mut Context::from_waker(Waker::noop()))
+        .is_pending()
+    {
+        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+            runtime.spawn(call);
+        }
     }
 }

@@ -308,4 +308,15 @@ where
     fn peek_bound(&self, key: K, binding: &MemoryBinding<K>) -> Self::Future {
         ready(Ok(self.peek_bound_now(&key, binding)))
     }
+
+    fn holds_slots(&self) -> bool {
+        true
+    }
+
+    fn release_bound(&self, key: K, binding: &MemoryBinding<K>, admitted: &Decision) {
+        if admitted.holds_slot() {
+            let now = self.inner.clock.now_micros();
+            binding.shards.release(&key, &binding.policy, now, admitted);
+        }
+    }
 }

@@ -15,6 +15,8 @@ use crate::state::KeyState;
 
 /// How often (in microseconds of store time) a shard in use looks for idle keys.
 const SWEEP_EVERY_MICROS: u64 = 5_000_000;
+/// Until when a slot of the memory store lasts: until released.
+const FOREVER: u64 = u64::MAX;
 
 /// How long a key is kept once it has gone idle. A clock read a little
 /// behind another (a settle or a peek reads it before taking the lock, or
@@ -121,6 +123,8 @@ impl<K: Hash + Eq> Shards<K> {
     /// found: decisions on one key are then judged in the order they are
     /// made, whatever the threads, and the entry's memory is on its way
     /// before the clock is read rather than after.
+    // A slot taken here never expires: the layer releases it when its
+    // request ends, and the slots end with the process.
     pub(super) fn decide(
         &self,
         key: K,
@@ -139,10 +143,10 @@ impl<K: Hash + Eq> Shards<K> {
             found = shard.table.find_mut(hash, |e| e.is(&key, policy));
         }
         if let Some(entry) = found {
-            return entry.state.decide_micros(policy, now, cost);
+            return entry.state.decide_micros(policy, now, cost, FOREVER);
         }
         let mut state = KeyState::new(policy.algorithm());
-        let decision = state.decide_micros(policy, now, cost);
+        let decision = state.decide_micros(policy, now, cost, FOREVER);
         if state.is_fresh() {
             // Nothing recorded: a request of no cost, which a full store
             // answers as it answers a peek, or one refused before counting.
@@ -242,6 +246,15 @@ impl<K: Hash + Eq> Shards<K> {
         }
     }
 
+    /// Frees the in-flight slot `admitted` took for `key`, if its entry
+    /// still holds it.
+    pub(super) fn release(&self, key: &K, policy: &Policy, now: u64, admitted: &Decision) {
+        let (hash, mut shard) = self.shard_for(key, policy, now);
+        if let Some(entry) = shard.table.find_mut(hash, |e| e.is(key, policy)) {
+            entry.state.release(admitted);
+        }
+    }
+
     /// Judges as [`decide`](Self::decide) would a request of one unit,
     /// recording nothing and adding no key.
     ///
@@ -262,7 +275,7 @@ impl<K: Hash + Eq> Shards<K> {
     /// owners a fresh window. A new key waits until one may be dropped.
     pub(super) fn no_room(&self, policy: &Policy, now: u64) -> Decision {
         let wait = self.cap.wait(now);
-        Decision::substitute(false, policy.limits()[0], wait, now, Origin::StoreFull)
+        Decision::substitute(false, policy.first_limit(), wait, now, Origin::StoreFull)
     }
 
     /// Drops every key idle at `now`, as each shard's own sweep would.

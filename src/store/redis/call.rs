@@ -11,7 +11,9 @@ use redis::RedisResult;
 use super::outage::{is_unreachable, Outage};
 use super::scripts::{self, Ask};
 use super::{keys, reply, within, RedisStore};
+use crate::algorithm::leases::fresh_id;
 use crate::algorithm::{Decision, Origin};
+use crate::clock::micros;
 use crate::observe::DenyCacheEvents;
 use crate::policy::{Policy, Weighed};
 use crate::store::{Store, StoreError};
@@ -117,7 +119,8 @@ impl<K: std::fmt::Display> Store<K> for RedisStore {
             cost,
             units: i64::from(used) - i64::from(cost),
         };
-        let invocation = scripts::invocation(binding.policy(), ask, &name, self.client_now());
+        let invocation =
+            scripts::invocation(binding.policy(), ask, &name, (self.client_now(), None));
         let store = self.clone();
         Box::pin(async move {
             let settled = store
@@ -135,6 +138,35 @@ impl<K: std::fmt::Display> Store<K> for RedisStore {
 
     fn peek_bound(&self, key: K, binding: &RedisBinding) -> Self::Future {
         self.call(&key, binding, Ask::Peek)
+    }
+
+    fn holds_slots(&self) -> bool {
+        true
+    }
+
+    fn release_bound(&self, key: K, binding: &RedisBinding, admitted: &Decision) {
+        if !admitted.holds_slot() {
+            return;
+        }
+        let name = keys::key_name(&self.prefix, &key, &binding.inner.suffix);
+        if admitted.origin == Origin::Fallback {
+            self.release_fallback(name, binding.policy(), admitted);
+            return;
+        }
+        let leases = keys::leases_key(&name);
+        self.instance.held.lock().remove(&admitted.lease);
+        let mut release = redis::cmd("ZREM");
+        release.arg(&leases).arg(admitted.lease);
+        let store = self.clone();
+        crate::store::send_now(async move {
+            let sent = store.reach(&leases, async {
+                let reply = store.connection.query::<i64>(&release, None).await;
+                reply.map_err(|e| super::error("Redis release failed".into(), e))
+            });
+            if let Err(err) = sent.await {
+                crate::observe::slot_call_failed(&err);
+            }
+        });
     }
 }
 
@@ -173,15 +205,25 @@ impl RedisStore {
     }
 
     /// Asks Redis to judge a request for the key `name` under `policy`,
-    /// with no timeout or failure policy.
+    /// with no timeout or failure policy: under a cap, an admitted request
+    /// holds a slot this instance renews until it is released.
     async fn judge(&self, name: &str, policy: &Policy, ask: Ask) -> Result<Decision, StoreError> {
-        let invocation = scripts::invocation(policy, ask, name, self.client_now());
+        let lease = policy.in_flight().map(|_| scripts::Lease {
+            id: if ask.records() { fresh_id() } else { 0 },
+            length: micros(self.lease),
+        });
+        let invocation = scripts::invocation(policy, ask, name, (self.client_now(), lease));
         let reply: Vec<i64> = self
             .connection
             .invoke(&invocation)
             .await
             .map_err(|e| super::error("Redis script failed".into(), e))?;
-        let decision = reply::decision(policy, &reply, ask.cost())?;
+        let mut decision = reply::decision(policy, &reply, ask.cost())?;
+        if let Some(lease) = lease.filter(|_| decision.is_allowed() && ask.records()) {
+            let leases = Arc::from(keys::leases_key(name));
+            self.instance.held.lock().insert(lease.id, leases);
+            decision = decision.holding(lease.id);
+        }
         let penalty = policy.penalty_micros();
         // A refusal by the limits starts the key's penalty: the script
         // started it if the request was to be recorded. A peek is told what

@@ -113,13 +113,15 @@ impl RedisStore {
                     return;
                 }
                 Decision::in_penalty(
-                    policy.limits()[0],
+                    policy.first_limit(),
                     decision.retry_after_micros,
                     decision.at_micros,
                 )
             }
             // A refusal of several units leaves room for fewer, sooner.
             Origin::Limits if ask.cost() > 1 => return,
+            // A slot may free at any moment: no wait is known to stand.
+            Origin::InFlight => return,
             _ => decision,
         };
         // A client clock is the one the script judged by, so the refusal

@@ -7,7 +7,7 @@ use super::{ClientClock, RedisStore};
 use crate::algorithm::{Decision, Origin};
 use crate::clock::Clock;
 use crate::policy::Policy;
-use crate::store::{MemoryStore, StoreError};
+use crate::store::{MemoryBinding, MemoryStore, Store, StoreError};
 
 /// The rule a [`RedisStore`](super::RedisStore) applies when a call fails or
 /// exceeds its timeout. Once a call finds Redis out of reach (refused,
@@ -61,6 +61,23 @@ pub(super) fn local_micros(client_clock: Option<&ClientClock>) -> u64 {
 }
 
 impl RedisStore {
+    /// The fallback store of this outage, and `policy`'s share bound to it.
+    fn fallback(&self, policy: &Policy) -> (MemoryStore<LocalClock>, MemoryBinding<String>) {
+        let fallback = self
+            .instance
+            .outage
+            .fallback(|| MemoryStore::with_clock(LocalClock(self.clock.clone())));
+        let share = policy.shared_by(self.live_instances());
+        let binding = fallback.bind::<String>(&share);
+        (fallback, binding)
+    }
+
+    /// Frees a slot the fallback store gave the key `name` under `policy`.
+    pub(super) fn release_fallback(&self, name: String, policy: &Policy, admitted: &Decision) {
+        let (fallback, binding) = self.fallback(policy);
+        fallback.release_bound(name, &binding, admitted);
+    }
+
     /// Answers for a failed or late call that asked `ask` of the key
     /// `name` under `policy`, by the failure policy. The fallback store
     /// judges the request at its cost, as Redis would have, against this
@@ -75,15 +92,10 @@ impl RedisStore {
     ) -> Result<Decision, StoreError> {
         crate::observe::store_failed(&err, self.failure);
         match self.failure {
-            FailurePolicy::FailOpen => Ok(Decision::allow(policy.limits()[0], Duration::ZERO)),
+            FailurePolicy::FailOpen => Ok(Decision::allow(policy.first_limit(), Duration::ZERO)),
             FailurePolicy::FailClosed => Err(err),
             FailurePolicy::Fallback => {
-                let fallback = self
-                    .instance
-                    .outage
-                    .fallback(|| MemoryStore::with_clock(LocalClock(self.clock.clone())));
-                let share = policy.shared_by(self.live_instances());
-                let binding = fallback.bind::<String>(&share);
+                let (fallback, binding) = self.fallback(policy);
                 let decision = match ask {
                     Ask::Record(cost) => fallback.decide_cost_bound_now(name, &binding, cost),
                     Ask::Peek | Ask::Settle { .. } => fallback.peek_bound_now(&name, &binding),

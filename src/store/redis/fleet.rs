@@ -5,6 +5,7 @@
 //! same call. That task is also the outage's probe: a heartbeat or `PING`
 //! that succeeds brings a node back.
 
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Weak};
 use std::time::Duration;
@@ -16,7 +17,7 @@ use tokio::sync::oneshot;
 use super::outage::{is_unreachable, whole, Node, Outage};
 use super::scripts;
 use super::slots::{self, Slots};
-use super::{error, within, Connection, RedisStore};
+use super::{error, within, ClientClock, Connection, RedisStore};
 use crate::store::{StoreError, StoreErrorKind};
 
 /// What a store and its clones share while they run: the fleet as last
@@ -34,6 +35,9 @@ pub(super) struct Instance {
     pub(super) outage: Outage,
     /// A Cluster's slots, as the last heartbeat read them.
     slots: Mutex<Option<Slots>>,
+    /// The in-flight slots this instance holds, by lease id, with the key
+    /// of their set: what the heartbeat renews.
+    pub(super) held: Mutex<HashMap<u64, Arc<str>>>,
 }
 
 impl Instance {
@@ -46,6 +50,7 @@ impl Instance {
             _alive: alive,
             outage: Outage::default(),
             slots: Mutex::new(None),
+            held: Mutex::default(),
         }
     }
 
@@ -89,6 +94,8 @@ impl RedisStore {
             key: self.fleet_key(),
             prefix: Arc::clone(&self.prefix),
             interval: self.heartbeat,
+            lease: self.lease,
+            clock: self.clock.clone(),
             // A heartbeat is no request: it may wait longer than one, so
             // that a Redis slow for a moment is not declared down by it.
             timeout: self.timeout.max(self.heartbeat),
@@ -153,20 +160,33 @@ struct Heart {
     key: String,
     prefix: Arc<str>,
     interval: Duration,
+    /// How long an in-flight slot lasts: the slots held are renewed every
+    /// third of it.
+    lease: Duration,
+    clock: Option<ClientClock>,
     timeout: Duration,
 }
 
 impl Heart {
     async fn beat_until(self, mut running: Running) {
+        let renew_every = self.lease / 3;
+        let mut renewed = tokio::time::Instant::now();
         loop {
             match running.instance.upgrade() {
-                Some(instance) => self.beat(&instance).await,
+                Some(instance) => {
+                    self.beat(&instance).await;
+                    if renewed.elapsed() >= renew_every {
+                        renewed = tokio::time::Instant::now();
+                        self.renew(&instance).await;
+                    }
+                }
                 None => break,
             }
             let Some(dropped) = running.dropped.as_mut() else {
                 break;
             };
-            if tokio::time::timeout(self.interval, dropped).await.is_ok() {
+            let wait = self.interval.min(renew_every);
+            if tokio::time::timeout(wait, dropped).await.is_ok() {
                 break;
             }
         }
@@ -210,6 +230,34 @@ impl Heart {
                 if self.ping(&node).await {
                     instance.outage.answered(&node);
                 }
+            }
+        }
+    }
+
+    /// Renews every in-flight slot this instance holds: one call per key,
+    /// all sent at once.
+    async fn renew(&self, instance: &Instance) {
+        let mut by_key: HashMap<Arc<str>, Vec<u64>> = HashMap::new();
+        for (&id, leases) in instance.held.lock().iter() {
+            by_key.entry(Arc::clone(leases)).or_default().push(id);
+        }
+        let lease = crate::clock::micros(self.lease);
+        let now = self.clock.as_ref().map(|clock| clock());
+        let mut calls = tokio::task::JoinSet::new();
+        for (leases, ids) in by_key {
+            let call = scripts::renewal(&leases, &ids, lease, now);
+            let (connection, timeout) = (self.connection.clone(), self.timeout);
+            calls.spawn(async move {
+                let renewed = async {
+                    let reply = connection.invoke::<i64>(&call).await;
+                    reply.map_err(|e| error("Redis renewal failed".into(), e))
+                };
+                within(timeout, renewed).await
+            });
+        }
+        while let Some(done) = calls.join_next().await {
+            if let Ok(Err(err)) = done {
+                crate::observe::slot_call_failed(&err);
             }
         }
     }

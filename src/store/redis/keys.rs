@@ -24,6 +24,12 @@ pub(super) fn penalty_key(name: &str) -> String {
     format!("{name}:penalty")
 }
 
+/// The sorted set of the in-flight slots of the state at `name`: the same
+/// hash tag, so the same cluster slot.
+pub(crate) fn leases_key(name: &str) -> String {
+    format!("{name}:leases")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -125,6 +125,7 @@ pub struct RedisStore {
     timeout: Duration,
     failure: FailurePolicy,
     heartbeat: Duration,
+    lease: Duration,
     expected_instances: usize,
     /// Refusals still standing, by key name; `None` when turned off.
     denied: Option<Arc<DenyCache>>,
@@ -195,6 +196,7 @@ impl std::fmt::Debug for RedisStore {
             .field("timeout", &self.timeout)
             .field("failure", &self.failure)
             .field("heartbeat", &self.heartbeat)
+            .field("lease", &self.lease)
             .field("live_instances", &self.live_instances())
             .field("denied_keys", &self.denied_keys())
             .finish()
@@ -211,6 +213,9 @@ impl RedisStore {
     /// How often an instance refreshes its entry among the live instances
     /// (and, during an outage, probes Redis) by default.
     pub const DEFAULT_HEARTBEAT: Duration = Duration::from_secs(1);
+    /// How long an in-flight slot lasts by default unless released or
+    /// renewed.
+    pub const DEFAULT_LEASE: Duration = crate::state::DEFAULT_LEASE;
 
     /// A store over an existing single-node connection.
     pub fn from_connection_manager(manager: ConnectionManager) -> Self {
@@ -230,6 +235,7 @@ impl RedisStore {
             timeout: Self::DEFAULT_TIMEOUT,
             failure: FailurePolicy::default(),
             heartbeat: Self::DEFAULT_HEARTBEAT,
+            lease: Self::DEFAULT_LEASE,
             expected_instances: 1,
             denied: Some(Arc::new(DenyCache::new(Self::DEFAULT_DENY_CACHE))),
             instance: Arc::new(Instance::new()),
@@ -310,6 +316,27 @@ impl RedisStore {
         self
     }
 
+    /// How long an in-flight slot lasts (default
+    /// [`DEFAULT_LEASE`](Self::DEFAULT_LEASE), 30 s) if the instance that
+    /// holds it dies without releasing it: a crashed instance's slots come
+    /// back within one lease. While its request runs, the heartbeat task
+    /// renews each slot about every third of a lease, in one call per key
+    /// for all the slots this instance holds on it. A lease is counted in
+    /// whole milliseconds on Redis's clock.
+    ///
+    /// # Panics
+    ///
+    /// If `lease` is shorter than 3 ms, too short to renew in time.
+    pub fn with_lease(mut self, lease: Duration) -> Self {
+        assert!(
+            lease >= Duration::from_millis(3),
+            "RedisStore::with_lease: a lease must be at least 3 ms, got {lease:?}"
+        );
+        self.lease = lease;
+        self.instance = Arc::new(Instance::new());
+        self
+    }
+
     /// How many instances to assume [live](Self::live_instances) until
     /// the first heartbeat has counted them (default 1): the fleet's size
     /// for an instance that starts during an outage.
@@ -338,9 +365,11 @@ impl RedisStore {
 
     /// The Lua scripts this store runs in Redis, by file name, to read
     /// what runs on the server (or to measure it). The same three judge
-    /// every policy: each call passes the limits as arguments, and each
-    /// file's header says which. The fourth is the heartbeat.
-    pub fn script_sources() -> [(&'static str, &'static str); 4] {
+    /// every policy, each starting with `lease.lua` (the time and the
+    /// in-flight cap): each call passes the limits as arguments, and each
+    /// file's header says which. The fourth is the heartbeat, the fifth
+    /// renews in-flight slots.
+    pub fn script_sources() -> [(&'static str, &'static str); 5] {
         scripts::SOURCES
     }
 }

@@ -16,6 +16,7 @@ use crate::store::{StoreError, StoreErrorKind};
 const REFUSED: i64 = 0;
 const ACCEPTED: i64 = 1;
 const IN_PENALTY: i64 = 2;
+const IN_FLIGHT_FULL: i64 = 3;
 
 /// The decision `reply` gives a request of `cost` units under `policy`
 /// (a peek is judged as a request of one).
@@ -35,7 +36,18 @@ pub(super) fn decision(policy: &Policy, reply: &[i64], cost: u32) -> Result<Deci
                 .ok()
                 .and_then(|until| until.checked_sub(now))
                 .filter(|&wait| wait > 0);
-            wait.map(|wait| Decision::in_penalty(policy.limits()[0], wait, now))
+            wait.map(|wait| Decision::in_penalty(policy.first_limit(), wait, now))
+        }
+        // {3, now}
+        IN_FLIGHT_FULL if reply.len() == 2 && policy.in_flight().is_some() => {
+            Some(Decision::in_flight_full(policy.first_limit(), now))
+        }
+        // {1, now, slots held before this request}
+        ACCEPTED if policy.limits().is_empty() => {
+            let cap = policy.in_flight().unwrap_or(0);
+            let held = reply.get(2).and_then(|&held| u32::try_from(held).ok());
+            let free = held.and_then(|held| cap.checked_sub(held + 1));
+            free.map(|free| Decision::slot_only(policy.first_limit(), free, now))
         }
         REFUSED | ACCEPTED => match policy.algorithm() {
             Algorithm::SlidingLog => log_decision(policy, reply, now),
@@ -163,7 +175,7 @@ mod tests {
     fn summary(decision: &Decision) -> (bool, usize, u32, Duration) {
         (
             decision.is_allowed(),
-            decision.limit_index(),
+            decision.limit_index().unwrap_or(usize::MAX),
             decision.remaining(),
             decision.retry_after(),
         )

@@ -1,6 +1,6 @@
 //! The fixed scripts the store runs, one set for every policy, and how a
 //! call fills their arguments: the policy's limits travel with each call,
-//! so Redis's script cache holds these four whatever the number of
+//! so Redis's script cache holds these five whatever the number of
 //! policies. Each file's header documents its keys, arguments and replies.
 
 use std::sync::LazyLock;
@@ -11,30 +11,70 @@ use super::keys;
 use crate::algorithm::Algorithm;
 use crate::policy::Policy;
 
-/// The sliding counter and the fixed window: judging, peeking, settling.
-const WINDOW: &str = include_str!("lua/window.lua");
+/// The sliding counter and the fixed window: judging, peeking, settling;
+/// each judging script starts with `lease.lua`, the time and the
+/// in-flight cap.
+const WINDOW: &str = concat!(
+    include_str!("lua/lease.lua"),
+    include_str!("lua/window.lua")
+);
 /// The sliding log: judging, peeking, settling.
-const LOG: &str = include_str!("lua/log.lua");
+const LOG: &str = concat!(include_str!("lua/lease.lua"), include_str!("lua/log.lua"));
 /// The token bucket: judging, peeking, settling.
-const BUCKET: &str = include_str!("lua/bucket.lua");
+const BUCKET: &str = concat!(
+    include_str!("lua/lease.lua"),
+    include_str!("lua/bucket.lua")
+);
 /// An instance's heartbeat, counting the fleet (see `fleet`).
 const FLEET: &str = include_str!("lua/fleet.lua");
+/// The renewal of the in-flight slots an instance holds on one key.
+const RENEW: &str = include_str!("lua/renew.lua");
 
-/// Every script the store runs, by its file name in `lua/`.
-pub(super) const SOURCES: [(&str, &str); 4] = [
+/// Every script the store runs, by the file name in `lua/` of its own
+/// part (the judging ones start with `lease.lua`).
+pub(super) const SOURCES: [(&str, &str); 5] = [
     ("window.lua", WINDOW),
     ("log.lua", LOG),
     ("bucket.lua", BUCKET),
     ("fleet.lua", FLEET),
+    ("renew.lua", RENEW),
 ];
 
 /// The scripts with their SHA1 digests, computed once per process.
-static SCRIPTS: LazyLock<[Script; 4]> =
+static SCRIPTS: LazyLock<[Script; 5]> =
     LazyLock::new(|| SOURCES.map(|(_, source)| Script::new(source)));
 
 /// The heartbeat's script.
 pub(super) fn fleet() -> &'static Script {
     &SCRIPTS[3]
+}
+
+/// The call renewing the slots `ids` on the key `leases` to last `lease`
+/// µs from now (the client's clock's, if it has one).
+pub(super) fn renewal(
+    leases: &str,
+    ids: &[u64],
+    lease: u64,
+    now: Option<u64>,
+) -> ScriptInvocation<'static> {
+    let mut invocation = SCRIPTS[4].key(leases);
+    match now {
+        Some(now) => invocation.arg(now),
+        None => invocation.arg(""),
+    };
+    invocation.arg(lease);
+    for id in ids {
+        invocation.arg(id);
+    }
+    invocation
+}
+
+/// A request's in-flight slot, asked for with a judging call under a
+/// policy with a cap: the id it takes if admitted, and for how long (µs).
+#[derive(Clone, Copy, Debug)]
+pub(super) struct Lease {
+    pub(super) id: u64,
+    pub(super) length: u64,
 }
 
 /// What a call asks of a script.
@@ -66,17 +106,18 @@ impl Ask {
 
 /// The call of the script that does `ask` for the key `name` under
 /// `policy`, with now in µs from the client's clock, if it has one (else
-/// the script reads Redis `TIME`). The arguments are the same for every
-/// script: now, the units, the time judged at for a settling (for the
-/// bucket followed by the request's cost, which bounds what it may give
-/// back), the penalty, the algorithm, then each limit's max and window.
+/// the script reads Redis `TIME`), and the slot it takes under a cap. The
+/// arguments are the same for every script: now, the cap, the units, the
+/// time judged at for a settling (for the bucket followed by the
+/// request's cost, which bounds what it may give back), the penalty, the
+/// algorithm, then each limit's max and window.
 pub(super) fn invocation(
     policy: &Policy,
     ask: Ask,
     name: &str,
-    now: Option<u64>,
+    (now, lease): (Option<u64>, Option<Lease>),
 ) -> ScriptInvocation<'static> {
-    let scripts: &'static [Script; 4] = &SCRIPTS;
+    let scripts: &'static [Script; 5] = &SCRIPTS;
     let algorithm = policy.algorithm();
     let script = match algorithm {
         Algorithm::SlidingLog => &scripts[1],
@@ -87,6 +128,13 @@ pub(super) fn invocation(
     let penalty = policy.penalty_micros();
     match now {
         Some(now) => invocation.arg(now),
+        None => invocation.arg(""),
+    };
+    let lease = lease
+        .zip(policy.in_flight())
+        .filter(|_| !matches!(ask, Ask::Settle { .. }));
+    match lease {
+        Some((lease, cap)) => invocation.arg(format!("{cap} {} {}", lease.length, lease.id)),
         None => invocation.arg(""),
     };
     match ask {
@@ -104,6 +152,9 @@ pub(super) fn invocation(
     if penalty > 0 && !matches!(ask, Ask::Settle { .. }) {
         // Beside the state, in the same slot: the hash tag is the same.
         invocation.key(keys::penalty_key(name));
+    }
+    if lease.is_some() {
+        invocation.key(keys::leases_key(name));
     }
     invocation
 }

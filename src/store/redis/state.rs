@@ -47,7 +47,7 @@ impl RedisStore {
         let penalty_until = penalty.and_then(|until| until.parse().ok()).unwrap_or(0);
         Ok(stored
             .and_then(|bytes| decode(&bytes, policy))
-            .map(|counts| KeyState::from_parts(counts, penalty_until)))
+            .map(|counts| KeyState::from_parts(counts, penalty_until, Default::default())))
     }
 }
 

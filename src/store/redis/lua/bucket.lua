@@ -3,41 +3,36 @@
 -- (TAT) is micros µs and rem max-ths of a µs (rem below max): no time is
 -- multiplied by max, so all stays exact in Lua's doubles (below 2^53).
 -- KEYS[1]  the state: per limit, in order, struct.pack('<i8I4', micros, rem)
--- KEYS[2]  until when (µs) the key serves a penalty (used if ARGV[4] ~= 0)
--- ARGV[1]  now in µs, or '' to read Redis TIME
--- ARGV[2]  judging: the cost, taken from every bucket if all hold it (0: judge
+-- KEYS[2]  until when (µs) the key serves a penalty (used if ARGV[5] ~= 0)
+-- ARGV[1], ARGV[2]  now and the in-flight cap, read by lease.lua, which is
+--          joined before this script and refuses for the cap
+-- ARGV[3]  judging: the cost, taken from every bucket if all hold it (0: judge
 --          one unit, take nothing); settling: units to charge (< 0: give back)
--- ARGV[3]  '' to judge; to settle, 'at cost': when (µs) it was judged, its cost
--- ARGV[4]  the penalty in µs a refusal starts (0: none)
--- ARGV[5]  'b'; then ARGV[6], ARGV[7], ...: each limit's max and window in µs
+-- ARGV[4]  '' to judge; to settle, 'at cost': when (µs) it was judged, its cost
+-- ARGV[5]  the penalty in µs a refusal starts (0: none)
+-- ARGV[6]  'b'; then ARGV[7], ARGV[8], ...: each limit's max and window in µs
 -- Judging, the reply is {1 accepted or 0 refused, now, then per limit how far
 -- its TAT lay ahead of now before the request was charged, as µs and
 -- max-ths}, or {2, now, the penalty's end} for a key serving a penalty.
 -- Settling: {1}, or {0} for a key gone.
---   redis-cli --eval bucket.lua k , '' 1 '' 0 b 5 30000000
-local now
-if ARGV[1] ~= '' then
-  now = ARGV[1] + 0
-else
-  local t = redis.call('TIME')
-  now = t[1] * 1000000 + t[2]
-end
-local units = ARGV[2] + 0
+--   cat lease.lua bucket.lua > /tmp/bucket.lua
+--   redis-cli --eval /tmp/bucket.lua k , '' '' 1 '' 0 b 5 30000000
+local units = ARGV[3] + 0
 local settle_at, settle_cost
-if ARGV[3] ~= '' then
-  local at, cost = string.match(ARGV[3], '^(%d+) (%d+)$')
-  if not at then return redis.error_reply('ARGV[3] must be "at cost" to settle') end
+if ARGV[4] ~= '' then
+  local at, cost = string.match(ARGV[4], '^(%d+) (%d+)$')
+  if not at then return redis.error_reply('ARGV[4] must be "at cost" to settle') end
   settle_at, settle_cost = at + 0, cost + 0
 end
-local penalty = ARGV[4] ~= '0' and ARGV[4] + 0
-local n = (#ARGV - 5) / 2
+local penalty = ARGV[5] ~= '0' and ARGV[5] + 0
+local n = (#ARGV - 6) / 2
 if penalty and not settle_at then
   local penalty_until = tonumber(redis.call('GET', KEYS[2]) or '0') or 0
   if penalty_until > now then return {2, now, penalty_until} end
 end
 -- Tables sized at once for two limits: growing them costs Redis more.
 local max, win, micros, rem = {0, 0}, {0, 0}, {0, 0}, {0, 0}
-for i = 1, n do max[i], win[i] = ARGV[4 + 2 * i] + 0, ARGV[5 + 2 * i] + 0 end
+for i = 1, n do max[i], win[i] = ARGV[5 + 2 * i] + 0, ARGV[6 + 2 * i] + 0 end
 -- A record is read as written: µs below 2^53, a remainder below its max.
 -- Anything else under the key reads as fresh: every bucket full.
 local raw = redis.call('GET', KEYS[1])
@@ -144,5 +139,6 @@ end
 local ttl = (latest - latest % 1000) / 1000 + 5000
 if latest % 1000 > 0 then ttl = ttl + 1 end
 redis.call('SET', KEYS[1], stored, 'PX', string.format('%d', ttl))
+if leases then take() end
 if settle_at then return {1} end
 return reply

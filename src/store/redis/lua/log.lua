@@ -4,31 +4,26 @@
 -- KEYS[1]  the stamps of accepted requests, oldest first: struct.pack('<i8',
 --          stamp) each (µs), at most the largest max of them, none older
 --          than the longest window needs
--- KEYS[2]  until when (µs) the key serves a penalty (used if ARGV[4] ~= 0)
--- ARGV[1]  now in µs, or '' to read Redis TIME
--- ARGV[2]  judging: the cost, recorded if every limit has room (0: judge one
+-- KEYS[2]  until when (µs) the key serves a penalty (used if ARGV[5] ~= 0)
+-- ARGV[1], ARGV[2]  now and the in-flight cap, read by lease.lua, which is
+--          joined before this script and refuses for the cap
+-- ARGV[3]  judging: the cost, recorded if every limit has room (0: judge one
 --          unit, record nothing); settling: units to charge (< 0: give back)
--- ARGV[3]  '' to judge; to settle, the time (µs) the request was judged at
--- ARGV[4]  the penalty in µs a refusal starts (0: none)
--- ARGV[5]  'l'
--- ARGV[6], ARGV[7], ...  each limit's max and window in µs
+-- ARGV[4]  '' to judge; to settle, the time (µs) the request was judged at
+-- ARGV[5]  the penalty in µs a refusal starts (0: none)
+-- ARGV[6]  'l'
+-- ARGV[7], ARGV[8], ...  each limit's max and window in µs
 -- Judging, the reply is {1, now, then per limit the stamps inside its
 -- window with this request's and the oldest of them} when accepted, {0,
 -- now, then per limit the stamp that blocks it or -1} when refused, or {2,
 -- now, the penalty's end} for a key serving a penalty. Settling: {1}, or
 -- {0} for a key gone.
---   redis-cli --eval log.lua k , '' 1 '' 0 l 10 1000000 100 60000000
-local now
-if ARGV[1] ~= '' then
-  now = ARGV[1] + 0
-else
-  local t = redis.call('TIME')
-  now = t[1] * 1000000 + t[2]
-end
-local units = ARGV[2] + 0
-local settle_at = ARGV[3] ~= '' and ARGV[3] + 0
-local penalty = ARGV[4] ~= '0' and ARGV[4] + 0
-local n = (#ARGV - 5) / 2
+--   cat lease.lua log.lua > /tmp/log.lua
+--   redis-cli --eval /tmp/log.lua k , '' '' 1 '' 0 l 10 1000000 100 60000000
+local units = ARGV[3] + 0
+local settle_at = ARGV[4] ~= '' and ARGV[4] + 0
+local penalty = ARGV[5] ~= '0' and ARGV[5] + 0
+local n = (#ARGV - 6) / 2
 if penalty and not settle_at then
   local penalty_until = tonumber(redis.call('GET', KEYS[2]) or '0') or 0
   if penalty_until > now then return {2, now, penalty_until} end
@@ -38,7 +33,7 @@ end
 local max, win = {0, 0}, {0, 0}
 local capacity, longest = 0, 0
 for i = 1, n do
-  max[i], win[i] = ARGV[4 + 2 * i] + 0, ARGV[5 + 2 * i] + 0
+  max[i], win[i] = ARGV[5 + 2 * i] + 0, ARGV[6 + 2 * i] + 0
   if max[i] > capacity then capacity = max[i] end
   if win[i] > longest then longest = win[i] end
 end
@@ -132,4 +127,5 @@ for i = 1, n do
   reply[2 + 2 * i] = outside < len and stamp(outside) or now
 end
 if units > 0 then record(forgotten, units) end
+if leases and units > 0 then take() end
 return reply

@@ -4,30 +4,26 @@
 -- KEYS[1]  the state: per limit, in order, struct.pack('<i8I4I4', window,
 --          previous, current), the fixed window's index (now // w) and the
 --          counts of the window before it (0 for the fixed window) and of it
--- KEYS[2]  until when (µs) the key serves a penalty (used if ARGV[4] ~= 0)
--- ARGV[1]  now in µs, or '' to read Redis TIME
--- ARGV[2]  judging: the cost, recorded if every limit has room (0: judge one
+-- KEYS[2]  until when (µs) the key serves a penalty (used if ARGV[5] ~= 0)
+-- ARGV[1], ARGV[2]  now and the in-flight cap, read by lease.lua, which is
+--          joined before this script and refuses for the cap
+-- ARGV[3]  judging: the cost, recorded if every limit has room (0: judge one
 --          unit, record nothing); settling: units to charge (< 0: give back)
--- ARGV[3]  '' to judge; to settle, the time (µs) the request was judged at
--- ARGV[4]  the penalty in µs a refusal starts (0: none)
--- ARGV[5]  'c' for the sliding counter, 'f' for the fixed window
--- ARGV[6], ARGV[7], ...  each limit's max and window in µs
+-- ARGV[4]  '' to judge; to settle, the time (µs) the request was judged at
+-- ARGV[5]  the penalty in µs a refusal starts (0: none)
+-- ARGV[6]  'c' for the sliding counter, 'f' for the fixed window
+-- ARGV[7], ARGV[8], ...  each limit's max and window in µs
 -- Judging, the reply is {1 accepted or 0 refused, now, then per limit the
 -- previous and current counts the request was judged against}, or {2, now,
--- the penalty's end} for a key serving a penalty. Settling: {1}, or {0}
+-- the penalty's end} for a key serving a penalty; an accepted request
+-- takes its in-flight slot. Settling: {1}, or {0}
 -- for a key gone.
---   redis-cli --eval window.lua k , '' 1 '' 0 c 10 1000000 100 60000000
-local now
-if ARGV[1] ~= '' then
-  now = ARGV[1] + 0
-else
-  local t = redis.call('TIME')
-  now = t[1] * 1000000 + t[2]
-end
-local units, sliding = ARGV[2] + 0, ARGV[5] == 'c'
-local settle_at = ARGV[3] ~= '' and ARGV[3] + 0
-local penalty = ARGV[4] ~= '0' and ARGV[4] + 0
-local n = (#ARGV - 5) / 2
+--   cat lease.lua window.lua > /tmp/window.lua
+--   redis-cli --eval /tmp/window.lua k , '' '' 1 '' 0 c 10 1000000 100 60000000
+local units, sliding = ARGV[3] + 0, ARGV[6] == 'c'
+local settle_at = ARGV[4] ~= '' and ARGV[4] + 0
+local penalty = ARGV[5] ~= '0' and ARGV[5] + 0
+local n = (#ARGV - 6) / 2
 if penalty and not settle_at then
   local penalty_until = tonumber(redis.call('GET', KEYS[2]) or '0') or 0
   if penalty_until > now then return {2, now, penalty_until} end
@@ -36,7 +32,7 @@ end
 local max, win, window, previous, current = {0, 0}, {0, 0}, {0, 0}, {0, 0}, {0, 0}
 local longest = 0
 for i = 1, n do
-  max[i], win[i] = ARGV[4 + 2 * i] + 0, ARGV[5 + 2 * i] + 0
+  max[i], win[i] = ARGV[5 + 2 * i] + 0, ARGV[6 + 2 * i] + 0
   if win[i] > longest then longest = win[i] end
 end
 -- The TTL in ms, rounded up, plus one: twice the longest window (once for
@@ -146,5 +142,6 @@ if rolled then
 else
   redis.call('SET', KEYS[1], table.concat(records), 'KEEPTTL')
 end
+if leases then take() end
 if settle_at then return {1} end
 return reply

@@ -9,6 +9,8 @@ mod axum_app;
 #[path = "../examples/tokens.rs"]
 mod tokens;
 
+#[path = "../examples/generations.rs"]
+mod generations;
 #[path = "../examples/outbound.rs"]
 mod outbound;
 
@@ -140,6 +142,30 @@ async fn the_token_gateway_reserves_and_settles() {
     assert!(left.unwrap().starts_with("\"60s\";r=0;"));
     let (status, _, _) = tokens::call(&app, "alice", 1, 1).await;
     assert_eq!(status.as_u16(), 429);
+}
+
+/// The generations example's gateway: 8 streams at once, the 9th refused
+/// at once, and a slot freed when a stream ends.
+#[tokio::test]
+async fn the_generation_gateway_caps_streams_in_flight() {
+    let streams = generations::Streams::default();
+    let app = generations::gateway(streams.clone());
+    let mut held = Vec::new();
+    for _ in 0..generations::IN_FLIGHT {
+        let (status, _, response) = generations::start(&app, "carol").await;
+        assert_eq!(status.as_u16(), 200);
+        held.push(response);
+    }
+    let (status, retry, _) = generations::start(&app, "carol").await;
+    assert_eq!(
+        (status.as_u16(), retry.as_str()),
+        (429, "retry after \"1\"")
+    );
+    assert_eq!(generations::start(&app, "dave").await.0.as_u16(), 200);
+    drop(streams.lock().unwrap().remove(0));
+    let ended = axum::body::to_bytes(held.remove(0).into_body(), 1024).await;
+    assert!(ended.unwrap().is_empty());
+    assert_eq!(generations::start(&app, "carol").await.0.as_u16(), 200);
 }
 
 /// The outbound example's run, on Redis with `--features redis` (as the

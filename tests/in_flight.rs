@@ -151,23 +151,35 @@ async fn shadow_mode_counts_slots_and_refuses_nothing() {
     assert!(verdicts.contains(&(false, Origin::InFlight)));
 }
 
-/// Under `wait_up_to`, a request refused for the cap waits for a slot.
-#[tokio::test]
-async fn a_waiting_request_gets_the_slot_once_freed() {
+/// Under `wait_up_to`, a request refused for the cap waits for a slot, and
+/// the memory store wakes it as the slot frees, not at its next poll.
+#[tokio::test(start_paused = true)]
+async fn a_waiting_request_is_woken_as_the_slot_frees() {
     let (gate, running) = (Arc::new(Semaphore::new(0)), Arc::new(AtomicUsize::new(0)));
+    let entered = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let inner = gated(&gate, &running);
+    let record = Arc::clone(&entered);
+    let timed = service_fn(move |request: Request<()>| {
+        record.lock().unwrap().push(tokio::time::Instant::now());
+        inner.clone().oneshot(request)
+    });
     let svc = SlidingWindowLayer::in_flight_only(1, key as KeyFn)
         .wait_up_to(Duration::from_secs(5))
-        .layer(gated(&gate, &running));
+        .layer(timed);
     let first = tokio::spawn(svc.clone().oneshot(request()));
     while running.load(Ordering::SeqCst) == 0 {
         tokio::task::yield_now().await;
     }
     let second = tokio::spawn(svc.clone().oneshot(request()));
-    tokio::time::sleep(Duration::from_millis(100)).await;
+    tokio::time::sleep(Duration::from_secs(1)).await;
     assert_eq!(running.load(Ordering::SeqCst), 1, "the second waits");
     gate.add_permits(2);
-    assert_eq!(first.await.unwrap().unwrap().status(), StatusCode::OK);
+    let first = first.await.unwrap().unwrap();
+    let freed = tokio::time::Instant::now();
+    drop(first);
     assert_eq!(second.await.unwrap().unwrap().status(), StatusCode::OK);
+    let second_entered = entered.lock().unwrap()[1];
+    assert_eq!(second_entered, freed, "woken by the release, not a poll");
 }
 
 /// A store written outside the crate that says nothing of caps.

@@ -222,9 +222,12 @@ impl<E, St, P, W> Shared<E, St, P, W> {
         let check = self.store.decide_cost_bound(key.clone(), &binding, cost);
         let admission = match waits {
             Some(bound) => {
-                let (store, key, binding) = (self.store.clone(), key.clone(), binding.clone());
+                let asked = (self.store.clone(), key.clone(), binding.clone());
+                let (store, key, binding) = asked.clone();
                 let again = move || store.decide_cost_bound(key.clone(), &binding, cost);
-                Admission::waiting(check, Box::new(again), bound)
+                let (store, key, binding) = asked;
+                let signal = move || store.slot_freed(&key, &binding);
+                Admission::waiting(check, (Box::new(again), Box::new(signal)), bound)
             }
             None => Admission::once(check),
         };

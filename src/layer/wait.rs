@@ -11,10 +11,13 @@ use tokio::time::{sleep_until, Instant, Sleep};
 
 use crate::algorithm::{leases, Decision, Origin};
 use crate::observe;
-use crate::store::StoreError;
+use crate::store::{SlotFreed, StoreError};
 
 /// Asks the store again for the same request: its key, policy and cost.
 pub(crate) type AskAgain<F> = Box<dyn FnMut() -> F + Send>;
+
+/// Asks the store for a signal that a slot of the request's key freed.
+pub(crate) type SlotSignal = Box<dyn FnMut() -> Option<SlotFreed> + Send>;
 
 /// A request's admission: the store's pending decision `F`, and, if the
 /// layer waits, what waiting needs.
@@ -25,6 +28,10 @@ pub(crate) struct Admission<F> {
 
 struct Wait<F> {
     again: AskAgain<F>,
+    /// Under a cap, a signal that a slot freed: whichever of it and the
+    /// sleep comes first ends the wait.
+    signal: SlotSignal,
+    freed: Option<SlotFreed>,
     /// No turn later than this is waited for: the request's arrival plus
     /// the layer's bound (`None` past the timer's range).
     deadline: Option<Instant>,
@@ -40,9 +47,15 @@ impl<F> Admission<F> {
     }
 
     /// The store's decision, waited on for up to `bound` from now.
-    pub(crate) fn waiting(check: F, again: AskAgain<F>, bound: Duration) -> Self {
+    pub(crate) fn waiting(
+        check: F,
+        (again, signal): (AskAgain<F>, SlotSignal),
+        bound: Duration,
+    ) -> Self {
         let wait = Wait {
             again,
+            signal,
+            freed: None,
             deadline: Instant::now().checked_add(bound),
             sleep: None,
             waited: Duration::ZERO,
@@ -88,8 +101,14 @@ where
     fn poll_turn(&mut self, check: &mut F, cx: &mut Context<'_>) -> Poll<F::Output> {
         loop {
             if let Some(sleep) = &mut self.sleep {
-                ready!(sleep.as_mut().poll(cx));
-                self.sleep = None;
+                let freed = self
+                    .freed
+                    .as_mut()
+                    .is_some_and(|f| f.as_mut().poll(cx).is_ready());
+                if !freed {
+                    ready!(sleep.as_mut().poll(cx));
+                }
+                (self.sleep, self.freed) = (None, None);
                 *check = (self.again)();
             }
             let outcome = ready!(Pin::new(&mut *check).poll(cx));
@@ -100,7 +119,10 @@ where
             // once would only spin. No store knows when a slot frees, so a
             // request waiting for one asks again a few times a second.
             let retry_after = match decision.origin() {
-                Origin::InFlight => slot_poll(),
+                Origin::InFlight => {
+                    self.freed = (self.signal)();
+                    slot_poll()
+                }
                 _ => decision.retry_after(),
             };
             if !decision.wait_helps() || retry_after.is_zero() {
@@ -123,8 +145,8 @@ where
 }
 
 /// How long a request waiting for an in-flight slot sleeps before asking
-/// again: 25 to 50 ms, spread at random so that waiters released together
-/// do not ask together.
+/// again, unless its store signals a freed slot first: 25 to 50 ms, spread
+/// at random so that waiters released together do not ask together.
 fn slot_poll() -> Duration {
     use std::hash::BuildHasher;
     let spread = foldhash::fast::FixedState::default().hash_one(leases::fresh_id());

@@ -13,6 +13,7 @@ mod names;
 mod redis;
 
 use std::future::Future;
+use std::pin::Pin;
 use std::task::{Context, Waker};
 
 pub use self::cas::{CasBinding, CasStore, CompareAndSwap};
@@ -179,6 +180,17 @@ pub trait Store<K>: Clone + Send + Sync + 'static {
         let _ = (key, binding, admitted);
     }
 
+    /// A future that resolves when a slot of `key` under the bound policy
+    /// may have freed, for a request that
+    /// [waits](crate::SlidingWindowLayer::wait_up_to) for one: it is
+    /// judged again then. `None` (the default) leaves the waiter to ask
+    /// again a few times a second, as a remote store's must, since no
+    /// store there can tell it.
+    fn slot_freed(&self, key: &K, binding: &Self::Binding) -> Option<SlotFreed> {
+        let _ = (key, binding);
+        None
+    }
+
     /// Binds `policy` and judges a request for `key` under it.
     fn decide(&self, key: K, policy: &Policy) -> Self::Future {
         self.decide_bound(key, &self.bind(policy))
@@ -195,6 +207,9 @@ pub trait Store<K>: Clone + Send + Sync + 'static {
         self.peek_bound(key, &self.bind(policy))
     }
 }
+
+/// What [`Store::slot_freed`] gives: resolves once a slot may have freed.
+pub type SlotFreed = Pin<Box<dyn Future<Output = ()> + Send>>;
 
 /// Starts a store's call that nobody waits for (a release) at once, so
 /// that it goes out before any later call of the same store, and lets it

@@ -3,6 +3,7 @@
 mod cap;
 mod registry;
 mod shards;
+mod waiters;
 
 use std::future::{ready, Ready};
 use std::hash::Hash;
@@ -10,7 +11,8 @@ use std::sync::Arc;
 
 use self::registry::Registry;
 use self::shards::Shards;
-use super::{Store, StoreError};
+use self::waiters::Waiters;
+use super::{SlotFreed, Store, StoreError};
 use crate::algorithm::Decision;
 use crate::clock::{Clock, SystemClock};
 use crate::error::ConfigError;
@@ -66,6 +68,8 @@ pub struct MemoryStore<C = SystemClock> {
 struct Inner<C> {
     clock: C,
     maps: Registry,
+    /// Requests waiting for an in-flight slot.
+    waiters: Waiters,
 }
 
 /// A policy bound to a [`MemoryStore`]: the policy and the map its keys
@@ -140,6 +144,7 @@ impl<C: Clock> MemoryStore<C> {
             inner: Arc::new(Inner {
                 clock,
                 maps: Registry::new(max_keys),
+                waiters: Waiters::default(),
             }),
         }
     }
@@ -317,6 +322,13 @@ where
         if admitted.holds_slot() {
             let now = self.inner.clock.now_micros();
             binding.shards.release(&key, &binding.policy, now, admitted);
+            let hash = binding.shards.hash(&key, &binding.policy);
+            self.inner.waiters.wake_one(hash);
         }
+    }
+
+    fn slot_freed(&self, key: &K, binding: &MemoryBinding<K>) -> Option<SlotFreed> {
+        let hash = binding.shards.hash(key, &binding.policy);
+        Some(self.inner.waiters.wait(hash))
     }
 }

@@ -168,7 +168,7 @@ impl<K: Hash + Eq> Shards<K> {
 
     /// `key`'s hash under `policy`: its key's, mixed with its policy value's.
     #[inline(always)]
-    fn hash(&self, key: &K, policy: &Policy) -> u64 {
+    pub(super) fn hash(&self, key: &K, policy: &Policy) -> u64 {
         self.hasher.hash_one(key) ^ policy.value_hash()
     }
 

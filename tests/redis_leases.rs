@@ -232,3 +232,39 @@ async fn the_deny_cache_never_remembers_a_cap_refusal() {
     release(&store, "d", &policy, &held);
     until_admitted(&store, "d", &policy).await;
 }
+
+/// A request waiting for a slot on Redis asks again at a bounded rate (25
+/// to 50 ms apart), never spinning, and is admitted once the slot frees.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiter_polls_redis_at_a_bounded_rate() {
+    use tower::{service_fn, Layer, ServiceExt};
+    use tower_sliding_window::SlidingWindowLayer;
+
+    let server = tokio::task::spawn_blocking(Server::start).await.unwrap();
+    let store = store(&server.url(), "lease-wait").await;
+    let gate = std::sync::Arc::new(tokio::sync::Semaphore::new(0));
+    let held = std::sync::Arc::clone(&gate);
+    let svc = SlidingWindowLayer::in_flight_only(1, |_: &http::Request<()>| Some("w".to_owned()))
+        .store(store)
+        .wait_up_to(Duration::from_secs(10))
+        .layer(service_fn(move |_: http::Request<()>| {
+            let held = std::sync::Arc::clone(&held);
+            async move {
+                held.acquire().await.unwrap().forget();
+                Ok::<_, std::convert::Infallible>(http::Response::new(String::new()))
+            }
+        }));
+    let first = tokio::spawn(svc.clone().oneshot(http::Request::new(())));
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let second = tokio::spawn(svc.clone().oneshot(http::Request::new(())));
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let before = server.command_calls("evalsha");
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let asked = server.command_calls("evalsha") - before;
+    // One waiter for a second: 20 to 40 asks, and a heartbeat or two.
+    assert!((10..=45).contains(&asked), "{asked} calls in a second");
+    gate.add_permits(2);
+    drop(first.await.unwrap().unwrap());
+    let second = tokio::time::timeout(Duration::from_secs(5), second).await;
+    assert_eq!(second.unwrap().unwrap().unwrap().status(), http::StatusCode::OK);
+}

@@ -77,6 +77,10 @@ fn unserved_routers() -> Vec<(&'static str, Router)> {
         ("bare router", bare()),
         ("ours, headers on", bare().layer(ours.clone())),
         (
+            "ours, headers on, 8 in flight",
+            bare().layer(ours.clone().in_flight(8)),
+        ),
+        (
             "ours, headers off",
             bare().layer(ours.clone().rate_limit_headers(false)),
         ),
@@ -123,9 +127,10 @@ fn unserved_routers() -> Vec<(&'static str, Router)> {
 
 /// The bare router first; the two peers last: tower_governor with its
 /// headers, then the plain one.
-const IDS: [&str; 9] = [
+const IDS: [&str; 10] = [
     "bare router",
     "ours, headers on",
+    "ours, headers on, 8 in flight",
     "ours, headers off",
     "ours, inner body, headers on",
     "ours, inner body, headers off",
@@ -134,6 +139,8 @@ const IDS: [&str; 9] = [
     "tower_governor, headers",
     "tower_governor",
 ];
+const OURS: usize = 1;
+const CAPPED: usize = 2;
 const GOVERNOR_HEADERS: usize = IDS.len() - 2;
 const GOVERNOR: usize = IDS.len() - 1;
 
@@ -220,6 +227,17 @@ fn main() {
         ]);
     }
     added_table.finish();
+
+    let mut cap_table = report::Table::new(
+        "An in-flight cap's cost to the layer",
+        "The default layer (two limits, headers) with and without `.in_flight(8)`, on the memory store, in the paired rounds above: the cap takes a slot with the decision and frees it when the body ends.",
+        &["", "ratio of ns added over the bare router"],
+    );
+    cap_table.row(&[
+        "with the cap / without".to_owned(),
+        format!("**{:.2}**", ratio_to(CAPPED, OURS)),
+    ]);
+    cap_table.finish();
 
     let mut allocations_table = report::Table::new(
         "Heap allocations per request",

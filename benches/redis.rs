@@ -63,6 +63,9 @@ return {1, ahead}";
 #[derive(Clone)]
 enum Contender {
     Ours(RedisStore, Policy),
+    /// A policy with an in-flight cap: each call takes a slot with its
+    /// decision and frees it at once (one `ZREM`).
+    Capped(RedisStore, Policy),
     /// Every other call for one key over `flooded`'s limit, the rest
     /// judged by the policy as `Ours`.
     Flooded {
@@ -83,13 +86,18 @@ enum Contender {
 impl Contender {
     async fn call(&self, key: u64) {
         match self {
-            Self::Ours(store, policy) => judged_by_redis(store, key, policy).await,
+            Self::Ours(store, policy) => drop(judged_by_redis(store, key, policy).await),
+            Self::Capped(store, policy) => {
+                let decision = judged_by_redis(store, key, policy).await;
+                assert!(decision.holds_slot(), "a capped decision takes a slot");
+                store.release_bound(key, &Store::<u64>::bind(store, policy), &decision);
+            }
             Self::Flooded {
                 store,
                 policy,
                 flooded,
-            } if key.is_multiple_of(2) => judged_by_redis(store, "flood", flooded).await,
-            Self::Flooded { store, policy, .. } => judged_by_redis(store, key, policy).await,
+            } if key.is_multiple_of(2) => drop(judged_by_redis(store, "flood", flooded).await),
+            Self::Flooded { store, policy, .. } => drop(judged_by_redis(store, key, policy).await),
             Self::Tenants(store, policies) => {
                 let tenant = key % TENANTS;
                 judged_by_redis(store, tenant, &policies[tenant as usize]).await;
@@ -137,7 +145,11 @@ impl Contender {
 
 /// One decision, which must come from the limits (Redis or the refusals it
 /// gave), never from a failure policy.
-async fn judged_by_redis(store: &RedisStore, key: impl std::fmt::Display, policy: &Policy) {
+async fn judged_by_redis(
+    store: &RedisStore,
+    key: impl std::fmt::Display,
+    policy: &Policy,
+) -> tower_sliding_window::Decision {
     let decision = store
         .decide(key, policy)
         .await
@@ -147,6 +159,7 @@ async fn judged_by_redis(store: &RedisStore, key: impl std::fmt::Display, policy
         Origin::Limits,
         "Redis must judge every call"
     );
+    decision
 }
 
 /// Decisions per second with `in_flight` concurrent callers.
@@ -170,17 +183,20 @@ async fn throughput(contender: &Contender, in_flight: usize, calls: usize) -> f6
     calls as f64 / started.elapsed().as_secs_f64()
 }
 
-/// Redis CPU per decision (µs) over `decisions`, from `INFO commandstats`.
+/// Redis CPU per decision (µs) over `decisions`, from `INFO commandstats`:
+/// the script calls, and the releases of in-flight slots.
 fn usec_per_decision(server: &Server, decisions: usize) -> f64 {
     let stats = server.cli(&["INFO", "commandstats"]).unwrap_or_default();
-    let usec: f64 = stats
-        .lines()
-        .find(|line| line.starts_with("cmdstat_evalsha:"))
-        .and_then(|line| line.split("usec=").nth(1))
-        .and_then(|rest| rest.split(',').next())
-        .and_then(|n| n.parse().ok())
-        .unwrap_or(f64::NAN);
-    usec / decisions as f64
+    let usec = |command: &str| -> f64 {
+        stats
+            .lines()
+            .find(|line| line.starts_with(&format!("cmdstat_{command}:")))
+            .and_then(|line| line.split("usec=").nth(1))
+            .and_then(|rest| rest.split(',').next())
+            .and_then(|n| n.parse().ok())
+            .unwrap_or(0.0)
+    };
+    (usec("evalsha") + usec("zrem")) / decisions as f64
 }
 
 fn spread(mut values: Vec<f64>) -> (f64, f64, f64) {
@@ -263,6 +279,13 @@ async fn main() {
         (
             "ours counter, 1 limit",
             Contender::Ours(store.clone(), one_limit(Algorithm::SlidingCounter)),
+        ),
+        (
+            "ours counter, 1 limit, 8 in flight: admit, then release",
+            Contender::Capped(
+                store.clone(),
+                one_limit(Algorithm::SlidingCounter).with_in_flight(8),
+            ),
         ),
         (
             "ours counter, 2 limits",
@@ -418,7 +441,70 @@ async fn main() {
         ]);
     }
     table.finish();
+    renewals(&server, &url).await;
     memory_per_key(&server, &url).await;
+}
+
+/// Renewal calls a second for 1,000 requests held at once, spread over
+/// 1,000 keys or 8 to a key, with leases of 3 s (renewed every second);
+/// the default lease of 30 s renews ten times less often.
+async fn renewals(server: &Server, url: &str) {
+    let mut table = report::Table::new(
+        "Redis: renewing the in-flight slots held",
+        "1,000 requests held at once by one instance, leases of 3 s (renewed every second); calls counted by `INFO commandstats` over 5 s, less the instance's heartbeat. Under the default lease (30 s) there are ten times fewer.",
+        &["", "renewal calls a second", "slots renewed a second"],
+    );
+    for (name, keys) in [
+        ("1,000 keys, 1 slot each", 1_000u64),
+        ("125 keys, 8 slots each", 125),
+    ] {
+        let store = RedisStore::connect(url)
+            .await
+            .expect("connect")
+            .with_prefix(&format!("renew-{keys}"))
+            .with_lease(Duration::from_secs(3));
+        let policy = Policy::in_flight_only(8);
+        let mut held = Vec::new();
+        for i in 0..1_000u64 {
+            held.push((
+                i % keys,
+                store.decide(i % keys, &policy).await.expect("decide"),
+            ));
+        }
+        assert!(held.iter().all(|(_, decision)| decision.holds_slot()));
+        let calls = || {
+            let stats = server.cli(&["INFO", "commandstats"]).unwrap_or_default();
+            let field = |command: &str, name: &str| -> f64 {
+                stats
+                    .lines()
+                    .find(|line| line.starts_with(&format!("cmdstat_{command}:")))
+                    .and_then(|line| line.split(&format!("{name}=")).nth(1))
+                    .and_then(|rest| rest.split(',').next())
+                    .and_then(|n| n.parse().ok())
+                    .unwrap_or(0.0)
+            };
+            (field("evalsha", "calls"), field("zadd", "calls"))
+        };
+        let (calls_before, zadd_before) = calls();
+        let started = Instant::now();
+        tokio::time::sleep(Duration::from_secs(5)).await;
+        let (calls_after, zadd_after) = calls();
+        let seconds = started.elapsed().as_secs_f64();
+        // The heartbeat: one script call and one ZADD a second.
+        let heartbeats = seconds.floor();
+        let renewals = (calls_after - calls_before - heartbeats) / seconds;
+        let renewed = (zadd_after - zadd_before - heartbeats) / seconds;
+        table.row(&[
+            name.to_owned(),
+            format!("{renewals:.0}"),
+            format!("{renewed:.0}"),
+        ]);
+        let binding = Store::<u64>::bind(&store, &policy);
+        for (key, decision) in held {
+            store.release_bound(key, &binding, &decision);
+        }
+    }
+    table.finish();
 }
 
 /// What one key's state takes in Redis (`MEMORY USAGE`, key and value with

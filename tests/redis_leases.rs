@@ -266,5 +266,8 @@ async fn a_waiter_polls_redis_at_a_bounded_rate() {
     gate.add_permits(2);
     drop(first.await.unwrap().unwrap());
     let second = tokio::time::timeout(Duration::from_secs(5), second).await;
-    assert_eq!(second.unwrap().unwrap().unwrap().status(), http::StatusCode::OK);
+    assert_eq!(
+        second.unwrap().unwrap().unwrap().status(),
+        http::StatusCode::OK
+    );
 }

@@ -1,8 +1,9 @@
 //! Prints the Lua script the Redis store runs for a request of one unit
 //! under one of the policies that `bench/redis-callgrind.sh` measures, for
 //! `bench/redis_load.py` to load; with `--args`, the arguments the store
-//! passes it after now (the units, the settling's time, the penalty, the
-//! algorithm, then each limit's max and window), one a line.
+//! passes it after now (no in-flight cap, the units, the settling's time,
+//! the penalty, the algorithm, then each limit's max and window), one a
+//! line.
 //!
 //! `cargo run --example redis_script --features redis -- counter`
 
@@ -70,7 +71,7 @@ fn main() {
         Ok(policy) if print_args => {
             // The signature starts with the algorithm's letter, as the scripts take it.
             let letter = &policy.signature()[..1];
-            println!("1\n\n0\n{letter}");
+            println!("\n1\n\n0\n{letter}");
             for limit in policy.limits() {
                 println!("{}\n{}", limit.max(), limit.window().as_micros());
             }

@@ -96,7 +96,7 @@ impl Held {
         self.0.as_ref().map_or(&NONE, |held| &held.leases)
     }
 
-    /// The leases, to change: call [`tidy`](Held::tidy) after.
+    /// The leases, to change.
     fn leases_mut(&mut self) -> &mut Leases {
         &mut self.parts().leases
     }
@@ -105,7 +105,7 @@ impl Held {
         self.0.get_or_insert_default()
     }
 
-    /// Frees the box once it holds nothing.
+    /// Frees the box once it holds nothing, as a served penalty ends.
     fn tidy(&mut self) {
         if self
             .0
@@ -211,9 +211,7 @@ impl KeyState {
         let Some(cap) = policy.in_flight() else {
             return self.decide_windows(policy, now, cost);
         };
-        let full = self.held.leases_mut().is_full(now, cap);
-        self.held.tidy();
-        if full {
+        if self.held.leases_mut().is_full(now, cap) {
             return Decision::in_flight_full(policy.first_limit(), now);
         }
         let decision = if policy.limits().is_empty() {
@@ -257,8 +255,9 @@ impl KeyState {
     /// Frees the slot `admitted` (this state's decision) took, if it took
     /// one and still holds it: the request ended.
     pub fn release(&mut self, admitted: &Decision) {
+        // The box stays for the key's next request, which is likely to
+        // take a slot again; `tidy` frees it with the penalty's end.
         self.held.leases_mut().release(admitted.lease);
-        self.held.tidy();
     }
 
     /// Extends the slot `admitted` took, if still held, to last `lease`
@@ -266,7 +265,6 @@ impl KeyState {
     pub fn renew(&mut self, admitted: &Decision, now: Duration, lease: Duration) {
         let until = micros(now).saturating_add(micros(lease));
         self.held.leases_mut().renew(admitted.lease, until);
-        self.held.tidy();
     }
 
     /// What [`decide`](KeyState::decide) would answer for a request of
@@ -380,7 +378,7 @@ impl KeyState {
             Counts::Bucket(bucket) => bucket.parts().next().is_none(),
             Counts::Log(log) => log.stamps().next().is_none(),
         };
-        empty && self.held.0.is_none()
+        empty && self.held.penalty_until() == 0 && self.held.leases().len() == 0
     }
 
     /// Starts afresh under a policy of another algorithm.

@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use crate::algorithm::leases::{fresh_id, Lease, Leases};
+use crate::algorithm::leases::{free_after_taking, fresh_id, Lease, Leases};
 use crate::algorithm::{
     Algorithm, Decision, FixedWindow, Origin, Settlement, SlidingCounter, SlidingLog, TokenBucket,
 };
@@ -202,21 +202,31 @@ impl KeyState {
         cost: u32,
         lease_until: u64,
     ) -> Decision {
-        match policy.weigh(cost) {
-            Weighed::Judged => {}
-            Weighed::Peek => return self.peek_at(policy, now).costing_nothing(),
-            Weighed::TooCostly => return Decision::too_costly(policy.limits(), cost, now),
+        let Some(cap) = policy.in_flight() else {
+            return match policy.weigh(cost) {
+                Weighed::Judged => {
+                    self.fit(policy);
+                    self.decide_windows(policy, now, cost)
+                }
+                Weighed::Peek => self.peek_at(policy, now).costing_nothing(),
+                Weighed::TooCostly => Decision::too_costly(policy.limits(), cost, now),
+            };
+        };
+        // Under a cap, a request of any cost takes a slot if the windows
+        // let it through: one of no cost is a peek for them.
+        let weighed = policy.weigh(cost);
+        if weighed == Weighed::TooCostly {
+            return Decision::too_costly(policy.limits(), cost, now);
         }
         self.fit(policy);
-        let Some(cap) = policy.in_flight() else {
-            return self.decide_windows(policy, now, cost);
-        };
         if self.held.leases_mut().is_full(now, cap) {
             return Decision::in_flight_full(policy.first_limit(), now);
         }
         let decision = if policy.limits().is_empty() {
-            let free = cap - self.held.leases().len() as u32 - 1;
+            let free = free_after_taking(cap, self.held.leases().len());
             Decision::slot_only(policy.first_limit(), free, now)
+        } else if weighed == Weighed::Peek {
+            self.peek_at(policy, now).costing_nothing()
         } else {
             self.decide_windows(policy, now, cost)
         };
@@ -390,7 +400,8 @@ impl KeyState {
 
     /// The state as compact bytes, with absolute times, to keep until the
     /// next call: two bytes of header, eight more while a penalty runs,
-    /// two and sixteen a slot while requests are in flight under a cap,
+    /// four and sixteen a slot while requests are in flight under a cap
+    /// (then the format is the second),
     /// then the algorithm's numbers (a log's are eight bytes a stamp, up
     /// to the largest limit's `max`).
     /// [`from_bytes`](KeyState::from_bytes) reads them back. The layout
@@ -401,13 +412,15 @@ impl KeyState {
         let penalty_until = self.held.penalty_until();
         let penalty = penalty_until > 0;
         let leases = self.held.leases().len();
-        let flags = if penalty { PENALTY } else { 0 } | if leases > 0 { LEASES } else { 0 };
-        let mut bytes = vec![FORMAT, self.kind() | flags];
+        // Without slots, the layout of the first format, which every
+        // release reads; slots make the second.
+        let format = if leases > 0 { WITH_SLOTS } else { FORMAT };
+        let mut bytes = vec![format, self.kind() | if penalty { PENALTY } else { 0 }];
         if penalty {
             bytes.extend(penalty_until.to_le_bytes());
         }
         if leases > 0 {
-            bytes.extend((leases as u16).to_le_bytes());
+            bytes.extend((leases as u32).to_le_bytes());
             for lease in self.held.leases().iter() {
                 bytes.extend(lease.id.to_le_bytes());
                 bytes.extend(lease.until.to_le_bytes());
@@ -448,7 +461,7 @@ impl KeyState {
         let [format, kind, rest @ ..] = bytes else {
             return Err(malformed("shorter than its header"));
         };
-        if *format != FORMAT {
+        if *format != FORMAT && *format != WITH_SLOTS {
             return Err(malformed("an unknown format version"));
         }
         let (penalty_until, body) = if kind & PENALTY != 0 {
@@ -459,12 +472,12 @@ impl KeyState {
         } else {
             (0, rest)
         };
-        let (leases, body) = if kind & LEASES != 0 {
+        let (leases, body) = if *format == WITH_SLOTS {
             read_leases(body).ok_or_else(|| malformed("in-flight slots cut short"))?
         } else {
             (Leases::default(), body)
         };
-        let counts = match kind & !(PENALTY | LEASES) {
+        let counts = match kind & !PENALTY {
             COUNTER => Counts::Counter(SlidingCounter::from_parts(
                 records::<16>(body, Policy::MAX_LIMITS)
                     .ok_or_else(|| malformed("counter slots"))?
@@ -511,15 +524,16 @@ const LOG: u8 = b'l';
 const FIXED: u8 = b'f';
 const BUCKET: u8 = b'b';
 const PENALTY: u8 = 0x80;
-/// Set when a count of in-flight slots and the slots follow the penalty:
-/// a bit no algorithm's letter has.
-const LEASES: u8 = 0x10;
+/// The format of a state holding in-flight slots: the first one's, with
+/// the slots after the penalty.
+const WITH_SLOTS: u8 = 2;
 
 /// Reads the slots [`KeyState::to_bytes`] wrote at the start of `body`:
-/// a two-byte count, then each slot's id and expiry; and what follows.
+/// a four-byte count, then each slot's id and expiry; and what follows.
 fn read_leases(body: &[u8]) -> Option<(Leases, &[u8])> {
-    let (count, rest) = body.split_first_chunk::<2>()?;
-    let (slots, rest) = rest.split_at_checked(16 * usize::from(u16::from_le_bytes(*count)))?;
+    let (count, rest) = body.split_first_chunk::<4>()?;
+    let len = usize::try_from(u32::from_le_bytes(*count)).ok()?;
+    let (slots, rest) = rest.split_at_checked(len.checked_mul(16)?)?;
     let mut leases = Leases::default();
     for slot in records::<16>(slots, usize::MAX)? {
         leases.take(Lease {
@@ -570,7 +584,7 @@ pub(crate) fn with_penalty(
     decide: impl FnOnce() -> Decision,
 ) -> Decision {
     if now < *until {
-        return Decision::in_penalty(policy.limits()[0], *until - now, now);
+        return Decision::in_penalty(policy.first_limit(), *until - now, now);
     }
     // A penalty served is forgotten, as Redis lets its key expire.
     *until = 0;

@@ -160,3 +160,40 @@ async fn bytes_that_are_no_state_are_a_malformed_error_not_a_fresh_key() {
     let error = store.decide("dave".to_owned(), &policy).await.unwrap_err();
     assert_eq!(error.kind(), StoreErrorKind::Malformed);
 }
+
+/// A slot held past its lease is renewed while its store lives; one whose
+/// store is gone (a crashed instance) ends with its lease.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn held_slots_are_renewed_and_a_gone_instances_expire() {
+    const LEASE: Duration = Duration::from_millis(300);
+    let clock = ManualClock::new();
+    let map = BytesMap::new(clock.clone());
+    let store = CasStore::with_clock(map.clone(), clock.clone()).with_lease(LEASE);
+    let policy = Policy::in_flight_only(1);
+    let key = || "k".to_owned();
+    let held = store.decide(key(), &policy).await.unwrap();
+    assert!(held.holds_slot());
+    // Renewed at 200 ms (a renewal every 100 ms of real time), it outlives
+    // its first expiry at 300 ms.
+    clock.advance(Duration::from_millis(200));
+    tokio::time::sleep(Duration::from_millis(350)).await;
+    clock.advance(Duration::from_millis(200));
+    let refused = store.decide(key(), &policy).await.unwrap();
+    assert_eq!(refused.origin(), tower_sliding_window::Origin::InFlight);
+    store.release_bound(key(), &Store::<String>::bind(&store, &policy), &held);
+    // Another instance takes the slot and dies: nobody renews it.
+    let gone = CasStore::with_clock(map.clone(), clock.clone()).with_lease(LEASE);
+    let mut taken = gone.decide(key(), &policy).await.unwrap();
+    for _ in 0..100 {
+        if taken.holds_slot() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+        taken = gone.decide(key(), &policy).await.unwrap();
+    }
+    assert!(taken.holds_slot(), "the release landed");
+    drop(gone);
+    assert!(!store.decide(key(), &policy).await.unwrap().is_allowed());
+    clock.advance(LEASE + Duration::from_millis(1));
+    assert!(store.decide(key(), &policy).await.unwrap().is_allowed());
+}

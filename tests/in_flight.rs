@@ -252,3 +252,95 @@ async fn inner_body_frees_the_slot_with_the_response() {
     assert_eq!(second.status(), StatusCode::OK);
     drop(first);
 }
+
+/// A memory store whose answers come a turn later, as a remote store's
+/// do: the layer waits for them in its future.
+#[derive(Clone)]
+struct Later(MemoryStore);
+
+type Pending = std::pin::Pin<Box<dyn Future<Output = Result<Decision, StoreError>> + Send>>;
+
+impl Store<String> for Later {
+    type Binding = MemoryBinding<String>;
+    type Future = Pending;
+
+    fn bind(&self, policy: &Policy) -> Self::Binding {
+        self.0.bind(policy)
+    }
+
+    fn decide_cost_bound(&self, key: String, binding: &Self::Binding, cost: u32) -> Pending {
+        let decided = self.0.decide_cost_bound_now(key, binding, cost);
+        Box::pin(async move {
+            tokio::task::yield_now().await;
+            Ok(decided)
+        })
+    }
+
+    fn settle_bound(
+        &self,
+        key: String,
+        binding: &Self::Binding,
+        admitted: &Decision,
+        cost: u32,
+        used: u32,
+    ) -> Pending {
+        let settled = self.0.settle_bound_now(key, binding, admitted, cost, used);
+        Box::pin(async move { Ok(settled) })
+    }
+
+    fn peek_bound(&self, key: String, binding: &Self::Binding) -> Pending {
+        let peeked = self.0.peek_bound_now(&key, binding);
+        Box::pin(async move { Ok(peeked) })
+    }
+
+    fn holds_slots(&self) -> bool {
+        true
+    }
+
+    fn release_bound(&self, key: String, binding: &Self::Binding, admitted: &Decision) {
+        self.0.release_bound(key, binding, admitted);
+    }
+}
+
+/// An inner service ready for the first call, then never again.
+#[derive(Clone)]
+struct ReadyOnce(Arc<AtomicUsize>);
+
+impl Service<Request<()>> for ReadyOnce {
+    type Response = Response<String>;
+    type Error = Infallible;
+    type Future = std::future::Ready<Result<Response<String>, Infallible>>;
+
+    fn poll_ready(
+        &mut self,
+        _: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Result<(), Infallible>> {
+        if self.0.fetch_add(1, Ordering::SeqCst) == 0 {
+            std::task::Poll::Ready(Ok(()))
+        } else {
+            std::task::Poll::Pending
+        }
+    }
+
+    fn call(&mut self, _: Request<()>) -> Self::Future {
+        std::future::ready(Ok(Response::new(String::new())))
+    }
+}
+
+/// A request the store admitted, dropped while its inner service gets
+/// ready, frees its slot.
+#[tokio::test]
+async fn a_request_dropped_while_its_service_gets_ready_frees_its_slot() {
+    let store = Later(MemoryStore::new());
+    let layer = SlidingWindowLayer::in_flight_only(1, key as KeyFn).store(store);
+    let stuck = layer.clone().layer(ReadyOnce(Arc::default()));
+    let waiting = tokio::time::timeout(Duration::from_millis(50), stuck.oneshot(request())).await;
+    assert!(waiting.is_err(), "the inner service never gets ready again");
+    let fine = layer.layer(service_fn(|_: Request<()>| async {
+        Ok::<_, Infallible>(Response::new(String::new()))
+    }));
+    assert_eq!(
+        fine.oneshot(request()).await.unwrap().status(),
+        StatusCode::OK
+    );
+}

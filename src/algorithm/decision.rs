@@ -158,6 +158,16 @@ impl Decision {
         admission
     }
 
+    /// The same decision, naming no limit if `policy` has none: a stand-in
+    /// (a failure policy's, a full store's) under a policy that only caps
+    /// requests in flight.
+    pub(crate) fn under(mut self, policy: &crate::policy::Policy) -> Self {
+        if policy.limits().is_empty() {
+            self.limit_index = NO_LIMIT;
+        }
+        self
+    }
+
     /// The same decision, holding the in-flight slot `lease`.
     pub(crate) fn holding(mut self, lease: u64) -> Self {
         self.lease = lease;
@@ -232,10 +242,14 @@ impl Decision {
 
     /// Whether settling the request this decision let through for `cost`
     /// units at `used` changes anything: the limits counted it (not a
-    /// failure policy, nor a refusal) and it used another amount. A store
+    /// failure policy, nor a refusal, nor a policy with no limit to count
+    /// in) and it used another amount. A store
     /// answers any other settling with the decision as it is, unread.
     pub fn needs_settling(&self, cost: u32, used: u32) -> bool {
-        self.allowed && self.origin == Origin::Limits && cost != used
+        self.allowed
+            && self.origin == Origin::Limits
+            && cost != used
+            && self.limit_index != NO_LIMIT
     }
 
     /// This acceptance of a request of `cost` units, settled at `used`:

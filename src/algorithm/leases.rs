@@ -73,6 +73,13 @@ impl Leases {
     }
 }
 
+/// The slots of `cap` still free once a request takes one where `held`
+/// were held: what a policy with only a cap reports as remaining.
+pub(crate) fn free_after_taking(cap: u32, held: usize) -> u32 {
+    let held = u32::try_from(held).unwrap_or(u32::MAX);
+    cap.saturating_sub(held.saturating_add(1))
+}
+
 /// A lease id no other request of any instance picks: a random start per
 /// process, counted up, never 0 (which stands for no lease).
 pub(crate) fn fresh_id() -> u64 {

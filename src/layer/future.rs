@@ -194,17 +194,16 @@ where
 
     /// A future for a request the limits let through, already passed on.
     /// It keeps the decision and the layer's configuration only if the
-    /// response needs them, and the request's in-flight slot if it holds
-    /// one.
+    /// response needs them, and the request's in-flight slot, held since
+    /// before the call, if it took one.
     #[inline(always)]
     pub(crate) fn called(
         call: S::Future,
         decision: Decision,
         config: &Arc<LayerConfig>,
         chosen: Chosen,
-        (settler, mut hold): After<S::Response, F>,
+        (settler, hold): After<S::Response, F>,
     ) -> Self {
-        hold.arm(&decision);
         if !config.read_after_response() && settler.is_none() && hold.is_none() {
             return Self::pass(call);
         }
@@ -376,14 +375,8 @@ where
                 let Some(config) = config.as_deref() else {
                     unreachable!("a pending check keeps the layer's configuration")
                 };
-                let next = ready!(poll_check::<F, S, R, M>(check, pending, config, chosen, cx))?;
-                if let State::Call {
-                    decision: Some(decision),
-                    ..
-                } = &next
-                {
-                    hold.arm(decision);
-                }
+                let judged = (config, chosen, &mut *hold);
+                let next = ready!(poll_check::<F, S, R, M>(check, pending, judged, cx))?;
                 state.set(next);
             }
             StateProj::Call { call, decision } => {
@@ -428,13 +421,13 @@ where
 type Next<F, S, R, M> =
     Result<State<F, S, R, <M as Ending<R, S>>::Answer>, <M as Ending<R, S>>::Error>;
 
-/// A pending check: the store's verdict, then, for a request that may
-/// pass, the inner service made ready; what comes next once both are in.
+/// A pending check: the store's verdict (the request's slot held as soon
+/// as it is in), then, for a request that may pass, the inner service made
+/// ready; what comes next once both are in.
 fn poll_check<F, S, R, M>(
     mut check: Pin<&mut Admission<F>>,
     pending: &mut Option<Box<(S, R, Option<Verdict>)>>,
-    config: &LayerConfig,
-    chosen: &Chosen,
+    (config, chosen, hold): (&LayerConfig, &Chosen, &mut Hold),
     cx: &mut Context<'_>,
 ) -> Poll<Next<F, S, R, M>>
 where
@@ -448,7 +441,12 @@ where
     if verdict.is_none() {
         let outcome = ready!(check.as_mut().poll(cx));
         waited(&check, config, chosen);
-        *verdict = Some(judge(outcome, config, chosen));
+        let judged = verdict.insert(judge(outcome, config, chosen));
+        // Held from here: a service that then fails to get ready, or a
+        // future dropped meanwhile, frees it.
+        if let Verdict::Pass(Some(decision)) = judged {
+            hold.arm(decision);
+        }
     }
     // Under a layer that waits, the service came unpolled (see
     // `for_later`): it is made ready only for a request that will be

@@ -224,7 +224,8 @@ impl<E, St, P, M, W> SlidingWindowLayer<E, St, P, M, W> {
     /// streaming endpoints. An upgraded connection (101) frees its slot
     /// with the response. A cancelled request, an inner error and a panic
     /// free it too. [`wait_up_to`](SlidingWindowLayer::wait_up_to) waits
-    /// for a slot, asking again a few times a second.
+    /// for a slot, asking again every 25 to 50 ms (the memory store wakes
+    /// it as soon as a slot frees).
     ///
     /// # Panics
     ///

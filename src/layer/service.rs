@@ -324,7 +324,7 @@ impl<S, E, St, P, M, W> SlidingWindow<S, E, St, P, M, W> {
             );
         }
         let cost = shared.weights.cost(&request);
-        let (mut check, after) = shared.reserve(key, binding, (cost, capped), used);
+        let (mut check, (settler, mut hold)) = shared.reserve(key, binding, (cost, capped), used);
         // A store that answers at once (the memory store always does) lets
         // the request go straight on to the service that was polled ready.
         let mut cx = Context::from_waker(Waker::noop());
@@ -335,7 +335,10 @@ impl<S, E, St, P, M, W> SlidingWindow<S, E, St, P, M, W> {
             if let Ok(mut decision) = outcome {
                 if decision.is_allowed() || config.shadow {
                     admit::<R, S, M>(&mut request, &mut decision, config, &chosen);
+                    // Held before the call: a call that panics frees it.
+                    hold.arm(&decision);
                     let call = self.inner.call(request);
+                    let after = (settler, hold);
                     return ResponseFuture::called(call, decision, config, chosen, after);
                 }
             }
@@ -345,10 +348,11 @@ impl<S, E, St, P, M, W> SlidingWindow<S, E, St, P, M, W> {
                 request,
                 Arc::clone(config),
                 chosen,
-                after,
+                (settler, hold),
             );
         }
         let inner = for_later(&mut self.inner, config.waits().is_some());
+        let after = (settler, hold);
         ResponseFuture::check(check, inner, request, Arc::clone(config), chosen, after)
     }
 }

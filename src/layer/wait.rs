@@ -36,6 +36,8 @@ struct Wait<F> {
     /// the layer's bound (`None` past the timer's range).
     deadline: Option<Instant>,
     sleep: Option<Pin<Box<Sleep>>>,
+    /// When the current sleep began.
+    slept_from: Instant,
     /// The sleeps so far, for the operators' figures.
     waited: Duration,
 }
@@ -58,6 +60,7 @@ impl<F> Admission<F> {
             freed: None,
             deadline: Instant::now().checked_add(bound),
             sleep: None,
+            slept_from: Instant::now(),
             waited: Duration::ZERO,
         };
         Self {
@@ -108,6 +111,9 @@ where
                 if !freed {
                     ready!(sleep.as_mut().poll(cx));
                 }
+                // The sleep planned, or less if a freed slot ended it early.
+                let planned = sleep.deadline().saturating_duration_since(self.slept_from);
+                self.waited += self.slept_from.elapsed().min(planned);
                 (self.sleep, self.freed) = (None, None);
                 *check = (self.again)();
             }
@@ -117,13 +123,14 @@ where
             };
             // A refusal that names no wait is not waited on: asking again at
             // once would only spin. No store knows when a slot frees, so a
-            // request waiting for one asks again a few times a second.
-            let retry_after = match decision.origin() {
-                Origin::InFlight => {
-                    self.freed = (self.signal)();
-                    slot_poll()
-                }
-                _ => decision.retry_after(),
+            // request waiting for one asks again every 25 to 50 ms, and at
+            // its deadline, unless its store signals a freed slot first.
+            let in_flight = decision.origin() == Origin::InFlight;
+            let retry_after = if in_flight {
+                self.freed = (self.signal)();
+                slot_poll()
+            } else {
+                decision.retry_after()
             };
             if !decision.wait_helps() || retry_after.is_zero() {
                 return Poll::Ready(outcome);
@@ -133,13 +140,14 @@ where
                 observe::cannot_wait();
                 return Poll::Ready(outcome);
             }
-            match Instant::now().checked_add(retry_after) {
-                Some(turn) if self.deadline.is_none_or(|deadline| turn <= deadline) => {
-                    self.sleep = Some(Box::pin(sleep_until(turn)));
-                    self.waited += retry_after;
-                }
+            let now = Instant::now();
+            let turn = match (now.checked_add(retry_after), self.deadline) {
+                (Some(turn), deadline) if deadline.is_none_or(|deadline| turn <= deadline) => turn,
+                (_, Some(deadline)) if in_flight && deadline > now => deadline,
                 _ => return Poll::Ready(outcome),
-            }
+            };
+            self.sleep = Some(Box::pin(sleep_until(turn)));
+            self.slept_from = now;
         }
     }
 }

@@ -184,7 +184,7 @@ pub trait Store<K>: Clone + Send + Sync + 'static {
     /// may have freed, for a request that
     /// [waits](crate::SlidingWindowLayer::wait_up_to) for one: it is
     /// judged again then. `None` (the default) leaves the waiter to ask
-    /// again a few times a second, as a remote store's must, since no
+    /// again every 25 to 50 ms, as a remote store's must, since no
     /// store there can tell it.
     fn slot_freed(&self, key: &K, binding: &Self::Binding) -> Option<SlotFreed> {
         let _ = (key, binding);

@@ -281,3 +281,36 @@ pub async fn a_sequential_client_is_never_refused<St: Store<String>>(
         response.into_body().collect().await.unwrap();
     }
 }
+
+/// A request of no cost takes a slot too, and records nothing in the
+/// windows; a peek (`Store::peek`) takes none.
+pub async fn a_request_of_no_cost_takes_a_slot<St: Store<String>>(store: St, clock: ManualClock) {
+    at(&clock, 3.0);
+    let policy = policy(Algorithm::SlidingCounter, &[(5, 60)]).with_in_flight(1);
+    let key = || "free".to_owned();
+    let peeked = store.peek(key(), &policy).await.unwrap();
+    assert!(peeked.is_allowed() && !peeked.holds_slot());
+    let held = store.decide_cost(key(), &policy, 0).await.unwrap();
+    assert!(held.is_allowed() && held.holds_slot(), "{held:?}");
+    assert_eq!(
+        held.remaining(),
+        4,
+        "told as a peek: what one unit would leave"
+    );
+    let refused = store.decide_cost(key(), &policy, 0).await.unwrap();
+    assert_eq!(refused.origin(), tower_sliding_window::Origin::InFlight);
+    assert_eq!(
+        store.decide(key(), &policy).await.unwrap().origin(),
+        refused.origin()
+    );
+    store.release_bound(key(), &store.bind(&policy), &held);
+    for _ in 0..400 {
+        let again = store.decide(key(), &policy).await.unwrap();
+        if again.is_allowed() {
+            assert_eq!(again.remaining(), 4, "one unit recorded, by this request");
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    panic!("the slot was never freed");
+}

@@ -32,6 +32,29 @@ mod external_store {
     crate::conformance_suite!(make);
 }
 
+/// The in-flight cases on the same store over a service that answers
+/// later, as a remote one does: a release still counts before the next
+/// call. (A crowd of thousands on one key would exhaust its retries, as
+/// `CasStore` documents.)
+mod remote_external_store {
+    use tower_sliding_window::{CasStore, ManualClock};
+
+    use crate::bytes_store::{BytesMap, RemoteBytesMap};
+
+    async fn make(clock: ManualClock) -> CasStore<RemoteBytesMap, ManualClock> {
+        CasStore::with_clock(RemoteBytesMap(BytesMap::new(clock.clone())), clock)
+    }
+
+    crate::conformance_tests!(make;
+        the_cap_holds_under_a_crowd,
+        a_stream_holds_its_slot_until_it_ends,
+        a_cancelled_request_frees_its_slot,
+        cap_and_windows_are_all_or_nothing,
+        a_sequential_client_is_never_refused,
+        a_request_of_no_cost_takes_a_slot
+    );
+}
+
 #[cfg(feature = "redis")]
 #[path = "../support/redis_server.rs"]
 mod redis_server;

@@ -999,7 +999,8 @@ macro_rules! for_each_case {
             a_stream_holds_its_slot_until_it_ends,
             a_cancelled_request_frees_its_slot,
             cap_and_windows_are_all_or_nothing,
-            a_sequential_client_is_never_refused
+            a_sequential_client_is_never_refused,
+            a_request_of_no_cost_takes_a_slot
         );
     };
 }

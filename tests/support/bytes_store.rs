@@ -69,3 +69,26 @@ impl CompareAndSwap for BytesMap {
         Ok(true)
     }
 }
+
+/// The same rows behind a service that answers later, as a remote one
+/// does: each call yields to the runtime before it runs.
+#[derive(Clone, Default)]
+pub struct RemoteBytesMap(pub BytesMap);
+
+impl CompareAndSwap for RemoteBytesMap {
+    async fn load(&self, name: &str) -> Result<Option<Vec<u8>>, StoreError> {
+        tokio::task::yield_now().await;
+        self.0.load(name).await
+    }
+
+    async fn swap(
+        &self,
+        name: &str,
+        old: Option<&[u8]>,
+        new: Vec<u8>,
+        ttl: Duration,
+    ) -> Result<bool, StoreError> {
+        tokio::task::yield_now().await;
+        self.0.swap(name, old, new, ttl).await
+    }
+}

@@ -276,6 +276,7 @@ impl<K: Hash + Eq> Shards<K> {
     pub(super) fn no_room(&self, policy: &Policy, now: u64) -> Decision {
         let wait = self.cap.wait(now);
         Decision::substitute(false, policy.first_limit(), wait, now, Origin::StoreFull)
+            .under(policy)
     }
 
     /// Drops every key idle at `now`, as each shard's own sweep would.

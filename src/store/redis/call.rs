@@ -83,6 +83,7 @@ impl<K: std::fmt::Display> Store<K> for RedisStore {
         let policy = binding.policy();
         match policy.weigh(cost) {
             Weighed::Judged => self.call(&key, binding, Ask::Record(cost)),
+            Weighed::Peek if policy.in_flight().is_some() => self.call(&key, binding, Ask::Free),
             Weighed::Peek => {
                 let peek = self.call(&key, binding, Ask::Peek);
                 Box::pin(async move { Ok(peek.await?.costing_nothing()) })
@@ -150,23 +151,23 @@ impl<K: std::fmt::Display> Store<K> for RedisStore {
         }
         let name = keys::key_name(&self.prefix, &key, &binding.inner.suffix);
         if admitted.origin == Origin::Fallback {
-            self.release_fallback(name, binding.policy(), admitted);
+            self.release_fallback(name, admitted);
             return;
         }
-        let leases = keys::leases_key(&name);
         self.instance.held.lock().remove(&admitted.lease);
-        let mut release = redis::cmd("ZREM");
-        release.arg(&leases).arg(admitted.lease);
-        let store = self.clone();
-        crate::store::send_now(async move {
-            let sent = store.reach(&leases, async {
-                let reply = store.connection.query::<i64>(&release, None).await;
-                reply.map_err(|e| super::error("Redis release failed".into(), e))
-            });
-            if let Err(err) = sent.await {
-                crate::observe::slot_call_failed(&err);
-            }
-        });
+        self.send_release(keys::leases_key(&name), admitted.lease);
+    }
+}
+
+/// A slot a judging call may have taken, whose reply was not read (the
+/// call timed out, failed, or was dropped): released unless disarmed.
+struct Unread(Option<(RedisStore, String, u64)>);
+
+impl Drop for Unread {
+    fn drop(&mut self) {
+        if let Some((store, leases, id)) = self.0.take() {
+            store.send_release(leases, id);
+        }
     }
 }
 
@@ -204,22 +205,49 @@ impl RedisStore {
         })
     }
 
+    /// Sends the release of the slot `id` in the set `leases` now, ahead
+    /// of this store's later calls, not waiting for its reply.
+    fn send_release(&self, leases: String, id: u64) {
+        let mut release = redis::cmd("ZREM");
+        release.arg(&leases).arg(id);
+        let store = self.clone();
+        crate::store::send_now(async move {
+            let sent = store.reach(&leases, async {
+                let reply = store.connection.query::<i64>(&release, None).await;
+                reply.map_err(|e| super::error("Redis release failed".into(), e))
+            });
+            if let Err(err) = sent.await {
+                crate::observe::slot_call_failed(&err);
+            }
+        });
+    }
+
     /// Asks Redis to judge a request for the key `name` under `policy`,
     /// with no timeout or failure policy: under a cap, an admitted request
-    /// holds a slot this instance renews until it is released.
+    /// holds a slot this instance renews until it is released, and one
+    /// whose reply is never read gives back the slot it may have taken.
     async fn judge(&self, name: &str, policy: &Policy, ask: Ask) -> Result<Decision, StoreError> {
         let lease = policy.in_flight().map(|_| scripts::Lease {
-            id: if ask.records() { fresh_id() } else { 0 },
+            id: if ask.takes_slot() { fresh_id() } else { 0 },
             length: micros(self.lease),
         });
         let invocation = scripts::invocation(policy, ask, name, (self.client_now(), lease));
+        let mut unread = Unread(
+            lease
+                .filter(|lease| lease.id != 0)
+                .map(|lease| (self.clone(), keys::leases_key(name), lease.id)),
+        );
         let reply: Vec<i64> = self
             .connection
             .invoke(&invocation)
             .await
             .map_err(|e| super::error("Redis script failed".into(), e))?;
         let mut decision = reply::decision(policy, &reply, ask.cost())?;
-        if let Some(lease) = lease.filter(|_| decision.is_allowed() && ask.records()) {
+        unread.0 = None;
+        if ask == Ask::Free && decision.origin != Origin::InFlight {
+            decision = decision.costing_nothing();
+        }
+        if let Some(lease) = lease.filter(|_| decision.is_allowed() && ask.takes_slot()) {
             let leases = Arc::from(keys::leases_key(name));
             self.instance.held.lock().insert(lease.id, leases);
             decision = decision.holding(lease.id);

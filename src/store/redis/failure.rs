@@ -72,10 +72,14 @@ impl RedisStore {
         (fallback, binding)
     }
 
-    /// Frees a slot the fallback store gave the key `name` under `policy`.
-    pub(super) fn release_fallback(&self, name: String, policy: &Policy, admitted: &Decision) {
-        let (fallback, binding) = self.fallback(policy);
-        fallback.release_bound(name, &binding, admitted);
+    /// Frees a slot a fallback store gave the key `name`: in the store and
+    /// under the share that gave it, whatever the outage and the fleet's
+    /// size since.
+    pub(super) fn release_fallback(&self, name: String, admitted: &Decision) {
+        let gave = self.instance.fallback_held.lock().remove(&admitted.lease);
+        if let Some((fallback, binding)) = gave {
+            fallback.release_bound(name, &binding, admitted);
+        }
     }
 
     /// Answers for a failed or late call that asked `ask` of the key
@@ -92,14 +96,24 @@ impl RedisStore {
     ) -> Result<Decision, StoreError> {
         crate::observe::store_failed(&err, self.failure);
         match self.failure {
-            FailurePolicy::FailOpen => Ok(Decision::allow(policy.first_limit(), Duration::ZERO)),
+            FailurePolicy::FailOpen => {
+                Ok(Decision::allow(policy.first_limit(), Duration::ZERO).under(policy))
+            }
             FailurePolicy::FailClosed => Err(err),
             FailurePolicy::Fallback => {
                 let (fallback, binding) = self.fallback(policy);
                 let decision = match ask {
                     Ask::Record(cost) => fallback.decide_cost_bound_now(name, &binding, cost),
+                    Ask::Free => fallback.decide_cost_bound_now(name, &binding, 0),
                     Ask::Peek | Ask::Settle { .. } => fallback.peek_bound_now(&name, &binding),
                 };
+                if decision.holds_slot() {
+                    let gave = (fallback, binding);
+                    self.instance
+                        .fallback_held
+                        .lock()
+                        .insert(decision.lease, gave);
+                }
                 // A request costing more than the share stays too costly.
                 Ok(match decision.origin {
                     Origin::TooCostly => decision,

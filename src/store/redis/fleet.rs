@@ -14,11 +14,12 @@ use parking_lot::Mutex;
 use redis::cluster_routing::{RoutingInfo, SingleNodeRoutingInfo};
 use tokio::sync::oneshot;
 
+use super::failure::LocalClock;
 use super::outage::{is_unreachable, whole, Node, Outage};
 use super::scripts;
 use super::slots::{self, Slots};
 use super::{error, within, ClientClock, Connection, RedisStore};
-use crate::store::{StoreError, StoreErrorKind};
+use crate::store::{MemoryBinding, MemoryStore, StoreError, StoreErrorKind};
 
 /// What a store and its clones share while they run: the fleet as last
 /// seen, and the outage.
@@ -38,7 +39,13 @@ pub(super) struct Instance {
     /// The in-flight slots this instance holds, by lease id, with the key
     /// of their set: what the heartbeat renews.
     pub(super) held: Mutex<HashMap<u64, Arc<str>>>,
+    /// The slots fallback stores gave, by lease id, with the store and
+    /// share that gave each.
+    pub(super) fallback_held: Mutex<HashMap<u64, FallbackSlot>>,
 }
+
+/// Where a fallback slot is to be released.
+pub(super) type FallbackSlot = (MemoryStore<LocalClock>, MemoryBinding<String>);
 
 impl Instance {
     pub(super) fn new() -> Self {
@@ -51,6 +58,7 @@ impl Instance {
             outage: Outage::default(),
             slots: Mutex::new(None),
             held: Mutex::default(),
+            fallback_held: Mutex::default(),
         }
     }
 
@@ -151,6 +159,12 @@ impl Drop for Running {
     }
 }
 
+/// A set of in-flight slots and the ids this instance holds in it.
+type KeySlots = (Arc<str>, Vec<u64>);
+
+/// The most keys one renewal call renews.
+const RENEWED_PER_CALL: usize = 256;
+
 /// What the heartbeat task holds: not the store, whose last clone it must
 /// not keep alive.
 struct Heart {
@@ -168,25 +182,30 @@ struct Heart {
 }
 
 impl Heart {
+    /// Beats every interval and renews the slots held every third of a
+    /// lease, each on its own schedule, until the last clone is dropped.
     async fn beat_until(self, mut running: Running) {
         let renew_every = self.lease / 3;
-        let mut renewed = tokio::time::Instant::now();
+        let start = tokio::time::Instant::now();
+        let (mut next_beat, mut next_renewal) = (start, start + renew_every);
         loop {
-            match running.instance.upgrade() {
-                Some(instance) => {
-                    self.beat(&instance).await;
-                    if renewed.elapsed() >= renew_every {
-                        renewed = tokio::time::Instant::now();
-                        self.renew(&instance).await;
-                    }
-                }
-                None => break,
+            let Some(instance) = running.instance.upgrade() else {
+                break;
+            };
+            if tokio::time::Instant::now() >= next_beat {
+                self.beat(&instance).await;
+                next_beat = tokio::time::Instant::now() + self.interval;
             }
+            if tokio::time::Instant::now() >= next_renewal {
+                next_renewal = tokio::time::Instant::now() + renew_every;
+                self.renew(&instance).await;
+            }
+            drop(instance);
             let Some(dropped) = running.dropped.as_mut() else {
                 break;
             };
-            let wait = self.interval.min(renew_every);
-            if tokio::time::timeout(wait, dropped).await.is_ok() {
+            let wake = next_beat.min(next_renewal);
+            if tokio::time::timeout_at(wake, dropped).await.is_ok() {
                 break;
             }
         }
@@ -234,18 +253,33 @@ impl Heart {
         }
     }
 
-    /// Renews every in-flight slot this instance holds: one call per key,
-    /// all sent at once.
+    /// Renews every in-flight slot this instance holds: one call for all
+    /// of them on a single node (up to [`RENEWED_PER_CALL`] keys), one per
+    /// hash slot on a Cluster (a script runs within one), all sent at once.
     async fn renew(&self, instance: &Instance) {
         let mut by_key: HashMap<Arc<str>, Vec<u64>> = HashMap::new();
         for (&id, leases) in instance.held.lock().iter() {
             by_key.entry(Arc::clone(leases)).or_default().push(id);
         }
+        let cluster = matches!(self.connection, Connection::Cluster(_));
+        let mut by_slot: HashMap<u16, Vec<KeySlots>> = HashMap::new();
+        for (leases, ids) in by_key {
+            let slot = if cluster {
+                slots::slot(leases.as_bytes())
+            } else {
+                0
+            };
+            by_slot.entry(slot).or_default().push((leases, ids));
+        }
         let lease = crate::clock::micros(self.lease);
         let now = self.clock.as_ref().map(|clock| clock());
         let mut calls = tokio::task::JoinSet::new();
-        for (leases, ids) in by_key {
-            let call = scripts::renewal(&leases, &ids, lease, now);
+        // A script blocks Redis while it runs: a few hundred keys a call.
+        for held in by_slot
+            .values()
+            .flat_map(|keys| keys.chunks(RENEWED_PER_CALL))
+        {
+            let call = scripts::renewal(held, lease, now);
             let (connection, timeout) = (self.connection.clone(), self.timeout);
             calls.spawn(async move {
                 let renewed = async {

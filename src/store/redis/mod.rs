@@ -320,17 +320,18 @@ impl RedisStore {
     /// [`DEFAULT_LEASE`](Self::DEFAULT_LEASE), 30 s) if the instance that
     /// holds it dies without releasing it: a crashed instance's slots come
     /// back within one lease. While its request runs, the heartbeat task
-    /// renews each slot about every third of a lease, in one call per key
-    /// for all the slots this instance holds on it. A lease is counted in
-    /// whole milliseconds on Redis's clock.
+    /// renews each slot every third of a lease, in one call for all the
+    /// slots this instance holds (one per hash slot on a Cluster, up to 256
+    /// keys a call): keep a lease well above the store's timeout. A lease
+    /// is counted in microseconds on the store's clock.
     ///
     /// # Panics
     ///
-    /// If `lease` is shorter than 3 ms, too short to renew in time.
+    /// If `lease` is shorter than 30 ms, too short to renew in time.
     pub fn with_lease(mut self, lease: Duration) -> Self {
         assert!(
-            lease >= Duration::from_millis(3),
-            "RedisStore::with_lease: a lease must be at least 3 ms, got {lease:?}"
+            lease >= Duration::from_millis(30),
+            "RedisStore::with_lease: a lease must be at least 30 ms, got {lease:?}"
         );
         self.lease = lease;
         self.instance = Arc::new(Instance::new());

@@ -5,6 +5,7 @@
 //! reach from the state sent) is a [`StoreError`], answered under the
 //! failure policy.
 
+use crate::algorithm::leases::free_after_taking;
 use crate::algorithm::log::{blocked_for, quota};
 use crate::algorithm::refusal::{tightest_known, Verdict};
 use crate::algorithm::{Algorithm, Decision, FixedWindow, SlidingCounter, TokenBucket};
@@ -45,9 +46,11 @@ pub(super) fn decision(policy: &Policy, reply: &[i64], cost: u32) -> Result<Deci
         // {1, now, slots held before this request}
         ACCEPTED if policy.limits().is_empty() => {
             let cap = policy.in_flight().unwrap_or(0);
-            let held = reply.get(2).and_then(|&held| u32::try_from(held).ok());
-            let free = held.and_then(|held| cap.checked_sub(held + 1));
-            free.map(|free| Decision::slot_only(policy.first_limit(), free, now))
+            let held = reply.get(2).and_then(|&held| usize::try_from(held).ok());
+            let held = held.filter(|&held| held < cap as usize);
+            held.map(|held| {
+                Decision::slot_only(policy.first_limit(), free_after_taking(cap, held), now)
+            })
         }
         REFUSED | ACCEPTED => match policy.algorithm() {
             Algorithm::SlidingLog => log_decision(policy, reply, now),

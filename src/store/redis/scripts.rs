@@ -3,7 +3,7 @@
 //! so Redis's script cache holds these five whatever the number of
 //! policies. Each file's header documents its keys, arguments and replies.
 
-use std::sync::LazyLock;
+use std::sync::{Arc, LazyLock};
 
 use redis::{Script, ScriptInvocation};
 
@@ -49,22 +49,25 @@ pub(super) fn fleet() -> &'static Script {
     &SCRIPTS[3]
 }
 
-/// The call renewing the slots `ids` on the key `leases` to last `lease`
-/// µs from now (the client's clock's, if it has one).
+/// The call renewing, for each set of slots in `held` (all of one node,
+/// or of one hash slot on a Cluster), its ids, to last `lease` µs from now
+/// (the client's clock's, if it has one).
 pub(super) fn renewal(
-    leases: &str,
-    ids: &[u64],
+    held: &[(Arc<str>, Vec<u64>)],
     lease: u64,
     now: Option<u64>,
 ) -> ScriptInvocation<'static> {
-    let mut invocation = SCRIPTS[4].key(leases);
+    let mut invocation = SCRIPTS[4].prepare_invoke();
     match now {
         Some(now) => invocation.arg(now),
         None => invocation.arg(""),
     };
     invocation.arg(lease);
-    for id in ids {
-        invocation.arg(id);
+    for (leases, ids) in held {
+        invocation.key(&**leases).arg(ids.len());
+        for id in ids {
+            invocation.arg(id);
+        }
     }
     invocation
 }
@@ -82,6 +85,9 @@ pub(super) struct Lease {
 pub(super) enum Ask {
     /// Judge a request of one unit and record nothing.
     Peek,
+    /// A request of no cost under an in-flight cap: judged as a peek by
+    /// the windows, which record nothing, but taking a slot.
+    Free,
     /// Judge a request of this many units (at least one), recording them
     /// all if every limit has room.
     Record(u32),
@@ -95,12 +101,18 @@ impl Ask {
     pub(super) fn cost(self) -> u32 {
         match self {
             Self::Record(cost) => cost,
-            Self::Peek | Self::Settle { .. } => 1,
+            Self::Peek | Self::Free | Self::Settle { .. } => 1,
         }
     }
 
+    /// Whether the windows record it.
     pub(super) fn records(self) -> bool {
-        self != Self::Peek
+        !matches!(self, Self::Peek | Self::Free)
+    }
+
+    /// Whether it takes an in-flight slot, under a cap.
+    pub(super) fn takes_slot(self) -> bool {
+        matches!(self, Self::Record(_) | Self::Free)
     }
 }
 
@@ -138,7 +150,7 @@ pub(super) fn invocation(
         None => invocation.arg(""),
     };
     match ask {
-        Ask::Peek => invocation.arg(0).arg(""),
+        Ask::Peek | Ask::Free => invocation.arg(0).arg(""),
         Ask::Record(cost) => invocation.arg(cost).arg(""),
         Ask::Settle { at, cost, units } if algorithm == Algorithm::TokenBucket => {
             invocation.arg(units).arg(format!("{at} {cost}"))

@@ -61,7 +61,7 @@ pub(super) fn address(node: &Node) -> Option<(String, u16)> {
 /// A key's hash slot as Redis Cluster computes it: CRC16 (XMODEM) of the
 /// name's hash tag (between its first `{` and the next `}`, if not empty),
 /// else of the whole name, modulo 16384.
-fn slot(name: &[u8]) -> u16 {
+pub(super) fn slot(name: &[u8]) -> u16 {
     let tag = name.iter().position(|&b| b == b'{').and_then(|open| {
         let rest = &name[open + 1..];
         let close = rest.iter().position(|&b| b == b'}')?;

@@ -8,7 +8,9 @@
 --          µs, and the id of the slot an admitted request takes
 -- A request the cap refuses is answered here, recording nothing: {3, now}.
 -- So is every request of a policy with a cap and no limit: {1, now, slots
--- held before it}, its slot taken unless ARGV[3] is 0 (a peek).
+-- held before it}. A request of no cost (ARGV[3] is 0), which the windows
+-- only peek at, takes its slot here; one of any other cost takes it once
+-- the windows have recorded it. A peek has the id 0, and takes none.
 local now
 if ARGV[1] ~= '' then
   now = ARGV[1] + 0
@@ -28,16 +30,20 @@ local function is_full()
   redis.call('ZREMRANGEBYSCORE', leases, '-inf', now)
   return redis.call('ZCARD', leases) >= cap
 end
--- Holds this request's lease until now + lease, unless released or renewed.
+-- Holds this request's lease until now + lease, unless released or renewed;
+-- the set lives as long as its latest lease.
 local function take()
+  if id == '0' then return end
   redis.call('ZADD', leases, now + lease, id)
-  redis.call('PEXPIRE', leases, math.ceil(lease / 1000) + 1)
+  local ttl = math.ceil(lease / 1000) + 1
+  if redis.call('PTTL', leases) < ttl then redis.call('PEXPIRE', leases, ttl) end
 end
 if leases then
   if is_full() then return {3, now} end
-  if #ARGV == 6 then
+  local limits = (#ARGV - 6) / 2
+  if limits == 0 or ARGV[3] == '0' then
     local held = redis.call('ZCARD', leases)
-    if ARGV[3] ~= '0' then take() end
-    return {1, now, held}
+    take()
+    if limits == 0 then return {1, now, held} end
   end
 end

@@ -1,20 +1,22 @@
 //! A store over any key-value service that can compare and swap: the
 //! service moves bytes, [`KeyState`] judges them.
 
+mod slots;
+
 use std::fmt::{self, Display};
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
+use self::slots::{Slots, Unseen};
+
 use super::names::{escape, escape_into, key_name};
-use super::{send_now, Store, StoreError};
+use super::{Store, StoreError};
 use crate::algorithm::Decision;
 use crate::clock::{Clock, UnixClock};
 use crate::policy::Policy;
-use crate::state::KeyState;
-#[cfg(doc)]
-use crate::state::DEFAULT_LEASE;
+use crate::state::{KeyState, DEFAULT_LEASE};
 
 /// What [`CasStore`] needs of a key-value service (DynamoDB, Postgres,
 /// etcd, memcached, a Redis of your own…): read a key's bytes, and write
@@ -56,9 +58,10 @@ pub trait CompareAndSwap: Clone + Send + Sync + 'static {
 /// * **Contention**: a write beaten 16 times in a row on one key fails
 ///   with a [`StoreError`], rather than retrying without end.
 /// * **In-flight caps** ([`Policy::with_in_flight`]): the slots are
-///   leases kept in the key's bytes, each lasting [`DEFAULT_LEASE`]
-///   unless released first. They are not renewed: a request held longer
-///   than a lease stops counting against the cap.
+///   leases kept in the key's bytes, each lasting
+///   [`with_lease`](CasStore::with_lease) (30 s) unless released first, and
+///   renewed while their request runs, so that a crashed instance's slots
+///   come back within a lease.
 pub struct CasStore<S, C = UnixClock> {
     inner: Arc<Inner<S, C>>,
 }
@@ -67,6 +70,9 @@ struct Inner<S, C> {
     service: S,
     clock: C,
     prefix: String,
+    /// How long a slot lasts unless released or renewed.
+    lease: Duration,
+    slots: Slots,
 }
 
 impl<S, C> Clone for CasStore<S, C> {
@@ -108,6 +114,8 @@ impl<S: CompareAndSwap, C: Clock> CasStore<S, C> {
                 service,
                 clock,
                 prefix: String::from("tsw"),
+                lease: DEFAULT_LEASE,
+                slots: Slots::default(),
             }),
         }
     }
@@ -115,18 +123,35 @@ impl<S: CompareAndSwap, C: Clock> CasStore<S, C> {
     /// Names every key `prefix:{…}:…`. Configure before cloning: the result
     /// is a new store.
     pub fn with_prefix(self, prefix: &str) -> Self {
+        self.rebuilt(escape(prefix), self.inner.lease)
+    }
+
+    /// How long an in-flight slot lasts (default [`DEFAULT_LEASE`], 30 s)
+    /// if the instance holding it dies without releasing it. While its
+    /// request runs, the store renews it every third of a lease, one
+    /// compare-and-swap per key. Configure before cloning: the result is a
+    /// new store.
+    pub fn with_lease(self, lease: Duration) -> Self {
+        self.rebuilt(self.inner.prefix.clone(), lease)
+    }
+
+    fn rebuilt(&self, prefix: String, lease: Duration) -> Self {
         let Inner { service, clock, .. } = &*self.inner;
         Self {
             inner: Arc::new(Inner {
                 service: service.clone(),
                 clock: clock.clone(),
-                prefix: escape(prefix),
+                prefix,
+                lease,
+                slots: Slots::default(),
             }),
         }
     }
 
-    /// Reads `name`'s state, lets `judge` change it, and writes it back if
-    /// no one else wrote it meanwhile, else starts again.
+    /// Reads `name`'s state, applies the releases not yet written, lets
+    /// `judge` change it, and writes it back if no one else wrote it
+    /// meanwhile, else starts again. A slot `judge` took whose write may
+    /// have landed unseen (the call failed or was dropped) is released.
     async fn update(
         self,
         name: String,
@@ -135,9 +160,15 @@ impl<S: CompareAndSwap, C: Clock> CasStore<S, C> {
     ) -> Result<Decision, StoreError> {
         let service = &self.inner.service;
         for _ in 0..ATTEMPTS {
+            // Taken before the load: a release written back meanwhile is
+            // then either in the bytes loaded or in this list.
+            let released = self.inner.slots.releasing(&name);
             let now = self.inner.clock.now();
             let old = service.load(&name).await?;
             let mut state = state_of(&policy, old.as_deref())?;
+            for admitted in &released {
+                state.release(admitted);
+            }
             let decision = judge(&mut state, &policy, now);
             let idle_after = state.idle_after(&policy, now);
             let new = state.to_bytes();
@@ -145,12 +176,18 @@ impl<S: CompareAndSwap, C: Clock> CasStore<S, C> {
             if old.as_deref() == Some(&new[..]) || (old.is_none() && idle_after.is_zero()) {
                 return Ok(decision);
             }
-            if service
-                .swap(&name, old.as_deref(), new, idle_after + GRACE)
-                .await?
-            {
+            let mut unseen = Unseen(
+                decision
+                    .holds_slot()
+                    .then_some((&self, &name, &policy, decision)),
+            );
+            let swapped = service.swap(&name, old.as_deref(), new, idle_after + GRACE);
+            if swapped.await? {
+                unseen.0 = None;
+                self.inner.slots.written(&name, &released);
                 return Ok(decision);
             }
+            unseen.0 = None;
         }
         Err(StoreError::new(
             format!("{name} changed under each of {ATTEMPTS} attempts to write it"),
@@ -204,9 +241,22 @@ where
 
     fn decide_cost_bound(&self, key: K, binding: &CasBinding, cost: u32) -> Pending {
         let name = key_name(&self.inner.prefix, &key, &binding.suffix);
-        let judge =
-            move |state: &mut KeyState, policy: &Policy, now| state.decide(policy, now, cost);
-        Box::pin(self.clone().update(name, binding.policy.clone(), judge))
+        let lease = self.inner.lease;
+        let judge = move |state: &mut KeyState, policy: &Policy, now| {
+            state.decide_leased(policy, now, cost, lease)
+        };
+        let policy = binding.policy.clone();
+        let store = self.clone();
+        Box::pin(async move {
+            let decision = store
+                .clone()
+                .update(name.clone(), policy.clone(), judge)
+                .await?;
+            if decision.holds_slot() {
+                store.hold(name, policy, decision);
+            }
+            Ok(decision)
+        })
     }
 
     fn settle_bound(
@@ -242,14 +292,6 @@ where
             return;
         }
         let name = key_name(&self.inner.prefix, &key, &binding.suffix);
-        let admitted = *admitted;
-        let release = move |state: &mut KeyState, _: &Policy, _| {
-            state.release(&admitted);
-            admitted
-        };
-        let update = self.clone().update(name, binding.policy.clone(), release);
-        send_now(async move {
-            let _ = update.await;
-        });
+        self.release(name, binding.policy.clone(), *admitted);
     }
 }

@@ -155,6 +155,11 @@ impl KeyState {
         }
     }
 
+    /// The algorithm's own state, without the rest.
+    pub(crate) fn into_counts(self) -> Counts {
+        self.counts
+    }
+
     /// The algorithm this state counts for.
     pub fn algorithm(&self) -> Algorithm {
         match self.counts {

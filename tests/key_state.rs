@@ -230,6 +230,46 @@ fn a_penalty_is_kept_in_the_bytes() {
 }
 
 #[test]
+fn slots_in_flight_are_kept_in_the_bytes_of_the_second_format() {
+    let policy = Policy::new(Algorithm::SlidingCounter, [Limit::per_minute(100)])
+        .unwrap()
+        .with_in_flight(2);
+    let mut state = KeyState::new(policy.algorithm());
+    let lease = Duration::from_secs(30);
+    let first = state.decide_leased(&policy, Duration::ZERO, 1, lease);
+    let second = state.decide_leased(&policy, Duration::ZERO, 1, lease);
+    assert!(first.holds_slot() && second.holds_slot());
+    let bytes = state.to_bytes();
+    // Format 2: the header, a count of slots and sixteen bytes each, then
+    // the counter's record.
+    assert_eq!((bytes[0], bytes.len()), (2, 2 + 4 + 2 * 16 + 16));
+    let mut state = KeyState::from_bytes(&bytes).unwrap();
+    let full = state.decide(&policy, Duration::from_secs(1), 1);
+    assert_eq!(full.origin(), tower_sliding_window::Origin::InFlight);
+    // The counter matters for two windows, a slot for its lease.
+    assert_eq!(
+        state.idle_after(&policy, Duration::ZERO),
+        Duration::from_secs(120)
+    );
+    let only = Policy::in_flight_only(1);
+    let mut slot = KeyState::new(only.algorithm());
+    assert!(slot
+        .decide_leased(&only, Duration::ZERO, 1, lease)
+        .holds_slot());
+    assert_eq!(slot.idle_after(&only, Duration::ZERO), lease);
+    // Released, the state is the first format's again.
+    state.release(&first);
+    state.release(&second);
+    assert_eq!(state.to_bytes()[0], 1);
+    // An expired slot frees itself: one taken by a process that died.
+    let mut state = KeyState::from_bytes(&bytes).unwrap();
+    assert!(state.decide(&policy, lease, 1).is_allowed());
+    // Cut short, it is no state.
+    let error = KeyState::from_bytes(&bytes[..20]).expect_err("cut short");
+    assert_eq!(error.kind(), StoreErrorKind::Malformed);
+}
+
+#[test]
 fn bytes_it_did_not_write_are_a_malformed_error() {
     for bytes in [
         &[][..],

@@ -72,6 +72,10 @@ async fn two_instances_share_one_cap_exactly() {
         }
     }
     assert_eq!(admitted.len(), 5);
+    // A person reading the key sees the five slots and their expiries.
+    let state = stores[0].state(&"shared", &policy).await.unwrap().unwrap();
+    let shown = format!("{state:?}");
+    assert_eq!(shown.matches("Lease {").count(), 5, "{shown}");
     // Freed by whichever instance took them.
     for (by, decision) in &admitted {
         release(&stores[*by], "shared", &policy, decision);

@@ -7,6 +7,7 @@ use std::fmt::Display;
 use redis::RedisResult;
 
 use super::{keys, Connection, RedisStore};
+use crate::algorithm::leases::{Lease, Leases};
 use crate::algorithm::{Algorithm, FixedWindow, SlidingCounter, SlidingLog, TokenBucket};
 use crate::limit::Limit;
 use crate::policy::Policy;
@@ -15,10 +16,11 @@ use crate::store::StoreError;
 
 impl RedisStore {
     /// What Redis holds for `key` under `policy`, as the [`KeyState`] the
-    /// scripts judge it by: its counts, stamps or arrival times and the
-    /// end of any penalty. `None` for a key Redis does not hold, or holds
-    /// something the scripts would read as a fresh key. One round trip,
-    /// with no timeout and no failure policy: for reading, not deciding.
+    /// scripts judge it by: its counts, stamps or arrival times, the end of
+    /// any penalty and, under a cap, the slots in flight. `None` for a key
+    /// Redis does not hold, or holds something the scripts would read as a
+    /// fresh key. One or two round trips, with no timeout and no failure
+    /// policy: for reading, not deciding.
     ///
     /// ```no_run
     /// # async fn run(store: tower_sliding_window::RedisStore, policy: tower_sliding_window::Policy) -> Result<(), Box<dyn std::error::Error>> {
@@ -45,9 +47,36 @@ impl RedisStore {
         };
         let (stored, penalty) = read.map_err(|e| super::error("Redis read failed".into(), e))?;
         let penalty_until = penalty.and_then(|until| until.parse().ok()).unwrap_or(0);
-        Ok(stored
-            .and_then(|bytes| decode(&bytes, policy))
-            .map(|counts| KeyState::from_parts(counts, penalty_until, Default::default())))
+        let leases = match policy.in_flight() {
+            Some(_) => self.leases(&name).await?,
+            None => Leases::default(),
+        };
+        let counts = match stored.and_then(|bytes| decode(&bytes, policy)) {
+            Some(counts) => counts,
+            None if leases.len() > 0 => KeyState::new(policy.algorithm()).into_counts(),
+            None => return Ok(None),
+        };
+        Ok(Some(KeyState::from_parts(counts, penalty_until, leases)))
+    }
+
+    /// The slots in flight of the state at `name`: ids and expiries.
+    async fn leases(&self, name: &str) -> Result<Leases, StoreError> {
+        let mut range = redis::cmd("ZRANGE");
+        range
+            .arg(keys::leases_key(name))
+            .arg(0)
+            .arg(-1)
+            .arg("WITHSCORES");
+        let held: RedisResult<Vec<(u64, f64)>> = self.connection.query(&range, None).await;
+        let held = held.map_err(|e| super::error("Redis read failed".into(), e))?;
+        let mut leases = Leases::default();
+        for (id, until) in held {
+            leases.take(Lease {
+                id,
+                until: until as u64,
+            });
+        }
+        Ok(leases)
     }
 }
 

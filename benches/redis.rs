@@ -185,7 +185,7 @@ async fn throughput(contender: &Contender, in_flight: usize, calls: usize) -> f6
 
 /// Redis CPU per decision (µs) over `decisions`, from `INFO commandstats`:
 /// the script calls, and the releases of in-flight slots.
-fn usec_per_decision(server: &Server, decisions: usize) -> f64 {
+fn usec_per_decision(server: &Server, decisions: usize) -> (f64, f64) {
     let stats = server.cli(&["INFO", "commandstats"]).unwrap_or_default();
     let usec = |command: &str| -> f64 {
         stats
@@ -196,7 +196,8 @@ fn usec_per_decision(server: &Server, decisions: usize) -> f64 {
             .and_then(|n| n.parse().ok())
             .unwrap_or(0.0)
     };
-    (usec("evalsha") + usec("zrem")) / decisions as f64
+    let per_decision = decisions as f64;
+    (usec("evalsha") / per_decision, usec("zrem") / per_decision)
 }
 
 fn spread(mut values: Vec<f64>) -> (f64, f64, f64) {
@@ -379,6 +380,7 @@ async fn main() {
     let mut sequential = vec![Vec::new(); count];
     let mut parallel = vec![Vec::new(); count];
     let mut cpu = vec![Vec::new(); count];
+    let mut releases = vec![Vec::new(); count];
     for round in 0..ROUNDS {
         for offset in 0..count {
             let i = (round + offset) % count;
@@ -386,7 +388,9 @@ async fn main() {
             server.cli(&["CONFIG", "RESETSTAT"]);
             sequential[i].push(throughput(contender, 1, 3_000).await);
             parallel[i].push(throughput(contender, 64, 40_000).await);
-            cpu[i].push(usec_per_decision(&server, 43_000));
+            let (judged, released) = usec_per_decision(&server, 43_000);
+            cpu[i].push(judged + released);
+            releases[i].push(released);
         }
     }
     // Every row against the floor's, the first.
@@ -416,6 +420,27 @@ async fn main() {
             format!("**{:.2}**", per_round(&parallel, i)),
             format!("{cpu_med:.2}"),
             format!("{:.2}", per_round(&cpu, i)),
+        ]);
+    }
+    table.finish();
+    let capped = contenders
+        .iter()
+        .position(|(_, contender)| matches!(contender, Contender::Capped(..)))
+        .expect("the capped row");
+    let mut table = report::Table::new(
+        "Redis: an in-flight cap's two calls",
+        "The capped row above, its Redis CPU split between the call that judges and takes the slot (the script) and the one that frees it (`ZREM`), each against the floor script's CPU in the same round (median over rounds).",
+        &["", "Redis CPU µs/request", "ratio to the floor"],
+    );
+    let admit: Vec<Vec<f64>> = (0..count)
+        .map(|i| (0..ROUNDS).map(|r| cpu[i][r] - releases[i][r]).collect())
+        .collect();
+    for (name, values) in [("admit (script)", &admit), ("release (ZREM)", &releases)] {
+        let ratio = spread((0..ROUNDS).map(|r| values[capped][r] / cpu[0][r]).collect()).1;
+        table.row(&[
+            name.to_owned(),
+            format!("{:.2}", spread(values[capped].clone()).1),
+            format!("{ratio:.2}"),
         ]);
     }
     table.finish();
@@ -451,7 +476,7 @@ async fn main() {
 async fn renewals(server: &Server, url: &str) {
     let mut table = report::Table::new(
         "Redis: renewing the in-flight slots held",
-        "1,000 requests held at once by one instance, leases of 3 s (renewed every second); calls counted by `INFO commandstats` over 5 s, less the instance's heartbeat. Under the default lease (30 s) there are ten times fewer.",
+        "1,000 requests held at once by one instance, leases of 3 s (renewed every second); script calls and `ZADD`s counted by `INFO commandstats` over 5 s, less the instance's heartbeat. A renewal call renews up to 256 keys. Under the default lease (30 s) there are ten times fewer.",
         &["", "renewal calls a second", "slots renewed a second"],
     );
     for (name, keys) in [

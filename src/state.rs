@@ -156,6 +156,7 @@ impl KeyState {
     }
 
     /// The algorithm's own state, without the rest.
+    #[cfg(feature = "redis")]
     pub(crate) fn into_counts(self) -> Counts {
         self.counts
     }

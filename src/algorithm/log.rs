@@ -274,10 +274,36 @@ impl SlidingLog {
         quota((len - outside) as u32, oldest, now, limit)
     }
 
-    /// How many stamps are older than `cutoff`.
+    /// How many stamps are older than `cutoff`, searched from the oldest:
+    /// a log whose stamps nearly all count, as a key's at its limit, is
+    /// settled by its first read or two.
     #[inline]
     fn count_before(&self, cutoff: u64) -> usize {
-        self.stamps.partition_point(|&stamp| stamp < cutoff)
+        let (older, newer) = self.stamps.as_slices();
+        match count_before(older, cutoff) {
+            all if all == older.len() => all + count_before(newer, cutoff),
+            some => some,
+        }
+    }
+}
+
+/// How many of `stamps` (in order, oldest first) are older than `cutoff`:
+/// reads the first, then strides that double, then halves the last
+/// stride. When few are older, that is a read or two at the start.
+#[inline]
+fn count_before(stamps: &[u64], cutoff: u64) -> usize {
+    let mut low = 0;
+    let mut stride = 1;
+    loop {
+        let probe = low + stride - 1;
+        match stamps.get(probe) {
+            Some(&stamp) if stamp < cutoff => {
+                low = probe + 1;
+                stride *= 2;
+            }
+            Some(_) => return low + stamps[low..probe].partition_point(|&s| s < cutoff),
+            None => return low + stamps[low..].partition_point(|&s| s < cutoff),
+        }
     }
 }
 
@@ -421,6 +447,22 @@ pub(crate) mod tests {
                     "at {} µs", now
                 );
             }
+        }
+    }
+
+    proptest! {
+        /// The search from the oldest stamp counts as a plain binary
+        /// search does, wherever the cutoff falls.
+        #[test]
+        fn counts_stamps_before_a_cutoff_as_a_binary_search(
+            mut stamps in prop::collection::vec(0u64..1_000, 0..200),
+            cutoff in 0u64..1_100,
+        ) {
+            stamps.sort_unstable();
+            prop_assert_eq!(
+                count_before(&stamps, cutoff),
+                stamps.partition_point(|&stamp| stamp < cutoff)
+            );
         }
     }
 

@@ -131,7 +131,15 @@ impl<S: CompareAndSwap, C: Clock> CasStore<S, C> {
     /// request runs, the store renews it every third of a lease, one
     /// compare-and-swap per key. Configure before cloning: the result is a
     /// new store.
+    ///
+    /// # Panics
+    ///
+    /// If `lease` is shorter than 30 ms, too short to renew in time.
     pub fn with_lease(self, lease: Duration) -> Self {
+        assert!(
+            lease >= Duration::from_millis(30),
+            "CasStore::with_lease: a lease must be at least 30 ms, got {lease:?}"
+        );
         self.rebuilt(self.inner.prefix.clone(), lease)
     }
 
@@ -172,8 +180,10 @@ impl<S: CompareAndSwap, C: Clock> CasStore<S, C> {
             let decision = judge(&mut state, &policy, now);
             let idle_after = state.idle_after(&policy, now);
             let new = state.to_bytes();
-            // Nothing to write: a refusal, or a key that holds nothing.
+            // Nothing to write: a refusal, or a key that holds nothing; the
+            // releases applied had nothing left to free.
             if old.as_deref() == Some(&new[..]) || (old.is_none() && idle_after.is_zero()) {
+                self.inner.slots.written(&name, &released);
                 return Ok(decision);
             }
             let mut unseen = Unseen(
@@ -196,9 +206,14 @@ impl<S: CompareAndSwap, C: Clock> CasStore<S, C> {
     }
 
     async fn peek_at(self, name: String, policy: Policy) -> Result<Decision, StoreError> {
+        let released = self.inner.slots.releasing(&name);
         let now = self.inner.clock.now();
         let old = self.inner.service.load(&name).await?;
-        Ok(state_of(&policy, old.as_deref())?.peek(&policy, now))
+        let mut state = state_of(&policy, old.as_deref())?;
+        for admitted in &released {
+            state.release(admitted);
+        }
+        Ok(state.peek(&policy, now))
     }
 }
 

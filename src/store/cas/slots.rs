@@ -84,8 +84,10 @@ impl<S: CompareAndSwap, C: Clock> CasStore<S, C> {
 }
 
 /// Renews the slots a store holds every third of a lease, one update per
-/// key, until the store is dropped.
+/// key, until the store is dropped. A task dropped with its runtime lets
+/// the store's next slot start another.
 async fn renew<S: CompareAndSwap, C: Clock>(inner: Weak<Inner<S, C>>) {
+    let _running = Running(inner.clone());
     loop {
         let Some(every) = inner.upgrade().map(|inner| inner.lease / 3) else {
             return;
@@ -95,14 +97,33 @@ async fn renew<S: CompareAndSwap, C: Clock>(inner: Weak<Inner<S, C>>) {
             return;
         };
         let store = CasStore { inner };
-        let held: Vec<_> = store.inner.slots.held.lock().values().cloned().collect();
+        let mut by_key: HashMap<String, (Policy, Vec<Decision>)> = HashMap::new();
+        for (name, policy, admitted) in store.inner.slots.held.lock().values() {
+            let key = by_key
+                .entry(name.clone())
+                .or_insert((policy.clone(), Vec::new()));
+            key.1.push(*admitted);
+        }
         let lease = store.inner.lease;
-        for (name, policy, admitted) in held {
+        for (name, (policy, held)) in by_key {
             let renew = move |state: &mut KeyState, _: &Policy, now| {
-                state.renew(&admitted, now, lease);
-                admitted.holding(0)
+                for admitted in &held {
+                    state.renew(admitted, now, lease);
+                }
+                held[0].holding(0)
             };
             let _ = store.clone().update(name, policy, renew).await;
+        }
+    }
+}
+
+/// The renewal task's mark on its store, taken off when the task ends.
+struct Running<S, C>(Weak<Inner<S, C>>);
+
+impl<S, C> Drop for Running<S, C> {
+    fn drop(&mut self) {
+        if let Some(inner) = self.0.upgrade() {
+            inner.slots.renewing.store(false, Ordering::Relaxed);
         }
     }
 }

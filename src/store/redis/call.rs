@@ -181,7 +181,10 @@ impl RedisStore {
     fn call<K: std::fmt::Display>(&self, key: &K, binding: &RedisBinding, ask: Ask) -> Pending {
         let name = keys::key_name(&self.prefix, key, &binding.inner.suffix);
         let sent = self.local_now();
-        if let Some(denied) = &self.denied {
+        // A request of no cost is never refused by the windows, so no
+        // remembered refusal answers it.
+        let denied = self.denied.as_ref().filter(|_| ask != Ask::Free);
+        if let Some(denied) = denied {
             if let Some(decision) = denied.refusal(&name, sent, ask.cost()) {
                 crate::observe::denied_locally(binding.events());
                 return Box::pin(std::future::ready(Ok(decision)));

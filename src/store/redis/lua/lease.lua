@@ -24,9 +24,10 @@ if ARGV[2] ~= '' then
   cap, lease, id = string.match(ARGV[2], '^(%d+) (%d+) (%d+)$')
   cap, lease = cap + 0, lease + 0
 end
--- Drops the leases that expired by now, then says whether cap or more are
--- still held.
+-- Says whether cap or more leases are held, once those that expired by now
+-- are dropped (only looked for when there are that many).
 local function is_full()
+  if redis.call('ZCARD', leases) < cap then return false end
   redis.call('ZREMRANGEBYSCORE', leases, '-inf', now)
   return redis.call('ZCARD', leases) >= cap
 end

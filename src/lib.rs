@@ -168,6 +168,24 @@
 //! records a request before the inner one judges it, so a request the inner
 //! layer refuses has still used the outer layer's quota.
 //!
+//! # Requests in flight
+//!
+//! [`SlidingWindowLayer::in_flight`] caps how many requests of a key run at
+//! once, judged with the rate limits all-or-nothing, on every store (on
+//! Redis as leases that a crashed instance gives back within
+//! `RedisStore::with_lease`, with feature
+//! `redis`); [`SlidingWindowLayer::in_flight_only`] caps alone. A request's
+//! slot is freed when its response body ends or is dropped:
+//!
+//! ```
+//! use tower_sliding_window::{extract::HeaderKey, Limit, SlidingWindowLayer};
+//!
+//! // 8 generations at once and 10,000 tokens a minute per API key.
+//! let layer = SlidingWindowLayer::new(Limit::per_minute(10_000), HeaderKey::new("x-api-key")?)
+//!     .in_flight(8);
+//! # Ok::<(), tower_sliding_window::ConfigError>(())
+//! ```
+//!
 //! # Time
 //!
 //! Stores read a [`Clock`]: [`SystemClock`] (monotonic) by default, or a

@@ -369,7 +369,7 @@ impl RedisStore {
     /// every policy, each starting with `lease.lua` (the time and the
     /// in-flight cap): each call passes the limits as arguments, and each
     /// file's header says which. The fourth is the heartbeat, the fifth
-    /// renews in-flight slots.
+    /// (also after `lease.lua`) renews in-flight slots.
     pub fn script_sources() -> [(&'static str, &'static str); 5] {
         scripts::SOURCES
     }

@@ -27,11 +27,11 @@ const BUCKET: &str = concat!(
 );
 /// An instance's heartbeat, counting the fleet (see `fleet`).
 const FLEET: &str = include_str!("lua/fleet.lua");
-/// The renewal of the in-flight slots an instance holds on one key.
-const RENEW: &str = include_str!("lua/renew.lua");
+/// The renewal of the in-flight slots an instance holds.
+const RENEW: &str = concat!(include_str!("lua/lease.lua"), include_str!("lua/renew.lua"));
 
 /// Every script the store runs, by the file name in `lua/` of its own
-/// part (the judging ones start with `lease.lua`).
+/// part (all but the heartbeat's start with `lease.lua`).
 pub(super) const SOURCES: [(&str, &str); 5] = [
     ("window.lua", WINDOW),
     ("log.lua", LOG),
@@ -62,7 +62,7 @@ pub(super) fn renewal(
         Some(now) => invocation.arg(now),
         None => invocation.arg(""),
     };
-    invocation.arg(lease);
+    invocation.arg("").arg(lease);
     for (leases, ids) in held {
         invocation.key(&**leases).arg(ids.len());
         for id in ids {

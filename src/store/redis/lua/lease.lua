@@ -1,6 +1,6 @@
--- tower-sliding-window: the head of window.lua, log.lua and bucket.lua,
--- joined before each: the time, and a key's in-flight slots under a cap,
--- judged as src/algorithm/leases.rs judges them, with the same names.
+-- tower-sliding-window: the head of window.lua, log.lua, bucket.lua and
+-- renew.lua, joined before each: the time, and a key's in-flight slots under
+-- a cap, judged as src/algorithm/leases.rs judges them, with the same names.
 -- KEYS[#KEYS]  with a cap, the slots: a sorted set of lease ids, each
 --              scored by its expiry (µs); released with ZREM
 -- ARGV[1]  now in µs, or '' to read Redis TIME

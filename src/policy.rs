@@ -5,7 +5,7 @@ use std::hash::{BuildHasher, Hash, Hasher};
 use std::sync::{Arc, LazyLock, OnceLock};
 use std::time::Duration;
 
-use crate::algorithm::{log, Algorithm, INLINE_LIMITS};
+use crate::algorithm::{log, Algorithm, Decision, INLINE_LIMITS};
 use crate::error::ConfigError;
 use crate::limit::{duration_name, Limit};
 
@@ -271,6 +271,16 @@ impl Policy {
             .first()
             .copied()
             .unwrap_or(Limit::per_second(cap))
+    }
+
+    /// `decision`, a stand-in for the limits on [`first_limit`](Self::first_limit),
+    /// naming no limit if this policy has none.
+    pub(crate) fn stand_in(&self, decision: Decision) -> Decision {
+        if self.limits().is_empty() {
+            decision.naming_no_limit()
+        } else {
+            decision
+        }
     }
 
     /// The largest `max` among the limits: the most timestamps a log keeps

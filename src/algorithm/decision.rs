@@ -158,13 +158,11 @@ impl Decision {
         admission
     }
 
-    /// The same decision, naming no limit if `policy` has none: a stand-in
-    /// (a failure policy's, a full store's) under a policy that only caps
-    /// requests in flight.
-    pub(crate) fn under(mut self, policy: &crate::policy::Policy) -> Self {
-        if policy.limits().is_empty() {
-            self.limit_index = NO_LIMIT;
-        }
+    /// The same decision, naming no limit: a stand-in (a failure
+    /// policy's, a full store's) under a policy that only caps requests in
+    /// flight.
+    pub(crate) fn naming_no_limit(mut self) -> Self {
+        self.limit_index = NO_LIMIT;
         self
     }
 

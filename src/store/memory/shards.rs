@@ -275,8 +275,9 @@ impl<K: Hash + Eq> Shards<K> {
     /// owners a fresh window. A new key waits until one may be dropped.
     pub(super) fn no_room(&self, policy: &Policy, now: u64) -> Decision {
         let wait = self.cap.wait(now);
-        Decision::substitute(false, policy.first_limit(), wait, now, Origin::StoreFull)
-            .under(policy)
+        let refusal =
+            Decision::substitute(false, policy.first_limit(), wait, now, Origin::StoreFull);
+        policy.stand_in(refusal)
     }
 
     /// Drops every key idle at `now`, as each shard's own sweep would.

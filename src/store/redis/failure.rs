@@ -97,7 +97,7 @@ impl RedisStore {
         crate::observe::store_failed(&err, self.failure);
         match self.failure {
             FailurePolicy::FailOpen => {
-                Ok(Decision::allow(policy.first_limit(), Duration::ZERO).under(policy))
+                Ok(policy.stand_in(Decision::allow(policy.first_limit(), Duration::ZERO)))
             }
             FailurePolicy::FailClosed => Err(err),
             FailurePolicy::Fallback => {

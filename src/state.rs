@@ -80,15 +80,22 @@ impl Held {
         held
     }
 
+    #[inline]
     fn penalty_until(&self) -> u64 {
         self.0.as_ref().map_or(0, |held| held.penalty_until)
     }
 
+    #[inline]
     fn set_penalty_until(&mut self, until: u64) {
         if until != self.penalty_until() {
-            self.parts().penalty_until = until;
-            self.tidy();
+            self.change_penalty(until);
         }
+    }
+
+    #[cold]
+    fn change_penalty(&mut self, until: u64) {
+        self.parts().penalty_until = until;
+        self.tidy();
     }
 
     fn leases(&self) -> &Leases {
@@ -208,18 +215,31 @@ impl KeyState {
         cost: u32,
         lease_until: u64,
     ) -> Decision {
-        let Some(cap) = policy.in_flight() else {
-            return match policy.weigh(cost) {
-                Weighed::Judged => {
-                    self.fit(policy);
-                    self.decide_windows(policy, now, cost)
-                }
-                Weighed::Peek => self.peek_at(policy, now).costing_nothing(),
-                Weighed::TooCostly => Decision::too_costly(policy.limits(), cost, now),
-            };
-        };
-        // Under a cap, a request of any cost takes a slot if the windows
-        // let it through: one of no cost is a peek for them.
+        if let Some(cap) = policy.in_flight() {
+            return self.decide_capped(policy, now, cost, (cap, lease_until));
+        }
+        match policy.weigh(cost) {
+            Weighed::Judged => {
+                self.fit(policy);
+                self.decide_windows(policy, now, cost)
+            }
+            Weighed::Peek => self.peek_at(policy, now).costing_nothing(),
+            Weighed::TooCostly => Decision::too_costly(policy.limits(), cost, now),
+        }
+    }
+
+    /// [`decide_micros`](Self::decide_micros) under an in-flight cap: a
+    /// request of any cost takes a slot if the windows let it through (one
+    /// of no cost is a peek for them). Out of line, so that the uncapped
+    /// path stays as small as it was.
+    #[inline(never)]
+    fn decide_capped(
+        &mut self,
+        policy: &Policy,
+        now: u64,
+        cost: u32,
+        (cap, lease_until): (u32, u64),
+    ) -> Decision {
         let weighed = policy.weigh(cost);
         if weighed == Weighed::TooCostly {
             return Decision::too_costly(policy.limits(), cost, now);
@@ -248,7 +268,7 @@ impl KeyState {
     }
 
     /// Judges a request by the policy's windows and penalty alone.
-    #[inline]
+    #[inline(always)]
     fn decide_windows(&mut self, policy: &Policy, now: u64, cost: u32) -> Decision {
         let counts = &mut self.counts;
         let mut penalty_until = self.held.penalty_until();

@@ -64,6 +64,7 @@ impl FixedWindow {
     }
 
     /// Judges a request of `cost` units, from 1 to every limit's `max`.
+    #[inline]
     pub(crate) fn decide_micros(&mut self, now: u64, limits: &[Limit], cost: u32) -> Decision {
         self.slots
             .fit(limits.len())
@@ -110,6 +111,7 @@ pub(crate) fn settle(slots: &mut [Slot], settled: &Settlement, limits: &[Limit])
 /// Moves the slots to `now`'s windows in place even when it refuses:
 /// callers that keep state judge on a copy, or restore it (see
 /// [`Slots::unless_refused`]).
+#[inline]
 pub(crate) fn decide(slots: &mut [Slot], now: u64, limits: &[Limit], cost: u32) -> Decision {
     if let ([slot], [limit]) = (&mut *slots, limits) {
         return decide_one(slot, now, limit, cost);

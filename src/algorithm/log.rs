@@ -3,8 +3,8 @@
 use std::collections::VecDeque;
 use std::time::Duration;
 
-use super::decision::{Decision, Settlement};
-use super::refusal::{tightest_known, Verdict};
+use super::decision::{Decision, Quota, Settlement};
+use super::refusal::{accepted, refused, tightest_known, Verdict};
 use crate::clock::micros;
 use crate::limit::Limit;
 
@@ -138,6 +138,19 @@ impl SlidingLog {
         // A clock that stepped back must not make recorded requests look newer
         // than they are: judge at the newest time seen instead.
         let now = self.newest().map_or(now, |newest| newest.max(now));
+        if let [limit] = limits {
+            // One limit, the common case, needs no pick among several.
+            if let Some(wait) = self.blocking(now, limit, cost) {
+                return refused(limits, now, 0, wait);
+            }
+            self.record_units(now, capacity, forget_after, cost);
+            let (remaining, replenish_micros) = self.quota(now, limit);
+            let quota = Quota::Known {
+                remaining,
+                replenish_micros,
+            };
+            return accepted(limits, now, 0, quota);
+        }
         let mut verdict = Verdict::default();
         for (index, limit) in limits.iter().enumerate() {
             if let Some(wait) = self.blocking(now, limit, cost) {
@@ -147,9 +160,7 @@ impl SlidingLog {
         if let Some(refusal) = verdict.refusal(limits, now) {
             return refusal;
         }
-        for _ in 0..cost {
-            self.record(now, capacity, forget_after);
-        }
+        self.record_units(now, capacity, forget_after, cost);
         // On the stack for any policy; the public API takes longer lists.
         let mut inline = [(0, 0); super::INLINE_LIMITS];
         let mut spilled = Vec::new();
@@ -239,6 +250,14 @@ impl SlidingLog {
             stamps.reserve_exact(room - len);
         }
         stamps.push_back(now);
+    }
+
+    /// Records `units` stamps at `now`, as [`record`](Self::record) does one.
+    #[inline(always)]
+    fn record_units(&mut self, now: u64, capacity: usize, forget_after: u64, units: u32) {
+        for _ in 0..units {
+            self.record(now, capacity, forget_after);
+        }
     }
 
     /// Gives back the room of a log of at least four times [`FIRST_SLOTS`],

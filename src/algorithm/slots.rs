@@ -15,6 +15,7 @@ pub(crate) enum Slots<T> {
 impl<T: Copy + Default> Slots<T> {
     /// The slots, started afresh if they are not `len`: a state judged
     /// under another number of limits than before.
+    #[inline]
     pub(crate) fn fit(&mut self, len: usize) -> &mut Self {
         if self.len() != len {
             *self = Self::new(len);
@@ -42,6 +43,7 @@ impl<T: Copy + Default> Slots<T> {
 impl<T: Copy + Default> Slots<T> {
     /// Runs `decide` on the slots, then puts them back as they were unless
     /// the request was accepted.
+    #[inline]
     pub(crate) fn unless_refused(&mut self, decide: impl FnOnce(&mut [T]) -> Decision) -> Decision {
         if let Self::Inline { len, items } = self {
             // Saved whole: a copy the size of the slots, no more.

@@ -311,17 +311,7 @@ impl<S, E, St, P, M, W> SlidingWindow<S, E, St, P, M, W> {
         let (binding, chosen) = shared.choose(&request, &key);
         let capped = chosen.get(config).policy.in_flight().is_some();
         if capped && !shared.store.holds_slots() {
-            let inner = &mut self.inner;
-            let outcome = Err(no_slots());
-            let config = Arc::clone(config);
-            return ResponseFuture::decided(
-                outcome,
-                inner,
-                request,
-                config,
-                chosen,
-                (None, Hold::None),
-            );
+            return self.no_slots::<R, E::Key>(request, chosen);
         }
         let cost = shared.weights.cost(&request);
         let (mut check, (settler, mut hold)) = shared.reserve(key, binding, (cost, capped), used);
@@ -357,16 +347,26 @@ impl<S, E, St, P, M, W> SlidingWindow<S, E, St, P, M, W> {
     }
 }
 
-/// What a layer answers when its policy caps requests in flight and its
-/// store keeps no caps: an error every request shows, never a cap that
-/// silently lets everything through.
-#[cold]
-fn no_slots() -> StoreError {
-    StoreError::new(
-        "the policy caps requests in flight, and this store keeps no in-flight caps",
-        None,
-    )
-    .with_kind(StoreErrorKind::Config)
+impl<S, E, St, P, M, W> SlidingWindow<S, E, St, P, M, W> {
+    /// What a layer answers when its policy caps requests in flight and its
+    /// store keeps no caps: an error every request shows, never a cap that
+    /// silently lets everything through.
+    #[cold]
+    fn no_slots<R, K>(&mut self, request: R, chosen: Chosen) -> ResponseFuture<St::Future, S, R, M>
+    where
+        St: Store<K>,
+        S: Service<R>,
+        M: Ending<R, S>,
+    {
+        let error = StoreError::new(
+            "the policy caps requests in flight, and this store keeps no in-flight caps",
+            None,
+        )
+        .with_kind(StoreErrorKind::Config);
+        let config = Arc::clone(&self.shared.config);
+        let after = (None, Hold::None);
+        ResponseFuture::decided(Err(error), &mut self.inner, request, config, chosen, after)
+    }
 }
 
 /// The inner service for a request the store could not judge at once, to

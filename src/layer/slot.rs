@@ -48,13 +48,14 @@ impl Hold {
 
 /// A slot held, freed when dropped. Behind a lock only so that a body
 /// carrying it stays `Sync` whatever the key type: it is never contended.
-pub struct Slot(Mutex<Option<(Releaser, Decision)>>);
+/// Boxed, so that a response body without one grows by a pointer.
+pub struct Slot(Box<Mutex<Option<(Releaser, Decision)>>>);
 
 impl Slot {
     fn held(release: Releaser, decision: &Decision) -> Option<Self> {
         decision
             .holds_slot()
-            .then(|| Self(Mutex::new(Some((release, *decision)))))
+            .then(|| Self(Box::new(Mutex::new(Some((release, *decision))))))
     }
 }
 

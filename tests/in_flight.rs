@@ -182,44 +182,12 @@ async fn a_waiting_request_is_woken_as_the_slot_frees() {
     assert_eq!(second_entered, freed, "woken by the release, not a poll");
 }
 
-/// A store written outside the crate that says nothing of caps.
-#[derive(Clone)]
-struct NoCaps(MemoryStore);
-
-impl Store<String> for NoCaps {
-    type Binding = MemoryBinding<String>;
-    type Future = std::future::Ready<Result<Decision, StoreError>>;
-
-    fn bind(&self, policy: &Policy) -> Self::Binding {
-        self.0.bind(policy)
-    }
-
-    fn decide_cost_bound(&self, key: String, binding: &Self::Binding, cost: u32) -> Self::Future {
-        self.0.decide_cost_bound(key, binding, cost)
-    }
-
-    fn settle_bound(
-        &self,
-        key: String,
-        binding: &Self::Binding,
-        admitted: &Decision,
-        cost: u32,
-        used: u32,
-    ) -> Self::Future {
-        self.0.settle_bound(key, binding, admitted, cost, used)
-    }
-
-    fn peek_bound(&self, key: String, binding: &Self::Binding) -> Self::Future {
-        self.0.peek_bound(key, binding)
-    }
-}
-
 /// A capped policy on a store without caps is a configuration error on
 /// every request, never a cap that lets everything through.
 #[tokio::test]
 async fn a_store_without_caps_is_a_configuration_error() {
     let svc = SlidingWindowLayer::in_flight_only(1, key as KeyFn)
-        .store(NoCaps(MemoryStore::new()))
+        .store(Later::without_caps())
         .refuse_with_error()
         .layer(service_fn(|_: Request<()>| async {
             Ok::<_, Infallible>(Response::new(String::new()))
@@ -229,7 +197,7 @@ async fn a_store_without_caps_is_a_configuration_error() {
     assert_eq!(error.kind(), StoreErrorKind::Config);
     assert!(error.to_string().contains("in-flight"), "{error}");
     let http = SlidingWindowLayer::in_flight_only(1, key as KeyFn)
-        .store(NoCaps(MemoryStore::new()))
+        .store(Later::without_caps())
         .layer(service_fn(|_: Request<()>| async {
             Ok::<_, Infallible>(Response::new(String::new()))
         }));
@@ -253,10 +221,17 @@ async fn inner_body_frees_the_slot_with_the_response() {
     drop(first);
 }
 
-/// A memory store whose answers come a turn later, as a remote store's
-/// do: the layer waits for them in its future.
+/// A store written outside the crate: a memory store whose answers come
+/// a turn later, as a remote store's do (the layer waits for them in its
+/// future), keeping caps or saying nothing of them.
 #[derive(Clone)]
-struct Later(MemoryStore);
+struct Later(MemoryStore, bool);
+
+impl Later {
+    fn without_caps() -> Self {
+        Self(MemoryStore::new(), false)
+    }
+}
 
 type Pending = std::pin::Pin<Box<dyn Future<Output = Result<Decision, StoreError>> + Send>>;
 
@@ -294,7 +269,7 @@ impl Store<String> for Later {
     }
 
     fn holds_slots(&self) -> bool {
-        true
+        self.1
     }
 
     fn release_bound(&self, key: String, binding: &Self::Binding, admitted: &Decision) {
@@ -331,7 +306,7 @@ impl Service<Request<()>> for ReadyOnce {
 /// ready, frees its slot.
 #[tokio::test]
 async fn a_request_dropped_while_its_service_gets_ready_frees_its_slot() {
-    let store = Later(MemoryStore::new());
+    let store = Later(MemoryStore::new(), true);
     let layer = SlidingWindowLayer::in_flight_only(1, key as KeyFn).store(store);
     let stuck = layer.clone().layer(ReadyOnce(Arc::default()));
     let waiting = tokio::time::timeout(Duration::from_millis(50), stuck.oneshot(request())).await;

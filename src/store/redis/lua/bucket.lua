@@ -30,23 +30,16 @@ if penalty and not settle_at then
   local penalty_until = tonumber(redis.call('GET', KEYS[2]) or '0') or 0
   if penalty_until > now then return {2, now, penalty_until} end
 end
--- Tables sized at once for two limits: growing them costs Redis more.
-local max, win, micros, rem = {0, 0}, {0, 0}, {0, 0}, {0, 0}
-for i = 1, n do max[i], win[i] = ARGV[5 + 2 * i] + 0, ARGV[6 + 2 * i] + 0 end
--- A record is read as written: µs below 2^53, a remainder below its max.
--- Anything else under the key reads as fresh: every bucket full.
+-- A limit's TAT is read as written: µs below 2^53, a remainder below its
+-- max. Anything else under the key reads as fresh: every bucket full.
 local raw = redis.call('GET', KEYS[1])
 local fresh = not raw or #raw ~= 12 * n
 for i = 1, n do
-  if not fresh then
-    micros[i], rem[i] = struct.unpack('<i8I4', raw, 12 * i - 11)
-    fresh = not (micros[i] >= 0 and micros[i] < 9007199254740992 and rem[i] < max[i])
-  end
+  if fresh then break end
+  local micros, rem = struct.unpack('<i8I4', raw, 12 * i - 11)
+  fresh = not (micros >= 0 and micros < 9007199254740992 and rem < ARGV[5 + 2 * i] + 0)
 end
-if fresh then
-  if settle_at and units < 0 then return {0} end
-  for i = 1, n do micros[i], rem[i] = 0, 0 end
-end
+if fresh and settle_at and units < 0 then return {0} end
 
 -- k tokens' refill time under a limit of m per w µs, k · w / m, as whole µs
 -- and a remainder in m-ths. k is at most m, so k · floor(w / m) is at most
@@ -67,13 +60,19 @@ local function tokens(k, m, w)
   return whole + (high - high_rem) / m * 65536 + (rest - left) / m, left
 end
 
-local reply = {1, now, 0, 0, 0, 0}
-if not settle_at then
-  -- Each limit charged for the cost from the later of its TAT and now; the
-  -- request waits if that puts a TAT more than a window ahead of now.
-  local cost = units == 0 and 1 or units
-  for i = 1, n do
-    local m, w, t, t_rem = max[i], win[i], micros[i], rem[i]
+-- Each limit's TAT, judged or settled, then packed for the write; the
+-- TTL runs until the latest TAT in ms, rounded up (then every bucket is
+-- full), and 5 s more, for a clock a little behind (a replica's after a
+-- failover).
+local cost = units == 0 and 1 or units
+local reply, records, latest = {1, now, 0, 0, 0, 0}, {'', ''}, 0
+for i = 1, n do
+  local m, w = ARGV[5 + 2 * i] + 0, ARGV[6 + 2 * i] + 0
+  local t, t_rem = 0, 0
+  if not fresh then t, t_rem = struct.unpack('<i8I4', raw, 12 * i - 11) end
+  if not settle_at then
+    -- Charged for the cost from the later of its TAT and now; the request
+    -- waits if that puts the TAT more than a window ahead of now.
     if t < now then t, t_rem = now, 0 end
     reply[1 + 2 * i], reply[2 + 2 * i] = t - now, t_rem
     local whole, part = tokens(cost, m, w)
@@ -81,64 +80,52 @@ if not settle_at then
     if t_rem >= m then t, t_rem = t + 1, t_rem - m end
     local ahead = t - now
     if ahead > w or (ahead == w and t_rem > 0) then reply[1] = 0 end
-    micros[i], rem[i] = t, t_rem
-  end
-  reply[3 + 2 * n] = nil -- Redis reads an array up to its first nil
-  if reply[1] == 0 then
-    if units > 0 and penalty then
-      redis.call('SET', KEYS[2], string.format('%d', now + penalty),
-        'PX', string.format('%d', math.ceil(penalty / 1000) + 1))
-    end
-    return reply
-  elseif units == 0 then
-    return reply
-  end
-else
-  for i = 1, n do
-    local m, w, t, t_rem = max[i], win[i], micros[i], rem[i]
-    if units < 0 then
-      -- Give back the unused units' refill, but never the part of the
-      -- request's charge that time has refilled already: at most
-      -- at + c · T - now (c at most max: a larger request was refused
-      -- unjudged, so never taken whole).
-      local back, back_rem = tokens(-units, m, w)
-      local left, left_rem = tokens(math.min(settle_cost, m), m, w)
-      left = settle_at + left - now
-      if left < 0 then left, left_rem = 0, 0 end
-      if left < back or (left == back and left_rem < back_rem) then back, back_rem = left, left_rem end
-      if t < back or (t == back and t_rem <= back_rem) then
-        t, t_rem = 0, 0
-      elseif t_rem >= back_rem then
-        t, t_rem = t - back, t_rem - back_rem
-      else
-        t, t_rem = t - back - 1, t_rem + m - back_rem
-      end
+  elseif units < 0 then
+    -- Give back the unused units' refill, but never the part of the
+    -- request's charge that time has refilled already: at most
+    -- at + c · T - now (c at most max: a larger request was refused
+    -- unjudged, so never taken whole).
+    local back, back_rem = tokens(-units, m, w)
+    local left, left_rem = tokens(math.min(settle_cost, m), m, w)
+    left = settle_at + left - now
+    if left < 0 then left, left_rem = 0, 0 end
+    if left < back or (left == back and left_rem < back_rem) then back, back_rem = left, left_rem end
+    if t < back or (t == back and t_rem <= back_rem) then
+      t, t_rem = 0, 0
+    elseif t_rem >= back_rem then
+      t, t_rem = t - back, t_rem - back_rem
     else
-      -- Charge the excess from the later of the TAT and now, never past an
-      -- empty bucket (now + w) unless the TAT is already later.
-      local cap, cap_rem = now + w, 0
-      if t > cap or (t == cap and t_rem > 0) then cap, cap_rem = t, t_rem end
-      if t < now then t, t_rem = now, 0 end
-      local whole, part = tokens(math.min(units, m), m, w)
-      t, t_rem = t + whole, t_rem + part
-      if t_rem >= m then t, t_rem = t + 1, t_rem - m end
-      if t > cap or (t == cap and t_rem > cap_rem) then t, t_rem = cap, cap_rem end
+      t, t_rem = t - back - 1, t_rem + m - back_rem
     end
-    micros[i], rem[i] = t, t_rem
+  else
+    -- Charge the excess from the later of the TAT and now, never past an
+    -- empty bucket (now + w) unless the TAT is already later.
+    local cap, cap_rem = now + w, 0
+    if t > cap or (t == cap and t_rem > 0) then cap, cap_rem = t, t_rem end
+    if t < now then t, t_rem = now, 0 end
+    local whole, part = tokens(math.min(units, m), m, w)
+    t, t_rem = t + whole, t_rem + part
+    if t_rem >= m then t, t_rem = t + 1, t_rem - m end
+    if t > cap or (t == cap and t_rem > cap_rem) then t, t_rem = cap, cap_rem end
   end
-end
--- The TTL: until the latest TAT in ms, rounded up (then every bucket is full),
--- and 5 s more, for a clock a little behind (a replica's after a failover).
-local stored, latest = '', 0
-for i = 1, n do
-  stored = stored .. struct.pack('<i8I4', micros[i], rem[i])
-  local ahead = micros[i] - now
-  if rem[i] > 0 then ahead = ahead + 1 end
+  records[i] = struct.pack('<i8I4', t, t_rem)
+  local ahead = t - now
+  if t_rem > 0 then ahead = ahead + 1 end
   if ahead > latest then latest = ahead end
+end
+reply[3 + 2 * n] = nil -- Redis reads an array up to its first nil
+if reply[1] == 0 then
+  if units > 0 and penalty then
+    redis.call('SET', KEYS[2], string.format('%d', now + penalty),
+      'PX', string.format('%d', math.ceil(penalty / 1000) + 1))
+  end
+  return reply
+elseif units == 0 and not settle_at then
+  return reply
 end
 local ttl = (latest - latest % 1000) / 1000 + 5000
 if latest % 1000 > 0 then ttl = ttl + 1 end
-redis.call('SET', KEYS[1], stored, 'PX', string.format('%d', ttl))
+redis.call('SET', KEYS[1], table.concat(records, '', 1, n), 'PX', ttl)
 if leases then take() end
 if settle_at then return {1} end
 return reply

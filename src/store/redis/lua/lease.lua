@@ -18,28 +18,28 @@ else
   local t = redis.call('TIME')
   now = t[1] * 1000000 + t[2]
 end
-local leases, cap, lease, id
+-- Under a cap, the functions of leases.rs; without one, `take` is nil and
+-- the judging script takes no slot.
+local leases, take
 if ARGV[2] ~= '' then
   leases = KEYS[#KEYS]
-  cap, lease, id = string.match(ARGV[2], '^(%d+) (%d+) (%d+)$')
+  local cap, lease, id = string.match(ARGV[2], '^(%d+) (%d+) (%d+)$')
   cap, lease = cap + 0, lease + 0
-end
--- Says whether cap or more leases are held, once those that expired by now
--- are dropped (only looked for when there are that many).
-local function is_full()
-  if redis.call('ZCARD', leases) < cap then return false end
-  redis.call('ZREMRANGEBYSCORE', leases, '-inf', now)
-  return redis.call('ZCARD', leases) >= cap
-end
--- Holds this request's lease until now + lease, unless released or renewed;
--- the set lives as long as its latest lease.
-local function take()
-  if id == '0' then return end
-  redis.call('ZADD', leases, now + lease, id)
-  local ttl = math.ceil(lease / 1000) + 1
-  if redis.call('PTTL', leases) < ttl then redis.call('PEXPIRE', leases, ttl) end
-end
-if leases then
+  -- Says whether cap or more leases are held, once those that expired by
+  -- now are dropped (only looked for when there are that many).
+  local function is_full()
+    if redis.call('ZCARD', leases) < cap then return false end
+    redis.call('ZREMRANGEBYSCORE', leases, '-inf', now)
+    return redis.call('ZCARD', leases) >= cap
+  end
+  -- Holds this request's lease until now + lease, unless released or
+  -- renewed; the set lives as long as its latest lease.
+  take = function()
+    if id == '0' then return end
+    redis.call('ZADD', leases, now + lease, id)
+    local ttl = math.ceil(lease / 1000) + 1
+    if redis.call('PTTL', leases) < ttl then redis.call('PEXPIRE', leases, ttl) end
+  end
   if is_full() then return {3, now} end
   local limits = (#ARGV - 6) / 2
   if limits == 0 or ARGV[3] == '0' then

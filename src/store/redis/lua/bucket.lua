@@ -30,16 +30,8 @@ if penalty and not settle_at then
   local penalty_until = tonumber(redis.call('GET', KEYS[2]) or '0') or 0
   if penalty_until > now then return {2, now, penalty_until} end
 end
--- A limit's TAT is read as written: µs below 2^53, a remainder below its
--- max. Anything else under the key reads as fresh: every bucket full.
 local raw = redis.call('GET', KEYS[1])
 local fresh = not raw or #raw ~= 12 * n
-for i = 1, n do
-  if fresh then break end
-  local micros, rem = struct.unpack('<i8I4', raw, 12 * i - 11)
-  fresh = not (micros >= 0 and micros < 9007199254740992 and rem < ARGV[5 + 2 * i] + 0)
-end
-if fresh and settle_at and units < 0 then return {0} end
 
 -- k tokens' refill time under a limit of m per w µs, k · w / m, as whole µs
 -- and a remainder in m-ths. k is at most m, so k · floor(w / m) is at most
@@ -60,59 +52,72 @@ local function tokens(k, m, w)
   return whole + (high - high_rem) / m * 65536 + (rest - left) / m, left
 end
 
--- Each limit's TAT, judged or settled, then packed for the write; the
--- TTL runs until the latest TAT in ms, rounded up (then every bucket is
--- full), and 5 s more, for a clock a little behind (a replica's after a
--- failover).
+-- Each limit's TAT, judged or settled, then packed for the write. A TAT
+-- is read as written: µs below 2^53, a remainder below its max. Anything
+-- else under the key reads as fresh (every bucket full), and starts the
+-- judging over. The latest TAT, rounded up to a µs, is when every bucket
+-- is full: stored_full before the request, full after it.
 local cost = units == 0 and 1 or units
-local reply, records, latest = {1, now, 0, 0, 0, 0}, {'', ''}, 0
-for i = 1, n do
-  local m, w = ARGV[5 + 2 * i] + 0, ARGV[6 + 2 * i] + 0
-  local t, t_rem = 0, 0
-  if not fresh then t, t_rem = struct.unpack('<i8I4', raw, 12 * i - 11) end
-  if not settle_at then
-    -- Charged for the cost from the later of its TAT and now; the request
-    -- waits if that puts the TAT more than a window ahead of now.
-    if t < now then t, t_rem = now, 0 end
-    reply[1 + 2 * i], reply[2 + 2 * i] = t - now, t_rem
-    local whole, part = tokens(cost, m, w)
-    t, t_rem = t + whole, t_rem + part
-    if t_rem >= m then t, t_rem = t + 1, t_rem - m end
-    local ahead = t - now
-    if ahead > w or (ahead == w and t_rem > 0) then reply[1] = 0 end
-  elseif units < 0 then
-    -- Give back the unused units' refill, but never the part of the
-    -- request's charge that time has refilled already: at most
-    -- at + c · T - now (c at most max: a larger request was refused
-    -- unjudged, so never taken whole).
-    local back, back_rem = tokens(-units, m, w)
-    local left, left_rem = tokens(math.min(settle_cost, m), m, w)
-    left = settle_at + left - now
-    if left < 0 then left, left_rem = 0, 0 end
-    if left < back or (left == back and left_rem < back_rem) then back, back_rem = left, left_rem end
-    if t < back or (t == back and t_rem <= back_rem) then
-      t, t_rem = 0, 0
-    elseif t_rem >= back_rem then
-      t, t_rem = t - back, t_rem - back_rem
-    else
-      t, t_rem = t - back - 1, t_rem + m - back_rem
+local reply, records = {1, now, 0, 0, 0, 0}, {'', ''}
+local stored_full, full, again
+repeat
+  reply[1], stored_full, full, again = 1, 0, now, false
+  for i = 1, n do
+    local m, w = ARGV[5 + 2 * i] + 0, ARGV[6 + 2 * i] + 0
+    local t, t_rem = 0, 0
+    if not fresh then
+      t, t_rem = struct.unpack('<i8I4', raw, 12 * i - 11)
+      if not (t >= 0 and t < 9007199254740992 and t_rem < m) then
+        fresh, again = true, true
+        break
+      end
+      local stored = t_rem > 0 and t + 1 or t
+      if stored > stored_full then stored_full = stored end
     end
-  else
-    -- Charge the excess from the later of the TAT and now, never past an
-    -- empty bucket (now + w) unless the TAT is already later.
-    local cap, cap_rem = now + w, 0
-    if t > cap or (t == cap and t_rem > 0) then cap, cap_rem = t, t_rem end
-    if t < now then t, t_rem = now, 0 end
-    local whole, part = tokens(math.min(units, m), m, w)
-    t, t_rem = t + whole, t_rem + part
-    if t_rem >= m then t, t_rem = t + 1, t_rem - m end
-    if t > cap or (t == cap and t_rem > cap_rem) then t, t_rem = cap, cap_rem end
+    if not settle_at then
+      -- Charged for the cost from the later of its TAT and now; the request
+      -- waits if that puts the TAT more than a window ahead of now.
+      if t < now then t, t_rem = now, 0 end
+      reply[1 + 2 * i], reply[2 + 2 * i] = t - now, t_rem
+      local whole, part = tokens(cost, m, w)
+      t, t_rem = t + whole, t_rem + part
+      if t_rem >= m then t, t_rem = t + 1, t_rem - m end
+      local ahead = t - now
+      if ahead > w or (ahead == w and t_rem > 0) then reply[1] = 0 end
+    elseif units < 0 then
+      -- Give back the unused units' refill, but never the part of the
+      -- request's charge that time has refilled already: at most
+      -- at + c · T - now (c at most max: a larger request was refused
+      -- unjudged, so never taken whole).
+      local back, back_rem = tokens(-units, m, w)
+      local left, left_rem = tokens(math.min(settle_cost, m), m, w)
+      left = settle_at + left - now
+      if left < 0 then left, left_rem = 0, 0 end
+      if left < back or (left == back and left_rem < back_rem) then back, back_rem = left, left_rem end
+      if t < back or (t == back and t_rem <= back_rem) then
+        t, t_rem = 0, 0
+      elseif t_rem >= back_rem then
+        t, t_rem = t - back, t_rem - back_rem
+      else
+        t, t_rem = t - back - 1, t_rem + m - back_rem
+      end
+    else
+      -- Charge the excess from the later of the TAT and now, never past an
+      -- empty bucket (now + w) unless the TAT is already later.
+      local cap, cap_rem = now + w, 0
+      if t > cap or (t == cap and t_rem > 0) then cap, cap_rem = t, t_rem end
+      if t < now then t, t_rem = now, 0 end
+      local whole, part = tokens(math.min(units, m), m, w)
+      t, t_rem = t + whole, t_rem + part
+      if t_rem >= m then t, t_rem = t + 1, t_rem - m end
+      if t > cap or (t == cap and t_rem > cap_rem) then t, t_rem = cap, cap_rem end
+    end
+    records[i] = struct.pack('<i8I4', t, t_rem)
+    if t_rem > 0 then t = t + 1 end
+    if t > full then full = t end
   end
-  records[i] = struct.pack('<i8I4', t, t_rem)
-  local ahead = t - now
-  if t_rem > 0 then ahead = ahead + 1 end
-  if ahead > latest then latest = ahead end
-end
+until not again
+if fresh and settle_at and units < 0 then return {0} end
 reply[3 + 2 * n] = nil -- Redis reads an array up to its first nil
 if reply[1] == 0 then
   if units > 0 and penalty then
@@ -123,9 +128,19 @@ if reply[1] == 0 then
 elseif units == 0 and not settle_at then
   return reply
 end
-local ttl = (latest - latest % 1000) / 1000 + 5000
-if latest % 1000 > 0 then ttl = ttl + 1 end
-redis.call('SET', KEYS[1], table.concat(records, '', 1, n), 'PX', ttl)
+-- The key outlives the instant every bucket is full again by 5 to 10 s,
+-- the grace for a clock a little behind (a replica's after a failover): it
+-- expires at the end of the 5 s step after the one that instant falls in,
+-- and its TTL is renewed only when that instant enters another step.
+local STEP = 5000000
+local step = (full - full % STEP) / STEP
+if fresh or step ~= (stored_full - stored_full % STEP) / STEP then
+  local ttl = (step + 2) * STEP - now
+  ttl = (ttl - ttl % 1000) / 1000 + 1
+  redis.call('SET', KEYS[1], table.concat(records, '', 1, n), 'PX', ttl)
+else
+  redis.call('SET', KEYS[1], table.concat(records, '', 1, n), 'KEEPTTL')
+end
 if leases then take() end
 if settle_at then return {1} end
 return reply

@@ -99,7 +99,9 @@ end
 -- blocking: a limit keeps `cost` more units out while its (max - cost +
 -- 1)-th newest stamp is inside its window, closed at both ends.
 local cost = math.max(units, 1)
-local reply, refused = {0, now}, false
+-- Replies are sized for two limits at once: growing a table costs Redis
+-- more than filling one.
+local reply, refused = {0, now, -1, -1}, false
 for i = 1, n do
   local need = max[i] - cost + 1
   reply[2 + i] = -1
@@ -108,6 +110,7 @@ for i = 1, n do
     if reply[2 + i] + win[i] >= now then refused = true end
   end
 end
+reply[3 + n] = nil -- Redis reads an array up to its first nil
 if refused then
   if units > 0 and penalty then
     redis.call('SET', KEYS[2], string.format('%d', now + penalty),
@@ -118,7 +121,7 @@ end
 
 -- quota: per limit, the stamps inside its window once this request is
 -- counted, and the oldest of them.
-reply = {1, now}
+reply = {1, now, 0, 0, 0, 0}
 local forgotten = 0
 for i = 1, n do
   local outside = count_before(now - win[i])
@@ -126,6 +129,7 @@ for i = 1, n do
   reply[1 + 2 * i] = len - outside + cost
   reply[2 + 2 * i] = outside < len and stamp(outside) or now
 end
+reply[3 + 2 * n] = nil
 if units > 0 then record(forgotten, units) end
 if leases and units > 0 then take() end
 return reply

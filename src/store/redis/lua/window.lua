@@ -30,31 +30,6 @@ if penalty and not settle_at then
 end
 local raw = redis.call('GET', KEYS[1])
 local fresh = not raw or #raw ~= 16 * n
--- A slot is read as it was written: a whole window index at most 2^31
--- windows ahead of now's (a clock that stepped back as far), counts no
--- larger than their limit, and no previous count for the fixed window.
--- Anything else under the key reads as fresh. A clock that stepped back is
--- judged at the latest window counted in.
-local longest, counted = 0, 0
-for i = 1, n do
-  local max, w = ARGV[5 + 2 * i] + 0, ARGV[6 + 2 * i] + 0
-  if w > longest then longest = w end
-  local window, previous, current = 0, 0, 0
-  if not fresh then window, previous, current = struct.unpack('<i8I4I4', raw, 16 * i - 15) end
-  fresh = fresh or not (window >= 0 and window - now / w <= 2147483648
-    and previous <= (sliding and max or 0) and current <= max)
-  if window * w > counted then counted = window * w end
-end
-if fresh then
-  if settle_at and units < 0 then return {0} end
-elseif counted > now then
-  now = counted
-end
--- The TTL in ms, rounded up, plus one: twice the longest window (once for
--- the fixed window), as long as a state matters after its last roll.
-local span = sliding and 2 * longest or longest
-local ttl = (span - span % 1000) / 1000 + 1
-if span % 1000 > 0 then ttl = ttl + 1 end
 
 -- p · a > b · w, exactly: in doubles while one product is below 2^53 (a
 -- product past it stays past it when rounded), else on 16-bit limbs.
@@ -87,38 +62,65 @@ end
 -- window weighted by how much of it the sliding window still covers. The
 -- slots a recording request leaves are packed as it goes; a refusal
 -- writes none of them.
+-- A slot is read as it was written: a whole window index at most 2^31
+-- windows ahead of now's (a clock that stepped back as far), counts no
+-- larger than their limit, and no previous count for the fixed window.
+-- Anything else under the key reads as fresh; a clock that stepped back is
+-- judged at the latest window counted in. Either starts the judging over.
 local cost = units == 0 and 1 or units
 local reply, records = {1, now, 0, 0, 0, 0}, {'', ''}
-local rolled, allowed = fresh, true
-for i = 1, n do
-  local max, w = ARGV[5 + 2 * i] + 0, ARGV[6 + 2 * i] + 0
-  local window, previous, current = 0, 0, 0
-  if not fresh then window, previous, current = struct.unpack('<i8I4I4', raw, 16 * i - 15) end
-  local elapsed = now % w
-  local k = (now - elapsed) / w
-  if k ~= window then
-    previous = (sliding and k == window + 1) and current or 0
-    current, window, rolled = 0, k, true
-  end
-  reply[1 + 2 * i], reply[2 + 2 * i] = previous, current
-  if settle_at then
-    -- What was not used goes back to the window it was counted in, if
-    -- still the current or previous one; an excess is charged as far as max.
-    local counted_in = (settle_at - settle_at % w) / w
-    if units >= 0 then
-      current = math.min(current + units, max)
-    elseif window == counted_in then
-      current = current - math.min(-units, current)
-    elseif sliding and window == counted_in + 1 then
-      previous = previous - math.min(-units, previous)
+local longest, rolled, allowed, again
+repeat
+  longest, rolled, allowed, again = 0, fresh, true, false
+  for i = 1, n do
+    local max, w = ARGV[5 + 2 * i] + 0, ARGV[6 + 2 * i] + 0
+    if w > longest then longest = w end
+    local window, previous, current = 0, 0, 0
+    if not fresh then
+      window, previous, current = struct.unpack('<i8I4I4', raw, 16 * i - 15)
+      if not (window >= 0 and window - now / w <= 2147483648
+        and previous <= (sliding and max or 0) and current <= max) then
+        fresh, again = true, true
+        break
+      end
+      if window * w > now then
+        now, again = window * w, true
+        break
+      end
     end
-  else
-    local room = max - cost - current
-    if room < 0 or exceeds(previous, w - elapsed, room, w) then allowed = false end
-    current = current + units
+    local elapsed = now % w
+    local k = (now - elapsed) / w
+    if k ~= window then
+      previous = (sliding and k == window + 1) and current or 0
+      current, window, rolled = 0, k, true
+    end
+    reply[1 + 2 * i], reply[2 + 2 * i] = previous, current
+    if settle_at then
+      -- What was not used goes back to the window it was counted in, if
+      -- still the current or previous one; an excess is charged as far as max.
+      local counted_in = (settle_at - settle_at % w) / w
+      if units >= 0 then
+        current = math.min(current + units, max)
+      elseif window == counted_in then
+        current = current - math.min(-units, current)
+      elseif sliding and window == counted_in + 1 then
+        previous = previous - math.min(-units, previous)
+      end
+    else
+      local room = max - cost - current
+      if room < 0 or exceeds(previous, w - elapsed, room, w) then allowed = false end
+      current = current + units
+    end
+    if allowed then records[i] = struct.pack('<i8I4I4', window, previous, current) end
   end
-  if allowed then records[i] = struct.pack('<i8I4I4', window, previous, current) end
-end
+until not again
+if fresh and settle_at and units < 0 then return {0} end
+reply[2] = now
+-- The TTL in ms, rounded up, plus one: twice the longest window (once for
+-- the fixed window), as long as a state matters after its last roll.
+local span = sliding and 2 * longest or longest
+local ttl = (span - span % 1000) / 1000 + 1
+if span % 1000 > 0 then ttl = ttl + 1 end
 reply[3 + 2 * n] = nil -- Redis reads an array up to its first nil
 if not allowed then
   reply[1] = 0

@@ -37,9 +37,6 @@ for i = 1, n do
   if max[i] > capacity then capacity = max[i] end
   if win[i] > longest then longest = win[i] end
 end
--- The TTL in ms: twice the longest window, rounded up, plus one.
-local ttl = (2 * longest - 2 * longest % 1000) / 1000 + 1
-if 2 * longest % 1000 > 0 then ttl = ttl + 1 end
 
 -- A value that is not whole stamps, or holds more than the log keeps, is no
 -- state of ours and reads as a fresh key.
@@ -66,7 +63,16 @@ local function count_before(cutoff)
   return low
 end
 -- A clock that stepped back is judged at the newest stamp instead.
-if len > 0 and stamp(len - 1) > now then now = stamp(len - 1) end
+local newest = len > 0 and stamp(len - 1)
+if newest and newest > now then now = newest end
+-- The TTL runs to the end of the longest limit's window after now's, in
+-- ms rounded up, plus one: as long as a stamp of now's window counts. Like
+-- the counter's, it is renewed only when a write falls in another such
+-- window than the newest stamp stored (or the key is new).
+local function window_of(t) return (t - t % longest) / longest end
+local renew = not newest or window_of(newest) ~= window_of(now)
+local ttl = (window_of(now) + 2) * longest - now
+ttl = (ttl - ttl % 1000) / 1000 + 1
 
 -- Writes the stamps from the `from`-th oldest on, then `more` at now, at
 -- most `capacity` of them.
@@ -74,7 +80,11 @@ local function record(from, more)
   more = math.min(more, capacity)
   from = math.max(from, len + more - capacity)
   local kept = string.sub(stamps, 8 * from + 1) .. string.rep(struct.pack('<i8', now), more)
-  redis.call('SET', KEYS[1], kept, 'PX', ttl)
+  if renew then
+    redis.call('SET', KEYS[1], kept, 'PX', ttl)
+  else
+    redis.call('SET', KEYS[1], kept, 'KEEPTTL')
+  end
 end
 
 if settle_at and units < 0 then
@@ -84,7 +94,6 @@ if settle_at and units < 0 then
   local last = count_before(settle_at + 1)
   local back = math.min(last - count_before(settle_at), -units)
   if back > 0 then
-    local newest = stamp(len - 1)
     stamps = string.sub(stamps, 1, 8 * (last - back)) .. string.sub(stamps, 8 * last + 1)
     len = len - back
     local forgotten = count_before(newest - longest)
@@ -101,7 +110,7 @@ end
 local cost = math.max(units, 1)
 -- Replies are sized for two limits at once: growing a table costs Redis
 -- more than filling one.
-local reply, refused = {0, now, -1, -1}, false
+local reply, refused = {0, now, -1, -1, 0, 0}, false
 for i = 1, n do
   local need = max[i] - cost + 1
   reply[2 + i] = -1
@@ -121,7 +130,7 @@ end
 
 -- quota: per limit, the stamps inside its window once this request is
 -- counted, and the oldest of them.
-reply = {1, now, 0, 0, 0, 0}
+reply[1] = 1
 local forgotten = 0
 for i = 1, n do
   local outside = count_before(now - win[i])

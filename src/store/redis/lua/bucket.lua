@@ -58,10 +58,10 @@ end
 -- judging over. The latest TAT, rounded up to a µs, is when every bucket
 -- is full: stored_full before the request, full after it.
 local cost = units == 0 and 1 or units
-local reply, records = {1, now, 0, 0, 0, 0}, {'', ''}
-local stored_full, full, again
+local reply = {1, now, 0, 0, 0, 0}
+local records, stored_full, full, again
 repeat
-  reply[1], stored_full, full, again = 1, 0, now, false
+  reply[1], records, stored_full, full, again = 1, '', 0, now, false
   for i = 1, n do
     local m, w = ARGV[5 + 2 * i] + 0, ARGV[6 + 2 * i] + 0
     local t, t_rem = 0, 0
@@ -112,7 +112,7 @@ repeat
       if t_rem >= m then t, t_rem = t + 1, t_rem - m end
       if t > cap or (t == cap and t_rem > cap_rem) then t, t_rem = cap, cap_rem end
     end
-    records[i] = struct.pack('<i8I4', t, t_rem)
+    records = records .. struct.pack('<i8I4', t, t_rem)
     if t_rem > 0 then t = t + 1 end
     if t > full then full = t end
   end
@@ -137,9 +137,9 @@ local step = (full - full % STEP) / STEP
 if fresh or step ~= (stored_full - stored_full % STEP) / STEP then
   local ttl = (step + 2) * STEP - now
   ttl = (ttl - ttl % 1000) / 1000 + 1
-  redis.call('SET', KEYS[1], table.concat(records, '', 1, n), 'PX', ttl)
+  redis.call('SET', KEYS[1], records, 'PX', ttl)
 else
-  redis.call('SET', KEYS[1], table.concat(records, '', 1, n), 'KEEPTTL')
+  redis.call('SET', KEYS[1], records, 'KEEPTTL')
 end
 if leases then take() end
 if settle_at then return {1} end

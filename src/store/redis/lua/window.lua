@@ -68,10 +68,10 @@ end
 -- Anything else under the key reads as fresh; a clock that stepped back is
 -- judged at the latest window counted in. Either starts the judging over.
 local cost = units == 0 and 1 or units
-local reply, records = {1, now, 0, 0, 0, 0}, {'', ''}
-local longest, rolled, allowed, again
+local reply = {1, now, 0, 0, 0, 0}
+local records, longest, rolled, allowed, again
 repeat
-  longest, rolled, allowed, again = 0, fresh, true, false
+  records, longest, rolled, allowed, again = '', 0, fresh, true, false
   for i = 1, n do
     local max, w = ARGV[5 + 2 * i] + 0, ARGV[6 + 2 * i] + 0
     if w > longest then longest = w end
@@ -111,7 +111,7 @@ repeat
       if room < 0 or exceeds(previous, w - elapsed, room, w) then allowed = false end
       current = current + units
     end
-    if allowed then records[i] = struct.pack('<i8I4I4', window, previous, current) end
+    if allowed then records = records .. struct.pack('<i8I4I4', window, previous, current) end
   end
 until not again
 if fresh and settle_at and units < 0 then return {0} end
@@ -134,9 +134,9 @@ elseif units == 0 and not settle_at then
 end
 -- The TTL is renewed only when a window rolls (or the key is new).
 if rolled then
-  redis.call('SET', KEYS[1], table.concat(records, '', 1, n), 'PX', ttl)
+  redis.call('SET', KEYS[1], records, 'PX', ttl)
 else
-  redis.call('SET', KEYS[1], table.concat(records, '', 1, n), 'KEEPTTL')
+  redis.call('SET', KEYS[1], records, 'KEEPTTL')
 end
 if leases then take() end
 if settle_at then return {1} end

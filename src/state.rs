@@ -1,4 +1,6 @@
 //! One key's state under a policy: the sans-IO core a store is built on.
+//! On Redis, `store/redis/lua/state.lua` follows its part above the
+//! algorithms (the arguments every script reads, and the penalty).
 
 use std::time::Duration;
 

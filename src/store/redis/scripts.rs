@@ -11,18 +11,24 @@ use super::keys;
 use crate::algorithm::Algorithm;
 use crate::policy::Policy;
 
-/// The sliding counter and the fixed window: judging, peeking, settling;
-/// each judging script starts with `lease.lua`, the time and the
-/// in-flight cap.
+/// The sliding counter and the fixed window: judging, peeking, settling.
+/// Each judging script starts with `lease.lua` (the time and the in-flight
+/// cap) and `state.lua` (the arguments and the key's penalty).
 const WINDOW: &str = concat!(
     include_str!("lua/lease.lua"),
+    include_str!("lua/state.lua"),
     include_str!("lua/window.lua")
 );
 /// The sliding log: judging, peeking, settling.
-const LOG: &str = concat!(include_str!("lua/lease.lua"), include_str!("lua/log.lua"));
+const LOG: &str = concat!(
+    include_str!("lua/lease.lua"),
+    include_str!("lua/state.lua"),
+    include_str!("lua/log.lua")
+);
 /// The token bucket: judging, peeking, settling.
 const BUCKET: &str = concat!(
     include_str!("lua/lease.lua"),
+    include_str!("lua/state.lua"),
     include_str!("lua/bucket.lua")
 );
 /// An instance's heartbeat, counting the fleet (see `fleet`).

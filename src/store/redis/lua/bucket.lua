@@ -3,32 +3,17 @@
 -- (TAT) is micros µs and rem max-ths of a µs (rem below max): no time is
 -- multiplied by max, so all stays exact in Lua's doubles (below 2^53).
 -- KEYS[1]  the state: per limit, in order, struct.pack('<i8I4', micros, rem)
--- KEYS[2]  until when (µs) the key serves a penalty (used if ARGV[5] ~= 0)
--- ARGV[1], ARGV[2]  now and the in-flight cap, read by lease.lua, which is
---          joined before this script and refuses for the cap
--- ARGV[3]  judging: the cost, taken from every bucket if all hold it (0: judge
---          one unit, take nothing); settling: units to charge (< 0: give back)
--- ARGV[4]  '' to judge; to settle, 'at cost': when (µs) it was judged, its cost
--- ARGV[5]  the penalty in µs a refusal starts (0: none)
--- ARGV[6]  'b'; then ARGV[7], ARGV[8], ...: each limit's max and window in µs
+-- ARGV  as lease.lua and state.lua, joined before this script, read them;
+--       to settle, ARGV[4] is 'at cost', the request's cost bounding what
+--       it may give back
 -- Judging, the reply is {1 accepted or 0 refused, now, then per limit how far
 -- its TAT lay ahead of now before the request was charged, as µs and
 -- max-ths}, or {2, now, the penalty's end} for a key serving a penalty.
 -- Settling: {1}, or {0} for a key gone.
---   cat lease.lua bucket.lua > /tmp/bucket.lua
+--   cat lease.lua state.lua bucket.lua > /tmp/bucket.lua
 --   redis-cli --eval /tmp/bucket.lua k , '' '' 1 '' 0 b 5 30000000
-local units = ARGV[3] + 0
-local settle_at, settle_cost
-if ARGV[4] ~= '' then
-  local at, cost = string.match(ARGV[4], '^(%d+) (%d+)$')
-  if not at then return redis.error_reply('ARGV[4] must be "at cost" to settle') end
-  settle_at, settle_cost = at + 0, cost + 0
-end
-local penalty = ARGV[5] ~= '0' and ARGV[5] + 0
-local n = (#ARGV - 6) / 2
-if penalty and not settle_at then
-  local penalty_until = tonumber(redis.call('GET', KEYS[2]) or '0') or 0
-  if penalty_until > now then return {2, now, penalty_until} end
+if settle_at and not settle_cost then
+  return redis.error_reply('ARGV[4] must be "at cost" to settle the bucket')
 end
 local raw = redis.call('GET', KEYS[1])
 local fresh = not raw or #raw ~= 12 * n
@@ -120,10 +105,7 @@ until not again
 if fresh and settle_at and units < 0 then return {0} end
 reply[3 + 2 * n] = nil -- Redis reads an array up to its first nil
 if reply[1] == 0 then
-  if units > 0 and penalty then
-    redis.call('SET', KEYS[2], string.format('%d', now + penalty),
-      'PX', string.format('%d', math.ceil(penalty / 1000) + 1))
-  end
+  if start_penalty then start_penalty() end
   return reply
 elseif units == 0 and not settle_at then
   return reply

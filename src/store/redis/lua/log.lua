@@ -4,30 +4,14 @@
 -- KEYS[1]  the stamps of accepted requests, oldest first: struct.pack('<i8',
 --          stamp) each (µs), at most the largest max of them, none older
 --          than the longest window needs
--- KEYS[2]  until when (µs) the key serves a penalty (used if ARGV[5] ~= 0)
--- ARGV[1], ARGV[2]  now and the in-flight cap, read by lease.lua, which is
---          joined before this script and refuses for the cap
--- ARGV[3]  judging: the cost, recorded if every limit has room (0: judge one
---          unit, record nothing); settling: units to charge (< 0: give back)
--- ARGV[4]  '' to judge; to settle, the time (µs) the request was judged at
--- ARGV[5]  the penalty in µs a refusal starts (0: none)
--- ARGV[6]  'l'
--- ARGV[7], ARGV[8], ...  each limit's max and window in µs
+-- ARGV  as lease.lua and state.lua, joined before this script, read them
 -- Judging, the reply is {1, now, then per limit the stamps inside its
 -- window with this request's and the oldest of them} when accepted, {0,
 -- now, then per limit the stamp that blocks it or -1} when refused, or {2,
 -- now, the penalty's end} for a key serving a penalty. Settling: {1}, or
 -- {0} for a key gone.
---   cat lease.lua log.lua > /tmp/log.lua
+--   cat lease.lua state.lua log.lua > /tmp/log.lua
 --   redis-cli --eval /tmp/log.lua k , '' '' 1 '' 0 l 10 1000000 100 60000000
-local units = ARGV[3] + 0
-local settle_at = ARGV[4] ~= '' and ARGV[4] + 0
-local penalty = ARGV[5] ~= '0' and ARGV[5] + 0
-local n = (#ARGV - 6) / 2
-if penalty and not settle_at then
-  local penalty_until = tonumber(redis.call('GET', KEYS[2]) or '0') or 0
-  if penalty_until > now then return {2, now, penalty_until} end
-end
 -- The log keeps as many stamps as the largest max (capacity_for), and none
 -- outside the longest window: neither ever counts again.
 local max, win = {0, 0}, {0, 0}
@@ -121,10 +105,7 @@ for i = 1, n do
 end
 reply[3 + n] = nil -- Redis reads an array up to its first nil
 if refused then
-  if units > 0 and penalty then
-    redis.call('SET', KEYS[2], string.format('%d', now + penalty),
-      'PX', string.format('%d', math.ceil(penalty / 1000) + 1))
-  end
+  if start_penalty then start_penalty() end
   return reply
 end
 

@@ -4,30 +4,16 @@
 -- KEYS[1]  the state: per limit, in order, struct.pack('<i8I4I4', window,
 --          previous, current), the fixed window's index (now // w) and the
 --          counts of the window before it (0 for the fixed window) and of it
--- KEYS[2]  until when (µs) the key serves a penalty (used if ARGV[5] ~= 0)
--- ARGV[1], ARGV[2]  now and the in-flight cap, read by lease.lua, which is
---          joined before this script and refuses for the cap
--- ARGV[3]  judging: the cost, recorded if every limit has room (0: judge one
---          unit, record nothing); settling: units to charge (< 0: give back)
--- ARGV[4]  '' to judge; to settle, the time (µs) the request was judged at
--- ARGV[5]  the penalty in µs a refusal starts (0: none)
--- ARGV[6]  'c' for the sliding counter, 'f' for the fixed window
--- ARGV[7], ARGV[8], ...  each limit's max and window in µs
+-- ARGV  as lease.lua and state.lua, joined before this script, read them:
+--       ARGV[6] is 'c' for the sliding counter, 'f' for the fixed window
 -- Judging, the reply is {1 accepted or 0 refused, now, then per limit the
 -- previous and current counts the request was judged against}, or {2, now,
 -- the penalty's end} for a key serving a penalty; an accepted request
 -- takes its in-flight slot. Settling: {1}, or {0}
 -- for a key gone.
---   cat lease.lua window.lua > /tmp/window.lua
+--   cat lease.lua state.lua window.lua > /tmp/window.lua
 --   redis-cli --eval /tmp/window.lua k , '' '' 1 '' 0 c 10 1000000 100 60000000
-local units, sliding = ARGV[3] + 0, ARGV[6] == 'c'
-local settle_at = ARGV[4] ~= '' and ARGV[4] + 0
-local penalty = ARGV[5] ~= '0' and ARGV[5] + 0
-local n = (#ARGV - 6) / 2
-if penalty and not settle_at then
-  local penalty_until = tonumber(redis.call('GET', KEYS[2]) or '0') or 0
-  if penalty_until > now then return {2, now, penalty_until} end
-end
+local sliding = ARGV[6] == 'c'
 local raw = redis.call('GET', KEYS[1])
 local fresh = not raw or #raw ~= 16 * n
 
@@ -124,10 +110,7 @@ if span % 1000 > 0 then ttl = ttl + 1 end
 reply[3 + 2 * n] = nil -- Redis reads an array up to its first nil
 if not allowed then
   reply[1] = 0
-  if units > 0 and penalty then
-    redis.call('SET', KEYS[2], string.format('%d', now + penalty),
-      'PX', string.format('%d', math.ceil(penalty / 1000) + 1))
-  end
+  if start_penalty then start_penalty() end
   return reply
 elseif units == 0 and not settle_at then
   return reply

@@ -1,0 +1,37 @@
+-- tower-sliding-window: the head of window.lua, log.lua and bucket.lua,
+-- joined after lease.lua: the arguments every judging script reads, and
+-- the key's penalty, judged above the algorithms as src/state.rs judges it.
+-- KEYS[2]  until when (µs) the key serves a penalty (used if ARGV[5] ~= 0)
+-- ARGV[3]  judging: the cost, recorded if every limit has room (0: judge one
+--          unit, record nothing); settling: units to charge (< 0: give back)
+-- ARGV[4]  '' to judge; to settle, 'at' or 'at cost': the time (µs) the
+--          request was judged at, and for the bucket its cost
+-- ARGV[5]  the penalty in µs a refusal starts (0: none)
+-- ARGV[6]  the algorithm: 'c' counter, 'f' fixed window, 'l' log, 'b' bucket
+-- ARGV[7], ARGV[8], ...  each limit's max and window in µs
+-- A key serving a penalty is answered here, recording nothing: {2, now,
+-- the penalty's end}.
+local units = ARGV[3] + 0
+local settle_at, settle_cost
+if ARGV[4] ~= '' then
+  local at, cost = string.match(ARGV[4], '^(%d+) ?(%d*)$')
+  if not at then return redis.error_reply('ARGV[4] must be "at" or "at cost" to settle') end
+  settle_at, settle_cost = at + 0, tonumber(cost)
+end
+local penalty = ARGV[5] ~= '0' and ARGV[5] + 0
+local n = (#ARGV - 6) / 2
+if penalty and not settle_at then
+  local penalty_until = tonumber(redis.call('GET', KEYS[2]) or '0') or 0
+  if penalty_until > now then return {2, now, penalty_until} end
+end
+-- Starts the key's penalty, on a refusal of a request that would have
+-- recorded something; made only under a penalty.
+local start_penalty
+if penalty then
+  start_penalty = function()
+    if units > 0 then
+      redis.call('SET', KEYS[2], string.format('%d', now + penalty),
+        'PX', string.format('%d', math.ceil(penalty / 1000) + 1))
+    end
+  end
+end

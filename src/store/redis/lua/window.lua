@@ -43,11 +43,12 @@ local function exceeds(p, a, b, w)
   return false
 end
 
--- Each slot rolled to now's window; the request fits if current + cost <=
--- max and previous · (w - elapsed) / w <= max - cost - current: the previous
--- window weighted by how much of it the sliding window still covers. The
--- slots a recording request leaves are packed as it goes; a refusal
--- writes none of them.
+-- Each limit's slot, rolled to now's window: the request fits if current +
+-- cost <= max and previous · (w - elapsed) / w <= max - cost - current, the
+-- previous window weighted by how much of it the sliding window still
+-- covers. The slots a recording request leaves are packed as it goes; a
+-- refusal writes none of them.
+--
 -- A slot is read as it was written: a whole window index at most 2^31
 -- windows ahead of now's (a clock that stepped back as far), counts no
 -- larger than their limit, and no previous count for the fixed window.
@@ -102,11 +103,6 @@ repeat
 until not again
 if fresh and settle_at and units < 0 then return {0} end
 reply[2] = now
--- The TTL in ms, rounded up, plus one: twice the longest window (once for
--- the fixed window), as long as a state matters after its last roll.
-local span = sliding and 2 * longest or longest
-local ttl = (span - span % 1000) / 1000 + 1
-if span % 1000 > 0 then ttl = ttl + 1 end
 reply[3 + 2 * n] = nil -- Redis reads an array up to its first nil
 if not allowed then
   reply[1] = 0
@@ -115,8 +111,13 @@ if not allowed then
 elseif units == 0 and not settle_at then
   return reply
 end
--- The TTL is renewed only when a window rolls (or the key is new).
+-- The TTL is renewed only when a window rolls (or the key is new): in ms,
+-- rounded up, plus one, twice the longest window (once for the fixed
+-- window), as long as a state matters after its last roll.
 if rolled then
+  local span = sliding and 2 * longest or longest
+  local ttl = (span - span % 1000) / 1000 + 1
+  if span % 1000 > 0 then ttl = ttl + 1 end
   redis.call('SET', KEYS[1], records, 'PX', ttl)
 else
   redis.call('SET', KEYS[1], records, 'KEEPTTL')

@@ -93,6 +93,13 @@ fn unserved_routers() -> Vec<(&'static str, Router)> {
             bare().layer(ours.clone().inner_body().rate_limit_headers(false)),
         ),
         (
+            "ours, one limit, headers off",
+            bare().layer(
+                SlidingWindowLayer::new(Limit::per_second(huge), PeerIp::new())
+                    .rate_limit_headers(false),
+            ),
+        ),
+        (
             "ours, one limit, inner body, headers off",
             bare().layer(
                 SlidingWindowLayer::new(Limit::per_second(huge), PeerIp::new())
@@ -127,13 +134,14 @@ fn unserved_routers() -> Vec<(&'static str, Router)> {
 
 /// The bare router first; the two peers last: tower_governor with its
 /// headers, then the plain one.
-const IDS: [&str; 10] = [
+const IDS: [&str; 11] = [
     "bare router",
     "ours, headers on",
     "ours, headers on, 8 in flight",
     "ours, headers off",
     "ours, inner body, headers on",
     "ours, inner body, headers off",
+    "ours, one limit, headers off",
     "ours, one limit, inner body, headers off",
     "ours, one limit, cost, inner body, headers off",
     "tower_governor, headers",

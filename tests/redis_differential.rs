@@ -606,3 +606,35 @@ async fn the_bucket_decides_exactly_on_unix_epoch_times() {
         "bucket on epoch times: {decisions} decisions ({accepted} accepted), {settled} settled, Redis and KeyState identical"
     );
 }
+
+/// A clock that stepped back is judged at the latest window or stamp
+/// counted in, but the penalty a refusal starts counts from the time
+/// asked, in Redis as in memory: the key is free again at the same instant.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_penalty_counts_from_the_time_asked_after_the_clock_steps_back() {
+    let penalty = Duration::from_secs(30);
+    for algorithm in [Algorithm::SlidingCounter, Algorithm::SlidingLog] {
+        let policy = Policy::new(algorithm, [Limit::per_second(2)])
+            .unwrap()
+            .with_penalty(penalty);
+        let clock = ManualClock::new();
+        let redis = redis_store(&shared_url(), "penalty-asked", &clock).await;
+        let memory = MemoryStore::with_clock(clock.clone());
+        let context = format!("{algorithm:?}");
+        clock.set(Duration::from_millis(100_900));
+        for _ in 0..2 {
+            assert!(alike(&redis, &memory, "k", &policy, false, &context)
+                .await
+                .is_allowed());
+        }
+        // 700 ms back: refused, judged at 100.9 s, penalised from 100.2 s.
+        clock.set(Duration::from_millis(100_200));
+        let refused = alike(&redis, &memory, "k", &policy, false, &context).await;
+        assert!(!refused.is_allowed(), "{context}");
+        for at in [130_100, 130_199, 130_200, 130_201] {
+            clock.set(Duration::from_millis(at));
+            let decision = alike(&redis, &memory, "k", &policy, true, &context).await;
+            assert_eq!(decision.is_allowed(), at >= 130_200, "{context} at {at} ms");
+        }
+    }
+}

@@ -251,6 +251,14 @@ async fn a_value_that_is_no_state_reads_as_a_fresh_key() {
         &record(1_800_000_000 + 2_147_483_649, 0, 0),
         &record(1_800_000_000, 0, 11),
         &record(1_800_000_000, 11, 0),
+        // A first limit's record 5 s ahead of now (a clock that stepped
+        // back), a second one's over its max: the whole value is no state,
+        // judged at now, not at the first record's window.
+        &[
+            record(1_800_000_005, 0, 0),
+            record(1_800_000_000 / 60, 0, 101),
+        ]
+        .concat(),
         &[7, 0, 0, 0, 3, 0, 0, 0, 9, 0, 0, 0],
         &[b'1'; 24],
         b"",

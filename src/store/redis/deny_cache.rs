@@ -103,20 +103,25 @@ impl RedisStore {
     ) {
         let Some(denied) = &self.denied else { return };
         let policy = binding.policy();
+        let penalised = decision.origin == Origin::Limits && policy.penalty_micros() > 0;
         let standing = match decision.origin {
             // Redis answers the rest of a penalty as a penalty's.
-            Origin::Limits if policy.penalty_micros() > 0 => {
+            Origin::Limits if penalised => {
                 if !ask.records() {
                     // A peek is told the penalty a recorded refusal would
                     // start, but starts none in Redis: a request may pass
                     // before that wait is up.
                     return;
                 }
-                Decision::in_penalty(
-                    policy.first_limit(),
-                    decision.retry_after_micros,
-                    decision.at_micros,
-                )
+                // It counts from the time asked: on a client clock, when
+                // the call left, not the later time a clock that stepped
+                // back was judged at.
+                let asked = if self.clock.is_some() {
+                    sent
+                } else {
+                    decision.at_micros
+                };
+                Decision::in_penalty(policy.first_limit(), decision.retry_after_micros, asked)
             }
             // A refusal of several units leaves room for fewer, sooner.
             Origin::Limits if ask.cost() > 1 => return,
@@ -125,9 +130,10 @@ impl RedisStore {
             _ => decision,
         };
         // A client clock is the one the script judged by, so the refusal
-        // stands from the time Redis judged it at; the server's clock can
-        // only be placed by when the call left.
-        let from = if self.clock.is_some() {
+        // stands from the time Redis judged it at, a penalty from the time
+        // asked; the server's clock can only be placed by when the call
+        // left.
+        let from = if self.clock.is_some() && !penalised {
             decision.at_micros
         } else {
             sent

@@ -67,9 +67,9 @@ use crate::store::{StoreError, StoreErrorKind};
 ///   strictly. [`with_clock`](RedisStore::with_clock)
 ///   supplies the time from the client instead (a
 ///   [`ManualClock`](crate::ManualClock) in tests); such a clock must not
-///   step back by more than the TTL (twice the longest window; the
-///   bucket's, as long as its state matters), since keys expire on Redis's
-///   time and the windows' TTL is renewed only when a new window starts.
+///   step back by more than the longest window (the bucket's clock, by
+///   more than 5 s), since keys expire on Redis's time and their TTL is
+///   renewed only when the state's span moves on (docs/design.md, "TTLs").
 /// * **One format per algorithm.** The log keeps its 8-byte timestamps,
 ///   oldest first (at most as many as the largest limit), in one string;
 ///   the counter and fixed window a record of 16 bytes a limit

@@ -49,26 +49,26 @@ repeat
   reply[1], records, stored_full, full, again = 1, '', 0, now, false
   for i = 1, n do
     local m, w = ARGV[5 + 2 * i] + 0, ARGV[6 + 2 * i] + 0
-    local t, t_rem = 0, 0
+    local micros, rem = 0, 0
     if not fresh then
-      t, t_rem = struct.unpack('<i8I4', raw, 12 * i - 11)
-      if not (t >= 0 and t < 9007199254740992 and t_rem < m) then
+      micros, rem = struct.unpack('<i8I4', raw, 12 * i - 11)
+      if not (micros >= 0 and micros < 9007199254740992 and rem < m) then
         fresh, again = true, true
         break
       end
-      local stored = t_rem > 0 and t + 1 or t
+      local stored = rem > 0 and micros + 1 or micros
       if stored > stored_full then stored_full = stored end
     end
     if not settle_at then
       -- Charged for the cost from the later of its TAT and now; the request
       -- waits if that puts the TAT more than a window ahead of now.
-      if t < now then t, t_rem = now, 0 end
-      reply[1 + 2 * i], reply[2 + 2 * i] = t - now, t_rem
+      if micros < now then micros, rem = now, 0 end
+      reply[1 + 2 * i], reply[2 + 2 * i] = micros - now, rem
       local whole, part = tokens(cost, m, w)
-      t, t_rem = t + whole, t_rem + part
-      if t_rem >= m then t, t_rem = t + 1, t_rem - m end
-      local ahead = t - now
-      if ahead > w or (ahead == w and t_rem > 0) then reply[1] = 0 end
+      micros, rem = micros + whole, rem + part
+      if rem >= m then micros, rem = micros + 1, rem - m end
+      local ahead = micros - now
+      if ahead > w or (ahead == w and rem > 0) then reply[1] = 0 end
     elseif units < 0 then
       -- Give back the unused units' refill, but never the part of the
       -- request's charge that time has refilled already: at most
@@ -79,27 +79,27 @@ repeat
       left = settle_at + left - now
       if left < 0 then left, left_rem = 0, 0 end
       if left < back or (left == back and left_rem < back_rem) then back, back_rem = left, left_rem end
-      if t < back or (t == back and t_rem <= back_rem) then
-        t, t_rem = 0, 0
-      elseif t_rem >= back_rem then
-        t, t_rem = t - back, t_rem - back_rem
+      if micros < back or (micros == back and rem <= back_rem) then
+        micros, rem = 0, 0
+      elseif rem >= back_rem then
+        micros, rem = micros - back, rem - back_rem
       else
-        t, t_rem = t - back - 1, t_rem + m - back_rem
+        micros, rem = micros - back - 1, rem + m - back_rem
       end
     else
       -- Charge the excess from the later of the TAT and now, never past an
       -- empty bucket (now + w) unless the TAT is already later.
       local cap, cap_rem = now + w, 0
-      if t > cap or (t == cap and t_rem > 0) then cap, cap_rem = t, t_rem end
-      if t < now then t, t_rem = now, 0 end
+      if micros > cap or (micros == cap and rem > 0) then cap, cap_rem = micros, rem end
+      if micros < now then micros, rem = now, 0 end
       local whole, part = tokens(math.min(units, m), m, w)
-      t, t_rem = t + whole, t_rem + part
-      if t_rem >= m then t, t_rem = t + 1, t_rem - m end
-      if t > cap or (t == cap and t_rem > cap_rem) then t, t_rem = cap, cap_rem end
+      micros, rem = micros + whole, rem + part
+      if rem >= m then micros, rem = micros + 1, rem - m end
+      if micros > cap or (micros == cap and rem > cap_rem) then micros, rem = cap, cap_rem end
     end
-    records = records .. struct.pack('<i8I4', t, t_rem)
-    if t_rem > 0 then t = t + 1 end
-    if t > full then full = t end
+    records = records .. struct.pack('<i8I4', micros, rem)
+    if rem > 0 then micros = micros + 1 end
+    if micros > full then full = micros end
   end
 until not again
 if fresh and settle_at and units < 0 then return {0} end

@@ -18,6 +18,10 @@ else
   local t = redis.call('TIME')
   now = t[1] * 1000000 + t[2]
 end
+-- The time asked. A judging script may raise now to the latest time its
+-- state counted in (a clock that stepped back); a lease and a penalty
+-- still count from the time asked, as in Rust.
+local asked = now
 -- Under a cap, the functions of leases.rs; without one, `take` is nil and
 -- the judging script takes no slot.
 local leases, take
@@ -36,7 +40,7 @@ if ARGV[2] ~= '' then
   -- renewed; the set lives as long as its latest lease.
   take = function()
     if id == '0' then return end
-    redis.call('ZADD', leases, now + lease, id)
+    redis.call('ZADD', leases, asked + lease, id)
     local ttl = math.ceil(lease / 1000) + 1
     if redis.call('PTTL', leases) < ttl then redis.call('PEXPIRE', leases, ttl) end
   end

@@ -30,7 +30,7 @@ local start_penalty
 if penalty then
   start_penalty = function()
     if units > 0 then
-      redis.call('SET', KEYS[2], string.format('%d', now + penalty),
+      redis.call('SET', KEYS[2], string.format('%d', asked + penalty),
         'PX', string.format('%d', math.ceil(penalty / 1000) + 1))
     end
   end

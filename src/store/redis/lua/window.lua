@@ -9,8 +9,7 @@
 -- Judging, the reply is {1 accepted or 0 refused, now, then per limit the
 -- previous and current counts the request was judged against}, or {2, now,
 -- the penalty's end} for a key serving a penalty; an accepted request
--- takes its in-flight slot. Settling: {1}, or {0}
--- for a key gone.
+-- takes its in-flight slot. Settling: {1}, or {0} for a key gone.
 --   cat lease.lua state.lua window.lua > /tmp/window.lua
 --   redis-cli --eval /tmp/window.lua k , '' '' 1 '' 0 c 10 1000000 100 60000000
 local sliding = ARGV[6] == 'c'
@@ -50,10 +49,11 @@ end
 -- refusal writes none of them.
 --
 -- A slot is read as it was written: a whole window index at most 2^31
--- windows ahead of now's (a clock that stepped back as far), counts no
--- larger than their limit, and no previous count for the fixed window.
--- Anything else under the key reads as fresh; a clock that stepped back is
--- judged at the latest window counted in. Either starts the judging over.
+-- windows ahead of the time asked's (a clock that stepped back as far),
+-- counts no larger than their limit, and no previous count for the fixed
+-- window. Anything else under the key reads as fresh, judged at the time
+-- asked; a clock that stepped back is judged at the latest window counted
+-- in (counted_since). Either starts the judging over.
 local cost = units == 0 and 1 or units
 local reply = {1, now, 0, 0, 0, 0}
 local records, longest, rolled, allowed, again
@@ -65,9 +65,9 @@ repeat
     local window, previous, current = 0, 0, 0
     if not fresh then
       window, previous, current = struct.unpack('<i8I4I4', raw, 16 * i - 15)
-      if not (window >= 0 and window - now / w <= 2147483648
+      if not (window >= 0 and window - asked / w <= 2147483648
         and previous <= (sliding and max or 0) and current <= max) then
-        fresh, again = true, true
+        fresh, again, now = true, true, asked
         break
       end
       if window * w > now then

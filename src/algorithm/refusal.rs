@@ -30,19 +30,14 @@ impl Verdict {
 
 /// A refusal that limit `index` speaks for, until `retry_after` has passed.
 pub(crate) fn refused(limits: &[Limit], now: u64, index: usize, retry_after: u64) -> Decision {
+    let quota = Quota::Known {
+        remaining: 0,
+        replenish_micros: retry_after,
+    };
     Decision {
         allowed: false,
-        limit_index: u16::try_from(index).unwrap_or(u16::MAX),
-        limit: limits[index],
-        quota: Quota::Known {
-            remaining: 0,
-            replenish_micros: retry_after,
-        },
         retry_after_micros: retry_after,
-        at_micros: now,
-        origin: Origin::Limits,
-        shadow: false,
-        lease: 0,
+        ..accepted(limits, now, index, quota)
     }
 }
 

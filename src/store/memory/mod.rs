@@ -290,11 +290,6 @@ where
     }
 
     #[inline]
-    fn decide_bound(&self, key: K, binding: &MemoryBinding<K>) -> Self::Future {
-        ready(Ok(self.decide_bound_now(key, binding)))
-    }
-
-    #[inline]
     fn decide_cost_bound(&self, key: K, binding: &MemoryBinding<K>, cost: u32) -> Self::Future {
         ready(Ok(self.decide_cost_bound_now(key, binding, cost)))
     }

@@ -75,10 +75,6 @@ impl<K: std::fmt::Display> Store<K> for RedisStore {
         RedisBinding::new(policy)
     }
 
-    fn decide_bound(&self, key: K, binding: &RedisBinding) -> Self::Future {
-        self.call(&key, binding, Ask::Record(1))
-    }
-
     fn decide_cost_bound(&self, key: K, binding: &RedisBinding, cost: u32) -> Self::Future {
         let policy = binding.policy();
         match policy.weigh(cost) {

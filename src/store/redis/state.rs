@@ -6,7 +6,7 @@ use std::fmt::Display;
 
 use redis::RedisResult;
 
-use super::{keys, Connection, RedisStore};
+use super::{keys, RedisStore};
 use crate::algorithm::leases::{Lease, Leases};
 use crate::algorithm::{Algorithm, FixedWindow, SlidingCounter, SlidingLog, TokenBucket};
 use crate::limit::Limit;
@@ -41,10 +41,8 @@ impl RedisStore {
         let name = self.key_name(key, policy);
         let mut get = redis::cmd("MGET");
         get.arg(&name).arg(keys::penalty_key(&name));
-        let read: RedisResult<(Option<Vec<u8>>, Option<String>)> = match &self.connection {
-            Connection::Single(manager) => get.query_async(&mut manager.clone()).await,
-            Connection::Cluster(cluster) => get.query_async(&mut cluster.clone()).await,
-        };
+        let read: RedisResult<(Option<Vec<u8>>, Option<String>)> =
+            self.connection.query(&get, None).await;
         let (stored, penalty) = read.map_err(|e| super::error("Redis read failed".into(), e))?;
         let penalty_until = penalty.and_then(|until| until.parse().ok()).unwrap_or(0);
         let leases = match policy.in_flight() {

@@ -232,10 +232,26 @@ where
     }
 }
 
+/// Readies a request the limits let through (or, in shadow mode, judged
+/// at all) for the inner service: counted, then marked for it.
+#[inline(always)]
+pub(crate) fn admit<R, S, M>(
+    request: &mut R,
+    decision: &mut Decision,
+    config: &LayerConfig,
+    chosen: &Chosen,
+) where
+    S: Service<R>,
+    M: Ending<R, S>,
+{
+    record(decision, config, chosen);
+    M::admit(request, decision, config);
+}
+
 /// Marks a decision the store made as judged in shadow mode or not, and
 /// counts it in events and metrics.
 #[inline(always)]
-pub(crate) fn record(decision: &mut Decision, config: &LayerConfig, chosen: &Chosen) {
+fn record(decision: &mut Decision, config: &LayerConfig, chosen: &Chosen) {
     decision.shadow = config.shadow;
     observe::decided(&chosen.get(config).events, decision);
 }

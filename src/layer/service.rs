@@ -13,7 +13,7 @@ use tower::Service;
 
 use super::body::{BodyMode, HttpMode, WrapBody};
 use super::ending::Ending;
-use super::future::{record, After, Chosen, ResponseFuture, Settler};
+use super::future::{admit, After, Chosen, ResponseFuture, Settler};
 use super::key::{KeyExtractor, MissingKey};
 use super::layer::LayerConfig;
 use super::plan::{Plan, SinglePolicy};
@@ -324,9 +324,7 @@ impl<S, E, St, P, M, W> SlidingWindow<S, E, St, P, M, W> {
             // spare copies of the request on the accepted path.
             if let Ok(mut decision) = outcome {
                 if decision.is_allowed() || config.shadow {
-                    // Readied for the inner service: counted, then marked.
-                    record(&mut decision, config, &chosen);
-                    M::admit(&mut request, &decision, config);
+                    admit::<R, S, M>(&mut request, &mut decision, config, &chosen);
                     // Held before the call: a call that panics frees it.
                     hold.arm(&decision);
                     let call = self.inner.call(request);

@@ -36,8 +36,8 @@ if ARGV[2] ~= '' then
     redis.call('ZREMRANGEBYSCORE', leases, '-inf', now)
     return redis.call('ZCARD', leases) >= cap
   end
-  -- Holds this request's lease until now + lease, unless released or
-  -- renewed; the set lives as long as its latest lease.
+  -- Holds this request's lease until the time asked + lease, unless
+  -- released or renewed; the set lives as long as its latest lease.
   take = function()
     if id == '0' then return end
     redis.call('ZADD', leases, asked + lease, id)

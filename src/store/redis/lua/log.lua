@@ -49,23 +49,21 @@ end
 -- A clock that stepped back is judged at the newest stamp instead.
 local newest = len > 0 and stamp(len - 1)
 if newest and newest > now then now = newest end
--- The TTL runs to the end of the longest limit's window after now's, in
--- ms rounded up, plus one: as long as a stamp of now's window counts. Like
--- the counter's, it is renewed only when a write falls in another such
--- window than the newest stamp stored (or the key is new).
-local function window_of(t) return (t - t % longest) / longest end
-local renew = not newest or window_of(newest) ~= window_of(now)
-local ttl = (window_of(now) + 2) * longest - now
-ttl = (ttl - ttl % 1000) / 1000 + 1
 
 -- Writes the stamps from the `from`-th oldest on, then `more` at now, at
--- most `capacity` of them.
+-- most `capacity` of them. The TTL runs to the end of the longest limit's
+-- window after now's, in ms rounded up, plus one: as long as a stamp of
+-- now's window counts. Like the counter's, it is renewed only when a write
+-- falls in another such window than the newest stamp stored (or the key
+-- is new).
 local function record(from, more)
   more = math.min(more, capacity)
   from = math.max(from, len + more - capacity)
   local kept = string.sub(stamps, 8 * from + 1) .. string.rep(struct.pack('<i8', now), more)
-  if renew then
-    redis.call('SET', KEYS[1], kept, 'PX', ttl)
+  local window = (now - now % longest) / longest
+  if not newest or (newest - newest % longest) / longest ~= window then
+    local ttl = (window + 2) * longest - now
+    redis.call('SET', KEYS[1], kept, 'PX', (ttl - ttl % 1000) / 1000 + 1)
   else
     redis.call('SET', KEYS[1], kept, 'KEEPTTL')
   end

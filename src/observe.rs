@@ -245,25 +245,45 @@ pub(crate) fn slot_call_failed(err: &StoreError) {
 }
 
 /// A store failed; its failure policy answers instead. Counted by the
-/// failure's kind; a failure of configuration (credentials, TLS) is an
-/// error event, said at most once per [`LOUD_INTERVAL`], since it lasts
-/// until someone changes the configuration, and every request meets it.
+/// failure's kind, and said at most once per [`LOUD_INTERVAL`], since a
+/// failure that lasts meets every request: a failure of configuration
+/// (credentials, TLS) as an error event, any other as a warning. An
+/// outage's start and end are said by [`node_down`] and [`node_up`], and
+/// the requests answered meanwhile by [`failures_summed_up`].
 #[cfg(feature = "redis")]
 pub(crate) fn store_failed(err: &StoreError, failure: crate::store::FailurePolicy) {
     #[cfg(feature = "metrics")]
     metrics::counter!("tower_sliding_window_store_failures_total", "kind" => kind_label(err.kind()))
         .increment(1);
     #[cfg(feature = "tracing")]
-    if is_configuration(err.kind()) {
-        if loud_turn() {
+    if loud_turn() {
+        if is_configuration(err.kind()) {
             tracing::error!(error = %err, kind = kind_label(err.kind()), ?failure,
                 "rate-limit store refuses this configuration; the failure policy answers every request until it is fixed");
+        } else {
+            tracing::warn!(error = %err, ?failure, "rate-limit store failed; the failure policy answers");
         }
-    } else {
-        tracing::warn!(error = %err, ?failure, "rate-limit store failed");
     }
     #[cfg(not(feature = "tracing"))]
     let _ = (err, failure);
+}
+
+/// How many requests the failure policy answered over about `span`.
+#[cfg(feature = "redis")]
+pub(crate) fn failures_summed_up(
+    requests: u64,
+    span: std::time::Duration,
+    failure: crate::store::FailurePolicy,
+) {
+    #[cfg(feature = "tracing")]
+    tracing::warn!(
+        requests,
+        ?span,
+        ?failure,
+        "rate-limit store: requests answered by the failure policy"
+    );
+    #[cfg(not(feature = "tracing"))]
+    let _ = (requests, span, failure);
 }
 
 /// A Redis node was found out of reach: its keys are answered by the

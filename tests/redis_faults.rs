@@ -358,14 +358,18 @@ async fn failure_policies_hold_while_redis_is_down_and_recover() {
         assert_eq!(
             statuses[0],
             (StatusCode::OK, Some(Origin::Fallback)),
-            "{label}"
+            "{label}: {statuses:?}"
         );
         assert_eq!(
             statuses[1],
             (StatusCode::OK, Some(Origin::Fallback)),
-            "{label}"
+            "{label}: {statuses:?}"
         );
-        assert_eq!(statuses[2].0, StatusCode::TOO_MANY_REQUESTS, "{label}");
+        assert_eq!(
+            statuses[2].0,
+            StatusCode::TOO_MANY_REQUESTS,
+            "{label}: {statuses:?}"
+        );
 
         if stop {
             server.restart();

@@ -8,9 +8,8 @@ use std::sync::{Arc, OnceLock};
 
 use redis::RedisResult;
 
-use super::outage::{is_unreachable, Outage};
 use super::scripts::{self, Ask};
-use super::{keys, reply, within, RedisStore};
+use super::{keys, reply, RedisStore};
 use crate::algorithm::leases::fresh_id;
 use crate::algorithm::{Decision, Origin};
 use crate::clock::micros;
@@ -119,13 +118,13 @@ impl<K: std::fmt::Display> Store<K> for RedisStore {
         let invocation =
             scripts::invocation(binding.policy(), ask, &name, (self.client_now(), None));
         let store = self.clone();
+        let connection = self.client.connection();
         Box::pin(async move {
-            let settled = store
-                .reach(&name, async {
-                    let reply: RedisResult<Vec<i64>> = store.connection.invoke(&invocation).await;
-                    reply.map_err(|e| super::error("Redis settle script failed".into(), e))
-                })
-                .await;
+            let call = async move {
+                let reply: RedisResult<Vec<i64>> = connection.invoke(&invocation).await;
+                reply.map_err(|e| super::error("Redis settle script failed".into(), e))
+            };
+            let settled = store.reach(&name, call).await;
             if let Some(denied) = &store.denied {
                 denied.forget(&name);
             }
@@ -189,10 +188,7 @@ impl RedisStore {
         let store = self.clone();
         let binding = binding.clone();
         Box::pin(async move {
-            let outcome = store
-                .reach(&name, store.judge(&name, binding.policy(), ask))
-                .await;
-            match outcome {
+            match store.judge(&name, binding.policy(), ask).await {
                 Ok(decision) => {
                     if !decision.is_allowed() {
                         store.remember(name, decision, sent, &binding, ask);
@@ -210,21 +206,23 @@ impl RedisStore {
         let mut release = redis::cmd("ZREM");
         release.arg(&leases).arg(id);
         let store = self.clone();
+        let connection = self.client.connection();
         crate::store::send_now(async move {
-            let sent = store.reach(&leases, async {
-                let reply = store.connection.query::<i64>(&release, None).await;
+            let call = async move {
+                let reply = connection.query::<i64>(&release, None).await;
                 reply.map_err(|e| super::error("Redis release failed".into(), e))
-            });
-            if let Err(err) = sent.await {
+            };
+            if let Err(err) = store.reach(&leases, call).await {
                 crate::observe::slot_call_failed(&err);
             }
         });
     }
 
     /// Asks Redis to judge a request for the key `name` under `policy`,
-    /// with no timeout or failure policy: under a cap, an admitted request
-    /// holds a slot this instance renews until it is released, and one
-    /// whose reply is never read gives back the slot it may have taken.
+    /// within the store's timeout but with no failure policy: under a cap,
+    /// an admitted request holds a slot this instance renews until it is
+    /// released, and one whose reply is never read gives back the slot it
+    /// may have taken.
     async fn judge(&self, name: &str, policy: &Policy, ask: Ask) -> Result<Decision, StoreError> {
         let lease = policy.in_flight().map(|_| scripts::Lease {
             id: if ask.takes_slot() { fresh_id() } else { 0 },
@@ -236,11 +234,12 @@ impl RedisStore {
                 .filter(|lease| lease.id != 0)
                 .map(|lease| (self.clone(), keys::leases_key(name), lease.id)),
         );
-        let reply: Vec<i64> = self
-            .connection
-            .invoke(&invocation)
-            .await
-            .map_err(|e| super::error("Redis script failed".into(), e))?;
+        let connection = self.client.connection();
+        let call = async move {
+            let reply = connection.invoke(&invocation).await;
+            reply.map_err(|e| super::error("Redis script failed".into(), e))
+        };
+        let reply: Vec<i64> = self.reach(name, call).await?;
         let mut decision = reply::decision(policy, &reply, ask.cost())?;
         unread.0 = None;
         if ask == Ask::Free && decision.origin != Origin::InFlight {
@@ -263,30 +262,5 @@ impl RedisStore {
                 decision
             },
         )
-    }
-
-    /// `call` to the node holding the key `name`: its outcome, or an error
-    /// at once if the node is down, once the store's timeout has passed,
-    /// or as soon as another call finds the node down. A call that finds
-    /// it out of reach marks it down, so that the calls after it answer at
-    /// once.
-    async fn reach<T>(
-        &self,
-        name: &str,
-        call: impl Future<Output = Result<T, StoreError>>,
-    ) -> Result<T, StoreError> {
-        self.join();
-        let outage = &self.instance.outage;
-        let node = || self.instance.node_of(name);
-        if outage.is_down(node) {
-            return Err(Outage::error(&node()));
-        }
-        let outcome = within(self.timeout, outage.unless_down(node, call)).await;
-        if let Err(err) = &outcome {
-            if is_unreachable(err) {
-                outage.mark_down(node());
-            }
-        }
-        outcome
     }
 }

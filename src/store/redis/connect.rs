@@ -4,9 +4,9 @@
 
 use std::time::Duration;
 
-use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::cluster::ClusterClient;
 
+use super::client::Opener;
 use super::RedisStore;
 use crate::store::{StoreError, StoreErrorKind};
 
@@ -141,22 +141,19 @@ impl RedisStore {
     }
 
     async fn connect_client(client: redis::Client, url: &str) -> Result<Self, StoreError> {
-        let config = ConnectionManagerConfig::new()
-            .set_connection_timeout(Some(Duration::from_secs(2)))
-            .set_response_timeout(Some(Duration::from_secs(2)))
-            .set_number_of_retries(2)
-            .set_max_delay(Duration::from_millis(500));
-        let failed = |e| error(format!("cannot connect to Redis at {}", redact(url)), e);
-        let mut manager = ConnectionManager::new_with_config(client, config)
-            .await
-            .map_err(failed)?;
-        // Connecting does not authenticate a client that gave no password:
-        // the first command is what a server that requires one refuses.
-        redis::cmd("PING")
-            .query_async::<String>(&mut manager)
-            .await
-            .map_err(failed)?;
-        Ok(Self::from_connection_manager(manager))
+        let opener = Opener::Single(client);
+        let connection = opener.open().await.map_err(|e| {
+            let hint = if url.starts_with("redis://") && is_reset(&e) {
+                " (if that port speaks TLS, the URL is rediss://)"
+            } else {
+                ""
+            };
+            error(
+                format!("cannot connect to Redis at {}{hint}", redact(url)),
+                e,
+            )
+        })?;
+        Ok(Self::build(connection, Some(opener)))
     }
 
     /// Connects to a Redis Cluster through any of its nodes (`redis://` or,
@@ -191,9 +188,10 @@ impl RedisStore {
     ) -> Result<Self, StoreError> {
         install_crypto_provider();
         let shown: Vec<String> = urls.iter().map(|url| redact(url)).collect();
+        // No response timeout of its own: the store's bounds every call,
+        // whatever it is set to.
         let client = builder
             .connection_timeout(Duration::from_secs(2))
-            .response_timeout(Duration::from_secs(2))
             .retries(2)
             .build()
             .map_err(|e| {
@@ -202,11 +200,12 @@ impl RedisStore {
             })?;
         // Connecting pings every node given, so a node that refuses the
         // password or the handshake fails here.
-        let connection = client
-            .get_async_connection()
+        let opener = Opener::Cluster(client);
+        let connection = opener
+            .open()
             .await
             .map_err(|e| error(format!("cannot connect to Redis Cluster at {shown:?}"), e))?;
-        Ok(Self::from_cluster_connection(connection))
+        Ok(Self::build(connection, Some(opener)))
     }
 }
 
@@ -219,6 +218,15 @@ fn install_crypto_provider() {
         // Losing a race to another installer leaves theirs: fine too.
         let _ = rustls::crypto::ring::default_provider().install_default();
     }
+}
+
+/// Whether the server closed or reset the connection before answering:
+/// what a TLS port does with a plain-text client.
+fn is_reset(e: &redis::RedisError) -> bool {
+    let text = e.to_string().to_lowercase();
+    ["reset", "closed", "broken pipe", "unexpected end", "eof"]
+        .iter()
+        .any(|word| text.contains(word))
 }
 
 /// An error for a URL redis-rs would not take.

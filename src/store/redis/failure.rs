@@ -10,10 +10,11 @@ use crate::policy::Policy;
 use crate::store::{MemoryBinding, MemoryStore, Store, StoreError};
 
 /// The rule a [`RedisStore`](super::RedisStore) applies when a call fails or
-/// exceeds its timeout. Once a call finds Redis out of reach (refused,
-/// reset, or over the timeout; not a reply error), the rule answers every
-/// call for that node at once, with no timeout to wait, until the
-/// heartbeat's probe finds it again. Whatever the rule, an HTTP layer never returns an
+/// exceeds its timeout. A call that times out is answered alone; once
+/// a node is found down (its connection refused or dropped, or silent to
+/// every call for the longer of the timeout and the heartbeat), the rule
+/// answers every call for that node at once, with no timeout to wait,
+/// until the heartbeat's probe finds it again. Whatever the rule, an HTTP layer never returns an
 /// error and never panics (under
 /// [`refuse_with_error`](crate::SlidingWindowLayer::refuse_with_error),
 /// `FailClosed` fails the call with the [`StoreError`]); the
@@ -95,6 +96,9 @@ impl RedisStore {
         ask: Ask,
     ) -> Result<Decision, StoreError> {
         crate::observe::store_failed(&err, self.failure);
+        self.instance
+            .failed
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         match self.failure {
             FailurePolicy::FailOpen => {
                 Ok(policy.stand_in(Decision::allow(policy.first_limit(), Duration::ZERO)))

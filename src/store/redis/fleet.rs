@@ -6,7 +6,7 @@
 //! that succeeds brings a node back.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
@@ -14,11 +14,12 @@ use parking_lot::Mutex;
 use redis::cluster_routing::{RoutingInfo, SingleNodeRoutingInfo};
 use tokio::sync::oneshot;
 
-use super::failure::LocalClock;
-use super::outage::{is_unreachable, whole, Node, Outage};
+use super::client::{said_by_server, within, Client, Watch};
+use super::failure::{FailurePolicy, LocalClock};
+use super::outage::{whole, Node, Outage};
 use super::scripts;
 use super::slots::{self, Slots};
-use super::{error, within, ClientClock, Connection, RedisStore};
+use super::{error, ClientClock, RedisStore};
 use crate::store::{MemoryBinding, MemoryStore, StoreError, StoreErrorKind};
 
 /// What a store and its clones share while they run: the fleet as last
@@ -26,6 +27,10 @@ use crate::store::{MemoryBinding, MemoryStore, StoreError, StoreErrorKind};
 pub(super) struct Instance {
     /// Live instances at the last heartbeat, this one included; 0 before.
     live: AtomicUsize,
+    /// Heartbeats that counted the fleet so far.
+    counts: AtomicUsize,
+    /// Requests answered by the failure policy since the last summary.
+    pub(super) failed: AtomicU64,
     /// Whether a heartbeat runs: read by every call, which takes the
     /// lock on `dropped` only to start one.
     joined: AtomicBool,
@@ -52,6 +57,8 @@ impl Instance {
         let (alive, dropped) = oneshot::channel();
         Self {
             live: AtomicUsize::new(0),
+            counts: AtomicUsize::new(0),
+            failed: AtomicU64::new(0),
             joined: AtomicBool::new(false),
             dropped: Mutex::new(Some(dropped)),
             _alive: alive,
@@ -62,9 +69,23 @@ impl Instance {
         }
     }
 
-    /// The live count last seen, if any.
-    pub(super) fn live(&self) -> Option<usize> {
-        Some(self.live.load(Ordering::Relaxed)).filter(|&n| n > 0)
+    /// The live count, or `expected` until the count reaches it or
+    /// [`TRUSTED_AFTER`] heartbeats have counted: instances that started
+    /// together are seen by each other only as their first beats land.
+    pub(super) fn live_or(&self, expected: usize) -> usize {
+        let live = self.live.load(Ordering::Relaxed);
+        if live >= expected || self.counts.load(Ordering::Relaxed) >= TRUSTED_AFTER {
+            live
+        } else {
+            expected
+        }
+    }
+
+    fn counted(&self, live: usize) {
+        self.live.store(live, Ordering::Relaxed);
+        let counts = self.counts.load(Ordering::Relaxed);
+        self.counts
+            .store(counts.saturating_add(1), Ordering::Relaxed);
     }
 
     /// The node holding the key `name`.
@@ -77,9 +98,9 @@ impl Instance {
 }
 
 impl RedisStore {
-    /// Starts the heartbeat, unless it runs: at the store's first call,
-    /// in the runtime that makes the call (the builders that change what
-    /// it beats for make a new instance).
+    /// Starts the heartbeat, unless it runs: when the store is built in a
+    /// tokio runtime, else at its first call, in the runtime that makes it
+    /// (the builders that change what it beats for make a new instance).
     pub(super) fn join(&self) {
         let instance = &self.instance;
         if instance.joined.load(Ordering::Relaxed) {
@@ -98,15 +119,15 @@ impl RedisStore {
         };
         let heart = Heart {
             id: instance_id(),
-            connection: self.connection.clone(),
+            client: Arc::clone(&self.client),
             key: self.fleet_key(),
             prefix: Arc::clone(&self.prefix),
             interval: self.heartbeat,
             lease: self.lease,
             clock: self.clock.clone(),
-            // A heartbeat is no request: it may wait longer than one, so
-            // that a Redis slow for a moment is not declared down by it.
+            // A heartbeat is no request: it may wait longer than one.
             timeout: self.timeout.max(self.heartbeat),
+            failure: self.failure,
         };
         runtime.spawn(heart.beat_until(running));
     }
@@ -117,17 +138,12 @@ impl RedisStore {
     }
 }
 
-/// Whether a failure shows the server is there: an error reply it sent
-/// (with a code such as `WRONGTYPE`), or credentials or a handshake it
-/// refused.
-fn said_by_server(err: &StoreError) -> bool {
-    matches!(
-        err.kind(),
-        StoreErrorKind::Authentication | StoreErrorKind::Tls
-    ) || std::error::Error::source(err)
-        .and_then(|source| source.downcast_ref::<redis::RedisError>())
-        .is_some_and(|source| source.code().is_some())
-}
+/// Heartbeats after which the live count is trusted over an expected one.
+const TRUSTED_AFTER: usize = 3;
+
+/// How often at most the requests answered by the failure policy are
+/// summed up in the log.
+const SUMMARY_EVERY: Duration = Duration::from_secs(10);
 
 /// An instance's member in the set: the host's name where the environment
 /// gives one, the process id and a random part, so that a reader of the set
@@ -170,7 +186,7 @@ const RENEWED_PER_CALL: usize = 256;
 struct Heart {
     /// The entry's member.
     id: String,
-    connection: Connection,
+    client: Arc<Client>,
     key: String,
     prefix: Arc<str>,
     interval: Duration,
@@ -179,6 +195,7 @@ struct Heart {
     lease: Duration,
     clock: Option<ClientClock>,
     timeout: Duration,
+    failure: FailurePolicy,
 }
 
 impl Heart {
@@ -188,6 +205,11 @@ impl Heart {
         let renew_every = self.lease / 3;
         let start = tokio::time::Instant::now();
         let (mut next_beat, mut next_renewal) = (start, start + renew_every);
+        let mut next_summary = start + SUMMARY_EVERY;
+        // A store is often built and then set up in one statement: a
+        // builder that makes a new instance drops this one before it
+        // beats, most of the time.
+        tokio::task::yield_now().await;
         loop {
             let Some(instance) = running.instance.upgrade() else {
                 break;
@@ -195,6 +217,10 @@ impl Heart {
             if tokio::time::Instant::now() >= next_beat {
                 self.beat(&instance).await;
                 next_beat = tokio::time::Instant::now() + self.interval;
+                if tokio::time::Instant::now() >= next_summary {
+                    next_summary = tokio::time::Instant::now() + SUMMARY_EVERY;
+                    self.sum_up(&instance);
+                }
             }
             if tokio::time::Instant::now() >= next_renewal {
                 next_renewal = tokio::time::Instant::now() + renew_every;
@@ -211,39 +237,49 @@ impl Heart {
         }
         let mut leave = redis::cmd("ZREM");
         leave.arg(&self.key).arg(&self.id);
-        let _ = self
-            .ask("leaving", self.connection.query::<i64>(&leave, None))
-            .await;
+        let connection = self.client.connection();
+        let left = connection.query::<i64>(&leave, None);
+        let _ = within(self.timeout, async {
+            left.await
+                .map_err(|e| error("Redis leaving failed".into(), e))
+        })
+        .await;
     }
 
     /// Refreshes the entry, then, on a Cluster, its slot map and a probe
-    /// of each node down.
-    async fn beat(&self, instance: &Instance) {
-        let life = u64::try_from(self.interval.as_millis() * 3).unwrap_or(u64::MAX);
-        let mut call = scripts::fleet().key(&self.key);
-        call.arg(&self.id).arg(life);
-        match self
-            .ask("heartbeat", self.connection.invoke::<usize>(&call))
-            .await
-        {
-            Ok(live) => {
-                instance.live.store(live, Ordering::Relaxed);
-                crate::observe::live_instances(&self.prefix, live);
-                instance.outage.answered(&instance.node_of(&self.key));
+    /// of each node down. A heartbeat refused for its credentials, or on a
+    /// single server found down, opens a new connection with the
+    /// configured ones and beats again on it.
+    async fn beat(&self, instance: &Arc<Instance>) {
+        let mut outcome = self.count(instance).await;
+        let node = instance.node_of(&self.key);
+        let single = !self.client.is_cluster();
+        let reopen = match &outcome {
+            Err(err) => {
+                err.kind() == StoreErrorKind::Authentication
+                    || (single && instance.outage.is_down(&node))
             }
-            // The node answered, if with an error (a rotated password, a
-            // user not allowed the set): calls go back to it, to meet that
-            // error themselves rather than an outage that is not one.
+            Ok(_) => false,
+        };
+        if reopen && matches!(self.client.reopen(self.timeout).await, Ok(true)) {
+            outcome = self.count(instance).await;
+        }
+        match outcome {
+            Ok(live) => {
+                instance.counted(live);
+                crate::observe::live_instances(&self.prefix, live);
+                instance.outage.answered(&node);
+            }
+            // The node answered, if with an error (a user not allowed the
+            // set): calls go back to it, to meet that error themselves
+            // rather than an outage that is not one.
             Err(err) if said_by_server(&err) => {
                 crate::observe::heartbeat_failed(&err);
-                instance.outage.answered(&instance.node_of(&self.key));
-            }
-            Err(err) if is_unreachable(&err) => {
-                instance.outage.mark_down(instance.node_of(&self.key));
+                instance.outage.answered(&node);
             }
             Err(err) => crate::observe::heartbeat_failed(&err),
         }
-        if let Connection::Cluster(_) = self.connection {
+        if !single {
             self.read_slots(instance).await;
             for node in instance.outage.down_nodes() {
                 if self.ping(&node).await {
@@ -253,15 +289,34 @@ impl Heart {
         }
     }
 
+    /// Refreshes the entry, and counts the live ones.
+    async fn count(&self, instance: &Arc<Instance>) -> Result<usize, StoreError> {
+        let life = u64::try_from(self.interval.as_millis() * 3).unwrap_or(u64::MAX);
+        let mut call = scripts::fleet().key(&self.key);
+        call.arg(&self.id).arg(life);
+        let connection = self.client.connection();
+        let counted = async move { connection.invoke::<usize>(&call).await };
+        self.ask(instance, &self.key, "heartbeat", counted).await
+    }
+
+    /// Says how many requests the failure policy answered since the last
+    /// summary, if any.
+    fn sum_up(&self, instance: &Instance) {
+        let failed = instance.failed.swap(0, Ordering::Relaxed);
+        if failed > 0 {
+            crate::observe::failures_summed_up(failed, SUMMARY_EVERY, self.failure);
+        }
+    }
+
     /// Renews every in-flight slot this instance holds: one call for all
     /// of them on a single node (up to [`RENEWED_PER_CALL`] keys), one per
     /// hash slot on a Cluster (a script runs within one), all sent at once.
-    async fn renew(&self, instance: &Instance) {
+    async fn renew(&self, instance: &Arc<Instance>) {
         let mut by_key: HashMap<Arc<str>, Vec<u64>> = HashMap::new();
         for (&id, leases) in instance.held.lock().iter() {
             by_key.entry(Arc::clone(leases)).or_default().push(id);
         }
-        let cluster = matches!(self.connection, Connection::Cluster(_));
+        let cluster = self.client.is_cluster();
         let mut by_slot: HashMap<u16, Vec<KeySlots>> = HashMap::new();
         for (leases, ids) in by_key {
             let slot = if cluster {
@@ -280,13 +335,17 @@ impl Heart {
             .flat_map(|keys| keys.chunks(RENEWED_PER_CALL))
         {
             let call = scripts::renewal(held, lease, now);
-            let (connection, timeout) = (self.connection.clone(), self.timeout);
+            let connection = self.client.connection();
+            let renewed = async move { connection.invoke::<i64>(&call).await };
+            let watch = Watch::new(&self.client, instance, &held[0].0);
+            let timeout = self.timeout;
             calls.spawn(async move {
                 let renewed = async {
-                    let reply = connection.invoke::<i64>(&call).await;
-                    reply.map_err(|e| error("Redis renewal failed".into(), e))
+                    renewed
+                        .await
+                        .map_err(|e| error("Redis renewal failed".into(), e))
                 };
-                within(timeout, renewed).await
+                watch.note(within(timeout, renewed).await)
             });
         }
         while let Some(done) = calls.join_next().await {
@@ -296,16 +355,16 @@ impl Heart {
         }
     }
 
-    async fn read_slots(&self, instance: &Instance) {
+    async fn read_slots(&self, instance: &Arc<Instance>) {
         let mut command = redis::cmd("CLUSTER");
         command.arg("SLOTS");
         let random = RoutingInfo::SingleNode(SingleNodeRoutingInfo::Random);
-        let reply = self
-            .ask(
-                "CLUSTER SLOTS",
-                self.connection.query(&command, Some(random)),
-            )
-            .await;
+        let connection = self.client.connection();
+        let reply = async {
+            let reply = connection.query(&command, Some(random)).await;
+            reply.map_err(|e| error("Redis CLUSTER SLOTS failed".into(), e))
+        };
+        let reply = within(self.timeout, reply).await;
         if let Some(slots) = reply.ok().as_ref().and_then(Slots::read) {
             // A node the map no longer names (replaced by a failover) will
             // not answer again: its keys are on another node now.
@@ -327,18 +386,28 @@ impl Heart {
             None => SingleNodeRoutingInfo::Random,
         };
         let ping = redis::cmd("PING");
-        let reply = self
-            .connection
-            .query::<String>(&ping, Some(RoutingInfo::SingleNode(routing)));
-        match self.ask("probe", reply).await {
+        let connection = self.client.connection();
+        let reply = async move {
+            let routing = Some(RoutingInfo::SingleNode(routing));
+            connection.query::<String>(&ping, routing).await
+        };
+        let probe = async {
+            reply
+                .await
+                .map_err(|e| error("Redis probe failed".into(), e))
+        };
+        match within(self.timeout, probe).await {
             Ok(_) => true,
             Err(err) => said_by_server(&err),
         }
     }
 
-    /// A call's reply within the store's timeout.
+    /// A call's reply within the heartbeat's wait, for the key `name`,
+    /// noted as news of its node.
     async fn ask<T>(
         &self,
+        instance: &Arc<Instance>,
+        name: &str,
         what: &str,
         call: impl std::future::Future<Output = redis::RedisResult<T>>,
     ) -> Result<T, StoreError> {
@@ -346,6 +415,7 @@ impl Heart {
             call.await
                 .map_err(|e| error(format!("Redis {what} failed"), e))
         };
-        within(self.timeout, call).await
+        let watch = Watch::new(&self.client, instance, name);
+        watch.note(within(self.timeout, call).await)
     }
 }

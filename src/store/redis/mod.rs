@@ -11,6 +11,7 @@
 //! map, `keys` the key names, `state` a key's stored state read back.
 
 mod call;
+mod client;
 mod connect;
 mod deny_cache;
 mod failure;
@@ -28,10 +29,9 @@ use std::time::Duration;
 
 use redis::aio::ConnectionManager;
 use redis::cluster_async::ClusterConnection;
-use redis::cluster_routing::RoutingInfo;
-use redis::{Cmd, FromRedisValue, RedisResult, ScriptInvocation};
 
 pub use self::call::RedisBinding;
+use self::client::{Client, Connection, Opener};
 use self::connect::error;
 #[cfg(feature = "redis-tls")]
 pub use self::connect::RedisTls;
@@ -41,7 +41,6 @@ pub use self::failure::FailurePolicy;
 use self::fleet::Instance;
 use crate::clock::Clock;
 use crate::policy::Policy;
-use crate::store::{StoreError, StoreErrorKind};
 
 /// State kept in Redis, so that every instance of a service shares one limit.
 ///
@@ -108,18 +107,32 @@ use crate::store::{StoreError, StoreErrorKind};
 ///   [`Fallback`](FailurePolicy::Fallback) a local memory store judges each
 ///   request at its cost; what it admits is not counted in Redis, and not
 ///   settled.
-/// * **A heartbeat.** From its first call the store runs a task on the
-///   tokio runtime that keeps its entry in the set `prefix:instances` once
-///   per [heartbeat](RedisStore::with_heartbeat) and, during an outage,
-///   probes Redis; on a Cluster it also reads `CLUSTER SLOTS` and sends
-///   `PING`. A user restricted by ACLs needs those commands and that key,
-///   or outages are decided for the whole Cluster.
+/// * **A saturated Redis is no outage.** At most
+///   [`PENDING_CALLS_PER_NODE`](RedisStore::PENDING_CALLS_PER_NODE) calls
+///   of a store wait on one node at once; a call past that waits for a
+///   place within its timeout. A call that times out is answered by the
+///   failure policy alone, and keeps its place until Redis has replied to
+///   it, so a burst queues in the store rather than in Redis. A node is
+///   taken for down only on evidence: a refused or dropped connection, or a
+///   call that waited the longer of the timeout and the heartbeat with no
+///   reply from that node to any call. Its keys are then answered by the
+///   failure policy at once, without waiting, until a probe finds it.
+/// * **A heartbeat.** From the moment it is built (or its first call, if
+///   built outside a tokio runtime) the store runs a task on the runtime
+///   that keeps its entry in the set `prefix:instances` once per
+///   [heartbeat](RedisStore::with_heartbeat) and probes Redis; on a
+///   Cluster it also reads `CLUSTER SLOTS` and sends `PING`. A user
+///   restricted by ACLs needs those commands and that key, or outages are
+///   decided for the whole Cluster. A store that connected from a URL
+///   opens a new connection with its credentials at a probe that is
+///   refused them (a password rotated and put back) or that finds a single
+///   server down, so it recovers from either without a restart.
 ///
 /// Supports 64-bit Redis 6 and later (tested on 7.0), standalone or cluster:
 /// the bucket's times are printed through a C `long`.
 #[derive(Clone)]
 pub struct RedisStore {
-    connection: Connection,
+    client: Arc<Client>,
     prefix: Arc<str>,
     clock: Option<ClientClock>,
     timeout: Duration,
@@ -133,64 +146,12 @@ pub struct RedisStore {
     instance: Arc<Instance>,
 }
 
-#[derive(Clone)]
-enum Connection {
-    Single(ConnectionManager),
-    Cluster(ClusterConnection),
-}
-
 type ClientClock = Arc<dyn Fn() -> u64 + Send + Sync>;
-
-impl Connection {
-    async fn invoke<T: FromRedisValue>(&self, invocation: &ScriptInvocation<'_>) -> RedisResult<T> {
-        match self {
-            Self::Single(manager) => invocation.invoke_async(&mut manager.clone()).await,
-            Self::Cluster(cluster) => invocation.invoke_async(&mut cluster.clone()).await,
-        }
-    }
-
-    /// Sends `command`; on a Cluster to the node `routing` names, if any,
-    /// else to the one its keys live on.
-    async fn query<T: FromRedisValue>(
-        &self,
-        command: &Cmd,
-        routing: Option<RoutingInfo>,
-    ) -> RedisResult<T> {
-        match (self, routing) {
-            (Self::Cluster(cluster), Some(routing)) => {
-                let reply = cluster
-                    .clone()
-                    .route_command(command.clone(), routing)
-                    .await?;
-                Ok(redis::from_redis_value(reply)?)
-            }
-            (Self::Cluster(cluster), None) => command.query_async(&mut cluster.clone()).await,
-            (Self::Single(manager), _) => command.query_async(&mut manager.clone()).await,
-        }
-    }
-}
-
-/// `call`'s outcome, or an error once `timeout` has passed.
-async fn within<T>(
-    timeout: Duration,
-    call: impl std::future::Future<Output = Result<T, StoreError>>,
-) -> Result<T, StoreError> {
-    match tokio::time::timeout(timeout, call).await {
-        Ok(outcome) => outcome,
-        Err(_) => Err(
-            StoreError::new(format!("Redis did not answer within {timeout:?}"), None)
-                .with_kind(StoreErrorKind::Timeout),
-        ),
-    }
-}
 
 impl std::fmt::Debug for RedisStore {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("RedisStore")
-            .field(
-                "cluster",
-                &matches!(self.connection, Connection::Cluster(_)),
-            )
+            .field("cluster", &self.client.is_cluster())
             .field("prefix", &self.prefix)
             .field("client_clock", &self.clock.is_some())
             .field("timeout", &self.timeout)
@@ -219,17 +180,19 @@ impl RedisStore {
 
     /// A store over an existing single-node connection.
     pub fn from_connection_manager(manager: ConnectionManager) -> Self {
-        Self::build(Connection::Single(manager))
+        Self::build(Connection::Single(manager), None)
     }
 
     /// A store over an existing cluster connection.
     pub fn from_cluster_connection(connection: ClusterConnection) -> Self {
-        Self::build(Connection::Cluster(connection))
+        Self::build(Connection::Cluster(connection), None)
     }
 
-    fn build(connection: Connection) -> Self {
-        Self {
-            connection,
+    /// The store with its defaults; it joins its fleet at once if built
+    /// in a tokio runtime, else at its first call.
+    fn build(connection: Connection, opener: Option<Opener>) -> Self {
+        let store = Self {
+            client: Arc::new(Client::new(connection, opener)),
             prefix: Arc::from(Self::DEFAULT_PREFIX),
             clock: None,
             timeout: Self::DEFAULT_TIMEOUT,
@@ -239,13 +202,22 @@ impl RedisStore {
             expected_instances: 1,
             denied: Some(Arc::new(DenyCache::new(Self::DEFAULT_DENY_CACHE))),
             instance: Arc::new(Instance::new()),
-        }
+        };
+        store.join();
+        store
+    }
+
+    /// Starts afresh what a store and its clones share while they run (the
+    /// fleet's entry, the outage), for a setting that changes it.
+    fn renew_instance(&mut self) {
+        self.instance = Arc::new(Instance::new());
+        self.join();
     }
 
     /// Names every key `prefix:{…}:…` (default `tsw`).
     pub fn with_prefix(mut self, prefix: &str) -> Self {
         self.prefix = Arc::from(keys::escape(prefix));
-        self.instance = Arc::new(Instance::new());
+        self.renew_instance();
         self
     }
 
@@ -256,7 +228,7 @@ impl RedisStore {
     pub fn with_clock<C: Clock>(mut self, clock: C) -> Self {
         self.clock = Some(Arc::new(move || clock.now_micros()));
         // Its fallback windows judge on this clock.
-        self.instance = Arc::new(Instance::new());
+        self.renew_instance();
         // What it remembers was placed on the other clock.
         self.denied = self
             .denied
@@ -281,8 +253,10 @@ impl RedisStore {
         self.denied.as_ref().map_or(0, |denied| denied.len())
     }
 
-    /// How long one decision may take before the failure policy answers
-    /// instead (default 50 ms).
+    /// How long one decision may take, waiting for a place among the
+    /// node's pending calls included, before the failure policy answers
+    /// instead (default 50 ms). It bounds every call, however long: the
+    /// connection has no timeout of its own.
     pub fn with_timeout(mut self, timeout: Duration) -> Self {
         self.timeout = timeout;
         self
@@ -297,7 +271,7 @@ impl RedisStore {
 
     /// Refreshes this instance's entry among the prefix's live instances
     /// every `interval` (default [`DEFAULT_HEARTBEAT`](Self::DEFAULT_HEARTBEAT)),
-    /// from a task on the tokio runtime started at the store's first call.
+    /// from a task on the tokio runtime started when the store is built.
     /// An entry lives three intervals, so an instance that dies without
     /// leaving drops out of the others' count within four. During an
     /// outage the same task probes Redis once per interval, and decisions
@@ -312,7 +286,7 @@ impl RedisStore {
             "RedisStore::with_heartbeat: the interval must be at least 1 ms, got {interval:?}"
         );
         self.heartbeat = interval;
-        self.instance = Arc::new(Instance::new());
+        self.renew_instance();
         self
     }
 
@@ -334,13 +308,13 @@ impl RedisStore {
             "RedisStore::with_lease: a lease must be at least 30 ms, got {lease:?}"
         );
         self.lease = lease;
-        self.instance = Arc::new(Instance::new());
+        self.renew_instance();
         self
     }
 
-    /// How many instances to assume [live](Self::live_instances) until
-    /// the first heartbeat has counted them (default 1): the fleet's size
-    /// for an instance that starts during an outage.
+    /// How many instances to assume [live](Self::live_instances) (default
+    /// 1) until the heartbeats count as many, or have counted three times:
+    /// the fleet's size for an instance that starts during an outage.
     pub fn with_expected_instances(mut self, instances: usize) -> Self {
         self.expected_instances = instances.max(1);
         self
@@ -348,11 +322,12 @@ impl RedisStore {
 
     /// How many instances shared this store's prefix at the last
     /// heartbeat, this one included: a store and its clones are one
-    /// instance. Before any heartbeat it is the
-    /// [expected](Self::with_expected_instances) number, 1 by default.
+    /// instance, and it joins when it is built. Until the heartbeats count
+    /// the [expected](Self::with_expected_instances) number (1 by default),
+    /// or have counted three times, it is that number.
     /// [`Fallback`](FailurePolicy::Fallback) divides every limit by it.
     pub fn live_instances(&self) -> usize {
-        self.instance.live().unwrap_or(self.expected_instances)
+        self.instance.live_or(self.expected_instances)
     }
 
     /// The Redis key holding `key`'s state under `policy`: `key` escaped

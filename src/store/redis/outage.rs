@@ -41,24 +41,14 @@ pub(super) struct Outage {
     fallback: Mutex<Option<MemoryStore<LocalClock>>>,
 }
 
-/// Whether a failure says that the node is out of reach, rather than that
-/// it answered something unexpected (a script error, a wrong type).
-pub(super) fn is_unreachable(err: &StoreError) -> bool {
-    matches!(
-        err.kind(),
-        StoreErrorKind::Timeout | StoreErrorKind::Connection
-    )
-}
-
 impl Outage {
     fn any_down(&self) -> bool {
         self.any_down.load(Ordering::Acquire)
     }
 
-    /// Whether the node `node` names is down; `node` is worked out only
-    /// once some node is.
-    pub(super) fn is_down(&self, node: impl Fn() -> Node) -> bool {
-        self.any_down() && self.down.lock().contains(&node())
+    /// Whether `node` is down.
+    pub(super) fn is_down(&self, node: &Node) -> bool {
+        self.any_down() && self.down.lock().contains(node)
     }
 
     /// The nodes down now, for the probe.
@@ -70,11 +60,9 @@ impl Outage {
         let mut down = self.down.lock();
         if !down.contains(&node) {
             crate::observe::node_down(&node);
-            if down.is_empty() {
-                // Each outage starts with windows of its own, whatever a
-                // reply error judged locally before it.
-                *self.fallback.lock() = None;
-            }
+            // The fallback's windows are kept: the calls that timed out
+            // while the node was not yet known to be down were judged in
+            // them.
             down.push(node);
             self.any_down.store(true, Ordering::Release);
             self.went_down.notify_waiters();
@@ -115,23 +103,23 @@ impl Outage {
         self.fallback.lock().get_or_insert_with(make).clone()
     }
 
-    /// `call`'s outcome, or an error as soon as another call finds down
-    /// the node that `node` names (worked out only once a node is down).
+    /// `call`'s outcome, or an error as soon as another call finds `node`
+    /// down.
     pub(super) async fn unless_down<T>(
         &self,
-        node: impl Fn() -> Node,
+        node: &Node,
         call: impl Future<Output = Result<T, StoreError>>,
     ) -> Result<T, StoreError> {
         let mut call = pin!(call);
-        let mut down = pin!(self.until_down(&node));
+        let mut down = pin!(self.until_down(node));
         poll_fn(|cx| match call.as_mut().poll(cx) {
             Poll::Ready(outcome) => Poll::Ready(outcome),
-            Poll::Pending => down.as_mut().poll(cx).map(|()| Err(Self::error(&node()))),
+            Poll::Pending => down.as_mut().poll(cx).map(|()| Err(Self::error(node))),
         })
         .await
     }
 
-    async fn until_down(&self, node: &impl Fn() -> Node) {
+    async fn until_down(&self, node: &Node) {
         loop {
             // Taken before looking, so that a node marked in between
             // still wakes it.

@@ -42,7 +42,7 @@ impl RedisStore {
         let mut get = redis::cmd("MGET");
         get.arg(&name).arg(keys::penalty_key(&name));
         let read: RedisResult<(Option<Vec<u8>>, Option<String>)> =
-            self.connection.query(&get, None).await;
+            self.client.connection().query(&get, None).await;
         let (stored, penalty) = read.map_err(|e| super::error("Redis read failed".into(), e))?;
         let penalty_until = penalty.and_then(|until| until.parse().ok()).unwrap_or(0);
         let leases = match policy.in_flight() {
@@ -65,7 +65,7 @@ impl RedisStore {
             .arg(0)
             .arg(-1)
             .arg("WITHSCORES");
-        let held: RedisResult<Vec<(u64, f64)>> = self.connection.query(&range, None).await;
+        let held: RedisResult<Vec<(u64, f64)>> = self.client.connection().query(&range, None).await;
         let held = held.map_err(|e| super::error("Redis read failed".into(), e))?;
         let mut leases = Leases::default();
         for (id, until) in held {

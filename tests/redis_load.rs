@@ -1,0 +1,270 @@
+//! The Redis store under load and faults, against private redis-servers:
+//! a burst past the timeout is no outage, a rotated password and a pause
+//! are recovered from without a restart, idle instances count each other,
+//! and a fleet demanding twice its limit is judged by Redis.
+#![cfg(feature = "redis")]
+
+#[path = "support/redis_server.rs"]
+mod redis_server;
+#[path = "support/stores.rs"]
+mod stores;
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use redis_server::{unique_prefix, Server};
+use stores::policy;
+use tower_sliding_window::{
+    Algorithm, FailurePolicy, Origin, Policy, RedisStore, Store, StoreErrorKind,
+};
+
+async fn private_server(extra: &'static [&'static str]) -> Server {
+    tokio::task::spawn_blocking(move || Server::start_with(extra))
+        .await
+        .unwrap()
+}
+
+/// 5,000 calls at once under a 5 ms timeout overrun it on any machine:
+/// those that time out are answered by the failure policy, each alone, and
+/// the calls made one at a time after the burst are all judged by Redis.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_burst_past_the_timeout_is_no_outage() {
+    let server = private_server(&[]).await;
+    let store = RedisStore::connect(&server.url())
+        .await
+        .unwrap()
+        .with_prefix(&unique_prefix("burst"))
+        .with_timeout(Duration::from_millis(5));
+    let policy = policy(Algorithm::SlidingCounter, &[(1_000_000, 60_000)]);
+    let mut burst = tokio::task::JoinSet::new();
+    for call in 0..5_000 {
+        let (store, policy) = (store.clone(), policy.clone());
+        burst.spawn(async move { store.decide(call % 100, &policy).await.map(|d| d.origin()) });
+    }
+    let (mut judged, mut answered) = (0, 0);
+    while let Some(origin) = burst.join_next().await {
+        match origin.unwrap().unwrap() {
+            Origin::Limits => judged += 1,
+            Origin::FailOpen => answered += 1,
+            other => panic!("a burst decision came from {other:?}"),
+        }
+    }
+    println!(
+        "burst of 5,000 under 5 ms: {judged} judged by Redis, {answered} by the failure policy"
+    );
+    // The calls that timed out still hold their permits until Redis has
+    // answered them; the next calls wait for those, within their timeout.
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    for key in 0..100 {
+        let decision = store.decide(key, &policy).await.unwrap();
+        assert_eq!(
+            decision.origin(),
+            Origin::Limits,
+            "key {key} after the burst"
+        );
+    }
+}
+
+/// The password changes under a running store and every connection is
+/// dropped: decisions fail as authentication failures while it is wrong,
+/// and are judged by Redis again within 10 s of its return, with
+/// requests coming all along and no restart.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rotated_password_is_recovered_from_when_it_comes_back() {
+    let server = private_server(&["--requirepass", "old"]).await;
+    let url = format!("redis://:old@127.0.0.1:{}", server.port);
+    let store = RedisStore::connect(&url)
+        .await
+        .unwrap()
+        .with_prefix(&unique_prefix("password"))
+        .with_failure_policy(FailurePolicy::FailClosed)
+        .with_timeout(Duration::from_secs(2));
+    let policy = policy(Algorithm::SlidingLog, &[(1_000_000, 60_000)]);
+    assert_eq!(
+        store.decide("k", &policy).await.unwrap().origin(),
+        Origin::Limits
+    );
+
+    let as_new = |args: &[&str]| {
+        let output = std::process::Command::new("redis-cli")
+            .env("REDISCLI_AUTH", "new")
+            .args(["-p", &server.port.to_string()])
+            .args(args)
+            .output()
+            .unwrap();
+        assert!(output.status.success(), "{output:?}");
+    };
+    server
+        .cli(&["CONFIG", "SET", "requirepass", "new"])
+        .unwrap();
+    as_new(&["CLIENT", "KILL", "TYPE", "normal"]);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        match store.decide("k", &policy).await {
+            Err(err) if err.kind() == StoreErrorKind::Authentication => break,
+            Err(_) => {}
+            Ok(decision) => panic!("decided with a rotated password: {decision:?}"),
+        }
+        assert!(Instant::now() < deadline, "never an authentication failure");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    // Still wrong a few heartbeats later: nothing gets through.
+    for _ in 0..30 {
+        let failed = store.decide("k", &policy).await.unwrap_err();
+        assert_eq!(failed.kind(), StoreErrorKind::Authentication);
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+
+    as_new(&["CONFIG", "SET", "requirepass", "old"]);
+    let restored = Instant::now();
+    loop {
+        if let Ok(decision) = store.decide("k", &policy).await {
+            assert_eq!(decision.origin(), Origin::Limits);
+            break;
+        }
+        assert!(
+            restored.elapsed() < Duration::from_secs(10),
+            "not judged by Redis 10 s after the password came back"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    println!(
+        "judged by Redis again {:?} after the password came back",
+        restored.elapsed()
+    );
+}
+
+/// Four instances connected and idle each count four within a few
+/// heartbeats; an expected count stands until the heartbeats have counted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn idle_instances_count_each_other() {
+    let server = private_server(&[]).await;
+    let prefix = unique_prefix("idle");
+    let heartbeat = Duration::from_millis(200);
+    let mut stores = Vec::new();
+    for _ in 0..4 {
+        let store = RedisStore::connect(&server.url())
+            .await
+            .unwrap()
+            .with_prefix(&prefix)
+            .with_heartbeat(heartbeat);
+        stores.push(store);
+    }
+    let deadline = Instant::now() + heartbeat * 5;
+    while stores.iter().any(|store| store.live_instances() != 4) {
+        let seen: Vec<usize> = stores.iter().map(RedisStore::live_instances).collect();
+        assert!(Instant::now() < deadline, "idle instances saw {seen:?}");
+        tokio::time::sleep(heartbeat / 4).await;
+    }
+
+    // Alone under another prefix, told to expect 8: 8 until a few
+    // heartbeats have counted 1.
+    let alone = RedisStore::connect(&server.url())
+        .await
+        .unwrap()
+        .with_prefix(&unique_prefix("alone"))
+        .with_heartbeat(heartbeat)
+        .with_expected_instances(8);
+    assert_eq!(alone.live_instances(), 8);
+    let deadline = Instant::now() + heartbeat * 10;
+    while alone.live_instances() != 1 {
+        assert!(
+            Instant::now() < deadline,
+            "the expected count never gave way"
+        );
+        tokio::time::sleep(heartbeat / 4).await;
+    }
+}
+
+/// A timeout longer than a pause is waited out: the call is judged by
+/// Redis, whatever timeout the connection was opened with.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_long_timeout_outlasts_a_pause() {
+    let server = private_server(&[]).await;
+    let store = RedisStore::connect(&server.url())
+        .await
+        .unwrap()
+        .with_prefix(&unique_prefix("pause"))
+        .with_timeout(Duration::from_secs(5));
+    let policy = policy(Algorithm::SlidingCounter, &[(10, 60_000)]);
+    assert_eq!(
+        store.decide("k", &policy).await.unwrap().origin(),
+        Origin::Limits
+    );
+    server.pause();
+    let started = Instant::now();
+    let server = Arc::new(server);
+    let resume = {
+        let server = Arc::clone(&server);
+        std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_secs(3));
+            server.resume();
+        })
+    };
+    let decision = store.decide("k", &policy).await.unwrap();
+    resume.join().unwrap();
+    assert_eq!(
+        decision.origin(),
+        Origin::Limits,
+        "after {:?}",
+        started.elapsed()
+    );
+    assert!(started.elapsed() >= Duration::from_secs(3));
+}
+
+/// Four instances on one key, 32 decisions in flight each, demanding
+/// 20,000 of a limit of 10,000 an hour, with the default timeout: Redis
+/// judges them, so that between 9,500 and 10,000 are admitted and at most
+/// 0.1 % are answered by the failure policy.
+async fn four_instances_demand_twice_the_limit(algorithm: Algorithm) {
+    let server = private_server(&[]).await;
+    let prefix = unique_prefix("demand");
+    let policy: Policy = policy(algorithm, &[(10_000, 3_600_000)]);
+    let mut instances = tokio::task::JoinSet::new();
+    for _ in 0..4 {
+        let store = RedisStore::connect(&server.url())
+            .await
+            .unwrap()
+            .with_prefix(&prefix);
+        for _ in 0..32 {
+            let (store, policy) = (store.clone(), policy.clone());
+            instances.spawn(async move {
+                let mut origins = Vec::new();
+                for _ in 0..20_000 / 128 {
+                    let decision = store.decide("hot", &policy).await.unwrap();
+                    origins.push((decision.is_allowed(), decision.origin()));
+                }
+                origins
+            });
+        }
+    }
+    let (mut admitted, mut by_policy, mut decided) = (0, 0, 0);
+    while let Some(origins) = instances.join_next().await {
+        for (allowed, origin) in origins.unwrap() {
+            decided += 1;
+            admitted += usize::from(allowed);
+            by_policy += usize::from(origin == Origin::FailOpen);
+        }
+    }
+    println!(
+        "{algorithm:?}: {decided} decided, {admitted} admitted, {by_policy} by the failure policy"
+    );
+    assert!(
+        (9_500..=10_000).contains(&admitted),
+        "{algorithm:?}: {admitted} admitted ({by_policy} by the failure policy)"
+    );
+    assert!(
+        by_policy * 1_000 <= decided,
+        "{algorithm:?}: {by_policy} of {decided} by the failure policy"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn four_instances_on_the_log_are_judged_by_redis() {
+    four_instances_demand_twice_the_limit(Algorithm::SlidingLog).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn four_instances_on_the_counter_are_judged_by_redis() {
+    four_instances_demand_twice_the_limit(Algorithm::SlidingCounter).await;
+}

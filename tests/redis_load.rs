@@ -268,3 +268,110 @@ async fn four_instances_on_the_log_are_judged_by_redis() {
 async fn four_instances_on_the_counter_are_judged_by_redis() {
     four_instances_demand_twice_the_limit(Algorithm::SlidingCounter).await;
 }
+
+/// A Cluster of three primaries with a replica each loses a primary under
+/// load. The keys of the other primaries are judged by Redis all along,
+/// with no answer from the failure policy; the lost primary's keys are
+/// judged again once its replica has taken over.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failover_spills_onto_no_other_primary() {
+    let mut nodes = tokio::task::spawn_blocking(|| {
+        let mut args = redis_server::CLUSTER_NODE.to_vec();
+        args.extend(["--cluster-require-full-coverage", "no"]);
+        let nodes: Vec<Server> = (0..6).map(|_| Server::start_with(&args)).collect();
+        redis_server::form_cluster_with_replicas(&nodes.iter().collect::<Vec<_>>(), 1);
+        nodes
+    })
+    .await
+    .unwrap();
+    let urls: Vec<String> = nodes.iter().map(Server::url).collect();
+    let urls: Vec<&str> = urls.iter().map(String::as_str).collect();
+    let store = RedisStore::connect_cluster(&urls)
+        .await
+        .unwrap()
+        .with_prefix(&unique_prefix("failover"))
+        .with_failure_policy(FailurePolicy::FailClosed)
+        // Well past a busy machine's slowest reply, well short of the
+        // failover's seconds.
+        .with_timeout(Duration::from_millis(250));
+    let policy = policy(Algorithm::SlidingCounter, &[(1_000_000, 60_000)]);
+    let keys: Vec<String> = (0..24).map(|i| format!("key-{i}")).collect();
+    for key in &keys {
+        let decision = store.decide(key.as_str(), &policy).await.unwrap();
+        assert_eq!(decision.origin(), Origin::Limits);
+    }
+    // The primary to kill, and which keys it holds.
+    let primary = nodes
+        .iter()
+        .position(|node| {
+            node.cli(&["ROLE"])
+                .unwrap_or_default()
+                .starts_with("master")
+        })
+        .unwrap();
+    let on_primary: Vec<bool> = keys
+        .iter()
+        .map(|key| {
+            nodes[primary]
+                .cli(&["EXISTS", &store.key_name(&key.as_str(), &policy)])
+                .as_deref()
+                == Some("1")
+        })
+        .collect();
+    assert!(on_primary.iter().any(|&on| on) && !on_primary.iter().all(|&on| on));
+
+    let until = Instant::now() + Duration::from_secs(12);
+    let mut load = tokio::task::JoinSet::new();
+    for worker in 0..8 {
+        let (store, policy, keys) = (store.clone(), policy.clone(), keys.clone());
+        load.spawn(async move {
+            let mut seen = Vec::new();
+            let mut i = worker;
+            while Instant::now() < until {
+                let key = i % keys.len();
+                let outcome = store.decide(keys[key].as_str(), &policy).await;
+                seen.push((key, Instant::now(), outcome.map(|d| d.origin())));
+                i += 1;
+                tokio::time::sleep(Duration::from_millis(2)).await;
+            }
+            seen
+        });
+    }
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let killed = Instant::now();
+    nodes[primary].kill();
+    let mut seen = Vec::new();
+    while let Some(worker) = load.join_next().await {
+        seen.extend(worker.unwrap());
+    }
+    let others: Vec<_> = seen.iter().filter(|(key, ..)| !on_primary[*key]).collect();
+    let failed: Vec<_> = others
+        .iter()
+        .filter(|(_, _, outcome)| !matches!(outcome, Ok(Origin::Limits)))
+        .map(|(key, at, outcome)| (key, at.saturating_duration_since(killed), outcome))
+        .collect();
+    assert!(
+        failed.is_empty(),
+        "{} of {} decisions on healthy primaries failed: {:?}",
+        failed.len(),
+        others.len(),
+        &failed[..failed.len().min(10)]
+    );
+    // The lost primary's keys are judged by its replica in the end.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    for (key, _) in keys.iter().zip(&on_primary).filter(|(_, &on)| on) {
+        while !matches!(store.decide(key.as_str(), &policy).await, Ok(d) if d.origin() == Origin::Limits)
+        {
+            assert!(
+                Instant::now() < deadline,
+                "{key} never judged after the failover"
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+    let lost = seen.iter().filter(|(key, ..)| on_primary[*key]).count();
+    println!(
+        "{} decisions on healthy primaries, all judged; {lost} on the lost one",
+        others.len()
+    );
+}

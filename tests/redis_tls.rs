@@ -190,6 +190,23 @@ async fn a_bad_url_and_an_unreachable_server_are_told_apart() {
     assert!(!err.to_string().contains("s3cret"), "{err}");
 }
 
+/// A plain `redis://` URL at a port that speaks TLS: the server drops the
+/// connection, and the error says what to write instead.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_plain_url_at_a_tls_port_suggests_rediss() {
+    let server = tokio::task::spawn_blocking(|| TlsServer::start(&[]))
+        .await
+        .unwrap();
+    let plain = format!("redis://127.0.0.1:{}", server.tls_port);
+    let err = RedisStore::connect(&plain).await.unwrap_err();
+    assert_eq!(err.kind(), StoreErrorKind::Connection, "{err}");
+    assert!(err.to_string().contains("rediss://"), "{err}");
+    // A port where nobody listens gets no such hint.
+    let nobody = format!("redis://127.0.0.1:{}", free_port());
+    let err = RedisStore::connect(&nobody).await.unwrap_err();
+    assert!(!err.to_string().contains("rediss://"), "{err}");
+}
+
 /// A password rotated under a running store: the failure policy answers,
 /// and the failure is counted as an authentication one, not an outage.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -277,6 +277,11 @@ pub const CLUSTER_NODE: [&str; 6] = [
 /// Makes `nodes` (started with [`CLUSTER_NODE`]) one cluster of
 /// primaries, and waits until every node says it is ok.
 pub fn form_cluster(nodes: &[&Server]) {
+    form_cluster_with_replicas(nodes, 0);
+}
+
+/// Makes `nodes` one cluster with `replicas` replicas for each primary.
+pub fn form_cluster_with_replicas(nodes: &[&Server], replicas: usize) {
     let addresses: Vec<String> = nodes
         .iter()
         .map(|n| format!("127.0.0.1:{}", n.port))
@@ -284,7 +289,7 @@ pub fn form_cluster(nodes: &[&Server]) {
     let status = Command::new("redis-cli")
         .args(["--cluster", "create"])
         .args(&addresses)
-        .args(["--cluster-replicas", "0", "--cluster-yes"])
+        .args(["--cluster-replicas", &replicas.to_string(), "--cluster-yes"])
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .status()
@@ -298,6 +303,18 @@ pub fn form_cluster(nodes: &[&Server]) {
             deadline,
             "no cluster_state:ok",
         );
+    }
+    // A replica takes over only with data recent enough: wait until each
+    // has synchronised with its primary.
+    for node in nodes {
+        if node.cli(&["ROLE"]).unwrap_or_default().starts_with("slave") {
+            node.wait_for(
+                &["INFO", "replication"],
+                "master_link_status:up",
+                deadline,
+                "a replica never synchronised",
+            );
+        }
     }
 }
 

@@ -375,3 +375,51 @@ async fn a_failover_spills_onto_no_other_primary() {
         others.len()
     );
 }
+
+/// Redis CPU per admitting call on logs of the same shape at limits a
+/// hundred times apart: `calls` admissions spread over `keys` keys that
+/// already hold `held` stamps each.
+async fn log_cpu_per_call(server: &Server, max: u32, keys: u32, held: u32, calls: u32) -> f64 {
+    let store = RedisStore::connect(&server.url())
+        .await
+        .unwrap()
+        .with_prefix(&unique_prefix("log-cost"))
+        .with_heartbeat(Duration::from_secs(3_600))
+        .with_failure_policy(FailurePolicy::FailClosed)
+        .with_timeout(Duration::from_secs(5));
+    let policy = policy(Algorithm::SlidingLog, &[(max, 3_600_000)]);
+    for key in 0..keys {
+        let mut filled = 0;
+        while filled < held {
+            let cost = (held - filled).min(max / 10);
+            assert!(store
+                .decide_cost(key, &policy, cost)
+                .await
+                .unwrap()
+                .is_allowed());
+            filled += cost;
+        }
+    }
+    server.cli(&["CONFIG", "RESETSTAT"]).unwrap();
+    for call in 0..calls {
+        assert!(store
+            .decide(call % keys, &policy)
+            .await
+            .unwrap()
+            .is_allowed());
+    }
+    let usec = server.command_usec("evalsha") as f64;
+    assert_eq!(server.command_calls("evalsha"), u64::from(calls));
+    usec / f64::from(calls)
+}
+
+/// A call on a log holding 9,000 to 10,000 stamps costs Redis about what
+/// one holding 90 to 100 costs: it reads and writes a few stamps, not all.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_logs_cost_per_call_does_not_grow_with_its_limit() {
+    let server = private_server(&[]).await;
+    let small = log_cpu_per_call(&server, 100, 100, 90, 1_000).await;
+    let large = log_cpu_per_call(&server, 10_000, 1, 9_000, 1_000).await;
+    println!("Redis CPU per admitting call: {small:.1} µs at 90-100 stamps, {large:.1} µs at 9,000-10,000");
+    assert!(large <= 3.0 * small, "{large:.1} µs against {small:.1} µs");
+}

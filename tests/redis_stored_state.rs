@@ -32,32 +32,41 @@ async fn connection() -> redis::aio::MultiplexedConnection {
 }
 
 /// Ten a second and a hundred a minute: two 16-byte records for the
-/// counter and the fixed window, two 12-byte arrival times for the bucket.
+/// counter, two 12-byte ones for the fixed window and the bucket.
 fn per_second_and_minute(algorithm: Algorithm) -> Policy {
     Policy::new(algorithm, [Limit::per_second(10), Limit::per_minute(100)]).unwrap()
 }
 
 /// The records under a counter's or fixed window's key: per limit the
-/// window index, the previous count and the current one, as
-/// `struct.pack('<i8I4I4', ...)` wrote them.
-fn records(bytes: &[u8]) -> Vec<(i64, u32, u32)> {
-    assert_eq!(bytes.len() % 16, 0, "16 bytes a limit: {bytes:?}");
+/// window index, the previous count (the counter only) and the current
+/// one, as `struct.pack('<i8I4I4', ...)` or `struct.pack('<i8I4', ...)`
+/// wrote them; a fixed window's previous count reads as 0.
+fn records(bytes: &[u8], algorithm: Algorithm) -> Vec<(i64, u32, u32)> {
+    let size = if algorithm == Algorithm::FixedWindow {
+        12
+    } else {
+        16
+    };
+    assert_eq!(bytes.len() % size, 0, "{size} bytes a limit: {bytes:?}");
     bytes
-        .chunks(16)
+        .chunks(size)
         .map(|r| {
             let window = i64::from_le_bytes(r[..8].try_into().unwrap());
             let count = |at: usize| u32::from_le_bytes(r[at..at + 4].try_into().unwrap());
-            (window, count(8), count(12))
+            match size {
+                12 => (window, 0, count(8)),
+                _ => (window, count(8), count(12)),
+            }
         })
         .collect()
 }
 
-/// The counter and the fixed window keep one record of 16 bytes a limit,
-/// whatever the limits: the window index (`now` over the window, whole)
-/// and the counts, which a reader decodes as docs/design.md says. Each
-/// decision matches the memory store's.
+/// The counter keeps one record of 16 bytes a limit and the fixed window
+/// one of 12, whatever the limits: the window index (`now` over the
+/// window, whole) and the counts, which a reader decodes as docs/design.md
+/// says. Each decision matches the memory store's.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_counts_are_kept_as_16_byte_records() {
+async fn the_counts_are_kept_as_fixed_size_records() {
     let clock = ManualClock::new();
     let start = 1_800_000_000 * SECOND;
     clock.set(Duration::from_micros(start));
@@ -84,15 +93,17 @@ async fn the_counts_are_kept_as_16_byte_records() {
             let name = redis.key_name(&"records", &policy);
             let stored: Vec<u8> = connection.get(&name).await.unwrap();
             let now = start + 61 * SECOND;
-            for (record, &(_, ms)) in records(&stored).iter().zip(limits) {
+            for (record, &(_, ms)) in records(&stored, algorithm).iter().zip(limits) {
                 let window = ms * 1_000;
                 assert_eq!(record.0, (now / window) as i64, "{algorithm:?} {limits:?}");
                 assert!(record.2 >= 1, "the request at 61 s counts: {record:?}");
-                if algorithm == Algorithm::FixedWindow {
-                    assert_eq!(record.1, 0, "a fixed window keeps no previous count");
-                }
             }
-            assert_eq!(stored.len(), 16 * limits.len());
+            let size = if algorithm == Algorithm::FixedWindow {
+                12
+            } else {
+                16
+            };
+            assert_eq!(stored.len(), size * limits.len());
         }
     }
 }
@@ -312,11 +323,11 @@ async fn a_value_that_is_no_state_reads_as_a_fresh_key() {
     }
 }
 
-/// A log key holds the stamps of its accepted requests, 8 bytes each,
-/// oldest first, and nothing the log no longer needs: none older than its
-/// longest window and at most its largest `max`. An accepted request reads
-/// the key with one `GET` and writes it with one `SET` carrying the TTL; a
-/// refusal writes nothing.
+/// A log key holds the stamps of its accepted requests in a ring, 8 bytes
+/// each, oldest first from its head, and nothing the log no longer needs:
+/// none older than its longest window and at most its largest `max`. An
+/// accepted request on a small log reads the key with one `GETRANGE` and
+/// writes it with one `SET` carrying the TTL; a refusal writes nothing.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_log_key_holds_its_stamps_oldest_first() {
     let server = tokio::task::spawn_blocking(Server::start).await.unwrap();
@@ -333,11 +344,7 @@ async fn a_log_key_holds_its_stamps_oldest_first() {
             .unwrap()
             .get(&name)
             .unwrap();
-        assert_eq!(bytes.len() % 8, 0, "whole stamps: {bytes:?}");
-        bytes
-            .chunks(8)
-            .map(|stamp| i64::from_le_bytes(stamp.try_into().unwrap()))
-            .collect()
+        ring_stamps(&bytes)
     };
     let at = |ms: i64| ms * 1_000;
     for step_ms in [0, 200, 200, 700, 200] {
@@ -358,7 +365,10 @@ async fn a_log_key_holds_its_stamps_oldest_first() {
     clock.set(Duration::from_millis(110_300));
     assert!(store.decide("stamps", &policy).await.unwrap().is_allowed());
     assert_eq!(
-        (server.command_calls("get"), server.command_calls("set")),
+        (
+            server.command_calls("getrange"),
+            server.command_calls("set")
+        ),
         (2, 1)
     );
     assert_eq!(
@@ -369,9 +379,33 @@ async fn a_log_key_holds_its_stamps_oldest_first() {
     assert!(ttl > 10_000 && ttl <= 20_001, "PTTL {ttl}");
 }
 
-/// A log value that is not whole 8-byte stamps, or holds more stamps than
-/// the largest `max`, is no state the script writes: it reads as a fresh
-/// key, and is never read past its end.
+/// A log's value as the script writes it: the head's slot and how many
+/// stamps are held, then the ring's slots.
+fn ring(head: u32, len: u32, slots: &[i64]) -> Vec<u8> {
+    let header = [head.to_le_bytes(), len.to_le_bytes()].concat();
+    let slots = slots.iter().flat_map(|stamp| stamp.to_le_bytes());
+    header.into_iter().chain(slots).collect()
+}
+
+/// The stamps a log's value holds, oldest first, read from its ring.
+fn ring_stamps(bytes: &[u8]) -> Vec<i64> {
+    assert!(
+        bytes.len() >= 8 && bytes.len() % 8 == 0,
+        "a ring: {bytes:?}"
+    );
+    let word = |at: usize| u32::from_le_bytes(bytes[at..at + 4].try_into().unwrap()) as usize;
+    let (head, len, size) = (word(0), word(4), bytes.len() / 8 - 1);
+    (0..len)
+        .map(|i| {
+            let at = 8 + 8 * ((head + i) % size);
+            i64::from_le_bytes(bytes[at..at + 8].try_into().unwrap())
+        })
+        .collect()
+}
+
+/// A log value that is not a ring of whole 8-byte stamps, or holds more
+/// stamps than the largest `max`, is no state the script writes: it reads
+/// as a fresh key, and is never read past its end.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_log_value_that_is_no_state_reads_as_a_fresh_key() {
     let clock = ManualClock::new();
@@ -380,17 +414,14 @@ async fn a_log_value_that_is_no_state_reads_as_a_fresh_key() {
     let memory = MemoryStore::with_clock(clock.clone());
     let mut connection = connection().await;
     let now = 10 * SECOND as i64;
-    let stamps = |stamps: &[i64]| -> Vec<u8> {
-        stamps
-            .iter()
-            .flat_map(|stamp| stamp.to_le_bytes())
-            .collect()
-    };
-    let values: [(&str, Vec<u8>); 5] = [
+    let stamps = |stamps: &[i64]| ring(0, stamps.len() as u32, stamps);
+    let values: [(&str, Vec<u8>); 7] = [
         ("text", b"not a state".to_vec()),
-        ("one byte short", stamps(&[now, now])[..15].to_vec()),
+        ("one byte short", stamps(&[now, now])[..23].to_vec()),
         ("one byte over", [stamps(&[now]), vec![0]].concat()),
         ("more stamps than the largest max", stamps(&[now; 5])),
+        ("a head past the ring", ring(2, 1, &[now, now])),
+        ("more held than the ring holds", ring(0, 3, &[now, now])),
         ("empty", Vec::new()),
     ];
     let policy = policy(Algorithm::SlidingLog, &[(4, 1_000)]);

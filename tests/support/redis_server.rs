@@ -209,6 +209,11 @@ impl Server {
         succeeded("evalsha") + succeeded("eval") - stat("zadd", "calls")
     }
 
+    /// Redis CPU (µs) spent in `command` since the stats were reset.
+    pub fn command_usec(&self, command: &str) -> u64 {
+        self.command_stat(command, "usec")
+    }
+
     fn command_stat(&self, command: &str, field: &str) -> u64 {
         let stats = self.cli(&["INFO", "commandstats"]).unwrap_or_default();
         Self::stat_in(&stats, command, field)

@@ -1,4 +1,4 @@
-//! Redis key names: `prefix:{user key}:v4:name/signature`, as
+//! Redis key names: `prefix:{user key}:v5:name/signature`, as
 //! [`names`](super::super::names) writes them, with the version of the
 //! stored format.
 
@@ -8,7 +8,7 @@ pub(super) use crate::store::names::{escape, key_name};
 /// The version of the stored format, part of every key's name: a release
 /// that changes how any state is stored raises it, so that its keys never
 /// meet ones an older release wrote, even while both run side by side.
-const FORMAT_VERSION: &str = "v4";
+const FORMAT_VERSION: &str = "v5";
 
 /// The part of a key's name after the user's key, for a policy with the
 /// escaped `name` (if it has one) and `signature`.
@@ -39,11 +39,11 @@ mod tests {
         let plain = suffix(None, "l1/1s");
         assert_eq!(
             key_name("p", &"a}b{c:d", &plain),
-            "p:{a%7Db%7Bc:d}:v4:l1/1s"
+            "p:{a%7Db%7Bc:d}:v5:l1/1s"
         );
         let named = suffix(Some("lo{g}in"), "l1/1s");
-        assert_eq!(key_name("p", &"k", &named), "p:{k}:v4:lo%7Bg%7Din/l1/1s");
-        assert_eq!(key_name("p", &"nul\0", &plain), "p:{nul%00}:v4:l1/1s");
+        assert_eq!(key_name("p", &"k", &named), "p:{k}:v5:lo%7Bg%7Din/l1/1s");
+        assert_eq!(key_name("p", &"nul\0", &plain), "p:{nul%00}:v5:l1/1s");
         // The escape character is itself escaped, so these stay apart.
         assert_ne!(key_name("p", &"%7B", &plain), key_name("p", &"{", &plain));
     }
@@ -54,7 +54,7 @@ mod tests {
         let long = "k".repeat(65_536);
         let name = key_name("p", &long, &plain);
         assert!(name.starts_with("p:{sha256:"), "{name}");
-        assert!(name.ends_with("}:v4:l1/1s"), "{name}");
+        assert!(name.ends_with("}:v5:l1/1s"), "{name}");
         assert!(name.len() < 100, "{name}");
         let mut other = long.clone();
         other.replace_range(30_000..30_001, "j");

@@ -77,10 +77,10 @@ use crate::policy::Policy;
 ///   [`state`](RedisStore::state) reads a key back as the [`KeyState`](crate::KeyState)
 ///   the scripts judge by. Every key expires once it has been idle long
 ///   enough to no longer matter.
-/// * **Keys** are `prefix:{user key}:v4:name/signature`: the user's key is a
+/// * **Keys** are `prefix:{user key}:v5:name/signature`: the user's key is a
 ///   hash tag, escaped so that `{`, `}`, `%` and control bytes can neither
 ///   move it to another slot nor make two keys collide, and named by its
-///   SHA-256 past 256 bytes (see [`key_name`](RedisStore::key_name)). `v4` names the
+///   SHA-256 past 256 bytes (see [`key_name`](RedisStore::key_name)). `v5` names the
 ///   stored format, so that a deploy that changes it never reads a key an
 ///   older release wrote. Windows are identified by the policy's value
 ///   ([name](Policy::named), algorithm and limits), the same in every

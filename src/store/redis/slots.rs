@@ -79,7 +79,7 @@ mod tests {
         // Values from `CLUSTER KEYSLOT`.
         assert_eq!(slot(b"foo"), 12_182);
         assert_eq!(slot(b"user-2"), 157);
-        assert_eq!(slot(b"tsw:{user-2}:v4:l5/1s"), 157);
+        assert_eq!(slot(b"tsw:{user-2}:v5:l5/1s"), 157);
         // An empty tag is no tag: the whole name is hashed.
         assert_eq!(slot(b"{}foo"), 9_500);
     }
@@ -99,7 +99,7 @@ mod tests {
         let reply = Value::Array(vec![range(0, 8191, 7000), range(8192, 16383, 7001)]);
         let slots = Slots::read(&reply).unwrap();
         assert_eq!(&*slots.node("foo"), "10.0.0.1:7001");
-        assert_eq!(&*slots.node("tsw:{user-2}:v4:l5/1s"), "10.0.0.1:7000");
+        assert_eq!(&*slots.node("tsw:{user-2}:v5:l5/1s"), "10.0.0.1:7000");
         assert!(Slots::read(&Value::Int(1)).is_none());
         assert_eq!(
             address(&Node::from("10.0.0.1:7001")),

@@ -87,14 +87,11 @@ fn decode(bytes: &[u8], policy: &Policy) -> Option<Counts> {
             Some(Counts::Counter(SlidingCounter::from_parts(records)))
         }
         Algorithm::FixedWindow => {
-            let records = records(bytes, limits.len())?;
-            let counts = records
-                .into_iter()
-                .map(|(window, _, current)| (window, current));
-            Some(Counts::Fixed(FixedWindow::from_parts(counts)))
+            let windows = pairs(bytes, limits, |max| max + 1)?;
+            Some(Counts::Fixed(FixedWindow::from_parts(windows)))
         }
         Algorithm::TokenBucket => {
-            let tats = arrival_times(bytes, limits)?;
+            let tats = pairs(bytes, limits, |max| max)?;
             Some(Counts::Bucket(TokenBucket::from_parts(tats)))
         }
         Algorithm::SlidingLog => {
@@ -105,8 +102,8 @@ fn decode(bytes: &[u8], policy: &Policy) -> Option<Counts> {
     }
 }
 
-/// The counter's or fixed window's records: per limit the window index,
-/// 8 little-endian bytes below 2^53, and two 4-byte counts.
+/// The counter's records: per limit the window index, 8 little-endian
+/// bytes below 2^53, and two 4-byte counts.
 fn records(bytes: &[u8], limits: usize) -> Option<Vec<(u64, u32, u32)>> {
     if bytes.len() != 16 * limits {
         return None;
@@ -119,29 +116,39 @@ fn records(bytes: &[u8], limits: usize) -> Option<Vec<(u64, u32, u32)>> {
     records.collect()
 }
 
-/// The bucket's arrival times: per limit the whole µs, 8 little-endian
-/// bytes below 2^53, and the remainder, 4 bytes below the limit's max.
-fn arrival_times(bytes: &[u8], limits: &[Limit]) -> Option<Vec<(u64, u32)>> {
+/// The fixed window's and the bucket's records: per limit 8 little-endian
+/// bytes below 2^53 (the window index, or the arrival time's whole µs) and
+/// a 4-byte number below `bound` of the limit's max (the window's count, at
+/// most max, or the arrival time's remainder, below it).
+fn pairs(bytes: &[u8], limits: &[Limit], bound: fn(u64) -> u64) -> Option<Vec<(u64, u32)>> {
     if bytes.len() != 12 * limits.len() {
         return None;
     }
-    let tats = bytes.chunks_exact(12).zip(limits).map(|(record, limit)| {
-        let micros = u64::from_le_bytes(record[..8].try_into().ok()?);
-        let rem = u32::from_le_bytes(record[8..].try_into().ok()?);
-        (micros < 1 << 53 && rem < limit.max()).then_some((micros, rem))
+    let pairs = bytes.chunks_exact(12).zip(limits).map(|(record, limit)| {
+        let word = u64::from_le_bytes(record[..8].try_into().ok()?);
+        let number = u32::from_le_bytes(record[8..].try_into().ok()?);
+        let below = bound(u64::from(limit.max()));
+        (word < 1 << 53 && u64::from(number) < below).then_some((word, number))
     });
-    tats.collect()
+    pairs.collect()
 }
 
-/// The log's stamps, oldest first: 8 bytes each, at most the log's
-/// capacity of them, in order.
+/// The log's stamps, oldest first, from its ring: the head's slot and
+/// the count (4 little-endian bytes each), then 8 bytes a slot; at most
+/// the log's capacity of them, in order.
 fn log_stamps(bytes: &[u8], capacity: u32) -> Option<Vec<u64>> {
-    if !bytes.len().is_multiple_of(8) || bytes.len() / 8 > capacity as usize {
+    let (header, ring) = bytes.split_at_checked(8)?;
+    let word = |at: usize| Some(u32::from_le_bytes(header[at..at + 4].try_into().ok()?) as usize);
+    let (head, len) = (word(0)?, word(4)?);
+    let size = ring.len() / 8;
+    if !ring.len().is_multiple_of(8) || head >= size || len > size || len > capacity as usize {
         return None;
     }
-    let stamps: Option<Vec<u64>> = bytes
-        .chunks_exact(8)
-        .map(|stamp| u64::try_from(i64::from_le_bytes(stamp.try_into().ok()?)).ok())
+    let stamps: Option<Vec<u64>> = (0..len)
+        .map(|i| {
+            let at = 8 * ((head + i) % size);
+            u64::try_from(i64::from_le_bytes(ring[at..at + 8].try_into().ok()?)).ok()
+        })
         .collect();
     stamps.filter(|stamps| stamps.windows(2).all(|pair| pair[0] <= pair[1]))
 }

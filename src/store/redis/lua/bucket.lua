@@ -48,7 +48,7 @@ local records, stored_full, full, again
 repeat
   reply[1], records, stored_full, full, again = 1, '', 0, now, false
   for i = 1, n do
-    local m, w = ARGV[5 + 2 * i] + 0, ARGV[6 + 2 * i] + 0
+    local m, w = max[i], win[i]
     local micros, rem = 0, 0
     if not fresh then
       micros, rem = struct.unpack('<i8I4', raw, 12 * i - 11)
@@ -105,8 +105,7 @@ until not again
 if fresh and settle_at and units < 0 then return {0} end
 reply[3 + 2 * n] = nil -- Redis reads an array up to its first nil
 if reply[1] == 0 then
-  if start_penalty then start_penalty() end
-  return reply
+  return refuse(reply)
 elseif units == 0 and not settle_at then
   return reply
 end
@@ -116,13 +115,6 @@ end
 -- and its TTL is renewed only when that instant enters another step.
 local STEP = 5000000
 local step = (full - full % STEP) / STEP
-if fresh or step ~= (stored_full - stored_full % STEP) / STEP then
-  local ttl = (step + 2) * STEP - now
-  ttl = (ttl - ttl % 1000) / 1000 + 1
-  redis.call('SET', KEYS[1], records, 'PX', ttl)
-else
-  redis.call('SET', KEYS[1], records, 'KEEPTTL')
-end
-if leases then take() end
-if settle_at then return {1} end
-return reply
+local renew = fresh or step ~= (stored_full - stored_full % STEP) / STEP
+write(records, renew and ttl_for((step + 2) * STEP - now))
+return recorded(reply)

@@ -1,9 +1,10 @@
 -- tower-sliding-window: the sliding window log, judged as
--- src/algorithm/log.rs judges it, for every policy of this algorithm (the
--- limits come as arguments).
--- KEYS[1]  the stamps of accepted requests, oldest first: struct.pack('<i8',
---          stamp) each (µs), at most the largest max of them, none older
---          than the longest window needs
+-- src/algorithm/log.rs judges it, for every policy (limits as arguments).
+-- KEYS[1]  the stamps of accepted requests in a ring, as log.rs keeps them
+--          in a VecDeque: struct.pack('<I4I4', head, len), the oldest's slot
+--          and how many are held, then `size` slots of struct.pack('<i8',
+--          stamp) (µs); from the head on, oldest first, at most the largest
+--          max of them
 -- ARGV  as lease.lua and state.lua, joined before this script, read them
 -- Judging, the reply is {1, now, then per limit the stamps inside its
 -- window with this request's and the oldest of them} when accepted, {0,
@@ -12,24 +13,24 @@
 -- {0} for a key gone.
 --   cat lease.lua state.lua log.lua > /tmp/log.lua
 --   redis-cli --eval /tmp/log.lua k , '' '' 1 '' 0 l 10 1000000 100 60000000
--- The log keeps as many stamps as the largest max (capacity_for), and none
--- outside the longest window: neither ever counts again.
-local max, win = {0, 0}, {0, 0}
-local capacity, longest = 0, 0
-for i = 1, n do
-  max[i], win[i] = ARGV[5 + 2 * i] + 0, ARGV[6 + 2 * i] + 0
-  if max[i] > capacity then capacity = max[i] end
-  if win[i] > longest then longest = win[i] end
+local capacity = math.max(unpack(max)) -- the most stamps kept (capacity_for)
+-- A ring of up to SMALL slots is read and written whole; a larger one a
+-- stamp at a time, so that a call costs about the same whatever the limit.
+local SMALL = 64
+local value = redis.call('GETRANGE', KEYS[1], 0, 8 * SMALL + 7)
+local whole = #value < 8 * SMALL + 8
+local size = ((whole and #value or redis.call('STRLEN', KEYS[1])) - 8) / 8
+local head, len = 0, 0
+if size >= 1 and size % 1 == 0 then head, len = struct.unpack('<I4I4', value) end
+-- A value that is no such ring, or holds more than the log keeps, is fresh.
+if size < 1 or size % 1 ~= 0 or head >= size or len > size or len > capacity then
+  value, whole, size, head, len = '', true, 0, 0, 0
 end
-
--- A value that is not whole stamps, or holds more than the log keeps, is no
--- state of ours and reads as a fresh key.
-local stamps = redis.call('GET', KEYS[1]) or ''
-if #stamps % 8 ~= 0 or #stamps > 8 * capacity then stamps = '' end
-local len = #stamps / 8
 if len == 0 and settle_at and units < 0 then return {0} end
 local function stamp(i) -- the i-th oldest, from 0
-  return (struct.unpack('<i8', stamps, 8 * i + 1))
+  local at = 8 + 8 * ((head + i) % size)
+  if at + 8 <= #value then return (struct.unpack('<i8', value, at + 1)) end
+  return (struct.unpack('<i8', redis.call('GETRANGE', KEYS[1], at, at + 7)))
 end
 -- How many stamps are older than `cutoff`: the oldest first, then strides
 -- that double, then halving the last stride. Every stamp kept is inside the
@@ -50,41 +51,69 @@ end
 local newest = len > 0 and stamp(len - 1)
 if newest and newest > now then now = newest end
 
--- Writes the stamps from the `from`-th oldest on, then `more` at now, at
--- most `capacity` of them. The TTL runs to the end of the longest limit's
--- window after now's, in ms rounded up, plus one: as long as a stamp of
--- now's window counts. Like the counter's, it is renewed only when a write
--- falls in another such window than the newest stamp stored (or the key
--- is new).
+-- The TTL runs to the end of the longest limit's window after now's: as
+-- long as a stamp of now's window counts. It is renewed only when a write
+-- falls in another such window than the newest stamp (or the key is new).
+local function renewed_ttl()
+  local window = (now - now % longest) / longest
+  if newest and (newest - newest % longest) / longest == window then return nil end
+  return ttl_for((window + 2) * longest - now)
+end
+-- The bytes of `count` stamps from the `i`-th oldest, the log read whole.
+local function run(i, count)
+  if count <= 0 then return '' end
+  if not whole then value, whole = redis.call('GET', KEYS[1]), true end
+  local from, to = (head + i) % size, (head + i) % size + count
+  if to <= size then return string.sub(value, 9 + 8 * from, 8 + 8 * to) end
+  return string.sub(value, 9 + 8 * from) .. string.sub(value, 9, 8 + 8 * (to - size))
+end
+-- Writes the log whole: `stamps` (bytes, oldest first) in a ring of `room`.
+local function rewrite(stamps, room)
+  local padding = string.rep('\0', 8 * room - #stamps)
+  write(struct.pack('<I4I4', 0, #stamps / 8) .. stamps .. padding, renewed_ttl())
+end
+
+-- Drops the `from` oldest stamps and appends `more` at now, at most
+-- `capacity` held. As log.rs grows its room by doubling from four and gives
+-- it back once a quarter of it or less is held, a ring that is small, too
+-- small or four times too big is written whole; any other takes the new
+-- stamps and its head in place.
 local function record(from, more)
   more = math.min(more, capacity)
   from = math.max(from, len + more - capacity)
-  local kept = string.sub(stamps, 8 * from + 1) .. string.rep(struct.pack('<i8', now), more)
-  local window = (now - now % longest) / longest
-  if not newest or (newest - newest % longest) / longest ~= window then
-    local ttl = (window + 2) * longest - now
-    redis.call('SET', KEYS[1], kept, 'PX', (ttl - ttl % 1000) / 1000 + 1)
-  else
-    redis.call('SET', KEYS[1], kept, 'KEEPTTL')
+  local kept, added = len - from, string.rep(struct.pack('<i8', now), more)
+  local held = kept + more
+  if whole or held > size or (size > 4 and 4 * held <= size) then
+    local room = size
+    if held > size then room = math.min(capacity, math.max(4, 2 * size, held))
+    elseif size > 4 and 4 * held <= size then room = math.max(4, 2 * held) end
+    return rewrite(run(from, kept) .. added, room)
   end
+  local first = (head + from) % size
+  local tail = (first + kept) % size
+  local fits = math.min(more, size - tail)
+  if fits > 0 then redis.call('SETRANGE', KEYS[1], 8 + 8 * tail, string.sub(added, 1, 8 * fits)) end
+  if more > fits then redis.call('SETRANGE', KEYS[1], 8, string.sub(added, 8 * fits + 1)) end
+  redis.call('SETRANGE', KEYS[1], 0, struct.pack('<I4I4', first, held))
+  local ttl = renewed_ttl()
+  if ttl then redis.call('PEXPIRE', KEYS[1], ttl) end
 end
 
 if settle_at and units < 0 then
   -- Gives back as many of the request's stamps, the newest equal to its
-  -- time, as it did not use; then the stamps the longest window no longer
-  -- reaches from the newest before, as every store does.
+  -- time, as it did not use, and the stamps the longest window no longer
+  -- reaches from the newest before, as every store does: the log rewritten.
   local last = count_before(settle_at + 1)
   local back = math.min(last - count_before(settle_at), -units)
   if back > 0 then
-    stamps = string.sub(stamps, 1, 8 * (last - back)) .. string.sub(stamps, 8 * last + 1)
-    len = len - back
     local forgotten = count_before(newest - longest)
-    record(forgotten, 0)
+    local newer = math.max(last, forgotten)
+    rewrite(run(forgotten, last - back - forgotten) .. run(newer, len - newer), size)
   end
   return {1}
 elseif settle_at then
   record(count_before(now - longest), units)
-  return {1}
+  return recorded()
 end
 
 -- blocking: a limit keeps `cost` more units out while its (max - cost +
@@ -102,10 +131,7 @@ for i = 1, n do
   end
 end
 reply[3 + n] = nil -- Redis reads an array up to its first nil
-if refused then
-  if start_penalty then start_penalty() end
-  return reply
-end
+if refused then return refuse(reply) end
 
 -- quota: per limit, the stamps inside its window once this request is
 -- counted, and the oldest of them.
@@ -118,6 +144,6 @@ for i = 1, n do
   reply[2 + 2 * i] = outside < len and stamp(outside) or now
 end
 reply[3 + 2 * n] = nil
-if units > 0 then record(forgotten, units) end
-if leases and units > 0 then take() end
-return reply
+if units == 0 then return reply end
+record(forgotten, units)
+return recorded(reply)

@@ -9,7 +9,7 @@
 --          the ids; one already gone stays gone, none ends sooner
 -- The reply is how many were renewed.
 --   cat lease.lua renew.lua > /tmp/renew.lua
---   redis-cli --eval /tmp/renew.lua 'tsw:{k}:v4:i8:leases' , '' '' 30000000 1 42
+--   redis-cli --eval /tmp/renew.lua 'tsw:{k}:v5:i8:leases' , '' '' 30000000 1 42
 local length, renewed, at = ARGV[3] + 0, 0, 4
 local ttl = math.ceil(length / 1000) + 1
 for k = 1, #KEYS do

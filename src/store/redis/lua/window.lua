@@ -1,9 +1,11 @@
 -- tower-sliding-window: the sliding window counter and the fixed window,
 -- judged as src/algorithm/counter.rs and fixed.rs judge them, for every
 -- policy of these algorithms (the limits come as arguments).
--- KEYS[1]  the state: per limit, in order, struct.pack('<i8I4I4', window,
---          previous, current), the fixed window's index (now // w) and the
---          counts of the window before it (0 for the fixed window) and of it
+-- KEYS[1]  the state: per limit, in order, the fixed window's index (now //
+--          w), the count of the window before it (the counter only) and
+--          that of the window: struct.pack('<i8I4I4', window, previous,
+--          current) for the counter, struct.pack('<i8I4', window, current)
+--          for the fixed window, as src/state.rs writes them
 -- ARGV  as lease.lua and state.lua, joined before this script, read them:
 --       ARGV[6] is 'c' for the sliding counter, 'f' for the fixed window
 -- Judging, the reply is {1 accepted or 0 refused, now, then per limit the
@@ -13,8 +15,10 @@
 --   cat lease.lua state.lua window.lua > /tmp/window.lua
 --   redis-cli --eval /tmp/window.lua k , '' '' 1 '' 0 c 10 1000000 100 60000000
 local sliding = ARGV[6] == 'c'
+local layout, size = '<i8I4', 12
+if sliding then layout, size = '<i8I4I4', 16 end
 local raw = redis.call('GET', KEYS[1])
-local fresh = not raw or #raw ~= 16 * n
+local fresh = not raw or #raw ~= size * n
 
 -- p · a > b · w, exactly: in doubles while one product is below 2^53 (a
 -- product past it stays past it when rounded), else on 16-bit limbs.
@@ -56,17 +60,20 @@ end
 -- in (counted_since). Either starts the judging over.
 local cost = units == 0 and 1 or units
 local reply = {1, now, 0, 0, 0, 0}
-local records, longest, rolled, allowed, again
+local records, rolled, allowed, again
 repeat
-  records, longest, rolled, allowed, again = '', 0, fresh, true, false
+  records, rolled, allowed, again = '', fresh, true, false
   for i = 1, n do
-    local max, w = ARGV[5 + 2 * i] + 0, ARGV[6 + 2 * i] + 0
-    if w > longest then longest = w end
+    local m, w = max[i], win[i]
     local window, previous, current = 0, 0, 0
     if not fresh then
-      window, previous, current = struct.unpack('<i8I4I4', raw, 16 * i - 15)
+      if sliding then
+        window, previous, current = struct.unpack(layout, raw, size * (i - 1) + 1)
+      else
+        window, current = struct.unpack(layout, raw, size * (i - 1) + 1)
+      end
       if not (window >= 0 and window - asked / w <= 2147483648
-        and previous <= (sliding and max or 0) and current <= max) then
+        and previous <= m and current <= m) then
         fresh, again, now = true, true, asked
         break
       end
@@ -87,18 +94,22 @@ repeat
       -- still the current or previous one; an excess is charged as far as max.
       local counted_in = (settle_at - settle_at % w) / w
       if units >= 0 then
-        current = math.min(current + units, max)
+        current = math.min(current + units, m)
       elseif window == counted_in then
         current = current - math.min(-units, current)
       elseif sliding and window == counted_in + 1 then
         previous = previous - math.min(-units, previous)
       end
     else
-      local room = max - cost - current
+      local room = m - cost - current
       if room < 0 or exceeds(previous, w - elapsed, room, w) then allowed = false end
       current = current + units
     end
-    if allowed then records = records .. struct.pack('<i8I4I4', window, previous, current) end
+    if allowed and sliding then
+      records = records .. struct.pack(layout, window, previous, current)
+    elseif allowed then
+      records = records .. struct.pack(layout, window, current)
+    end
   end
 until not again
 if fresh and settle_at and units < 0 then return {0} end
@@ -106,22 +117,12 @@ reply[2] = now
 reply[3 + 2 * n] = nil -- Redis reads an array up to its first nil
 if not allowed then
   reply[1] = 0
-  if start_penalty then start_penalty() end
-  return reply
+  return refuse(reply)
 elseif units == 0 and not settle_at then
   return reply
 end
--- The TTL is renewed only when a window rolls (or the key is new): in ms,
--- rounded up, plus one, twice the longest window (once for the fixed
--- window), as long as a state matters after its last roll.
-if rolled then
-  local span = sliding and 2 * longest or longest
-  local ttl = (span - span % 1000) / 1000 + 1
-  if span % 1000 > 0 then ttl = ttl + 1 end
-  redis.call('SET', KEYS[1], records, 'PX', ttl)
-else
-  redis.call('SET', KEYS[1], records, 'KEEPTTL')
-end
-if leases then take() end
-if settle_at then return {1} end
-return reply
+-- The TTL is renewed only when a window rolls (or the key is new), to twice
+-- the longest window (once for the fixed window): as long as a state
+-- matters after its last roll.
+write(records, rolled and ttl_for(sliding and 2 * longest or longest))
+return recorded(reply)

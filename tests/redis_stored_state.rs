@@ -390,7 +390,7 @@ fn ring(head: u32, len: u32, slots: &[i64]) -> Vec<u8> {
 /// The stamps a log's value holds, oldest first, read from its ring.
 fn ring_stamps(bytes: &[u8]) -> Vec<i64> {
     assert!(
-        bytes.len() >= 8 && bytes.len() % 8 == 0,
+        bytes.len() >= 8 && bytes.len().is_multiple_of(8),
         "a ring: {bytes:?}"
     );
     let word = |at: usize| u32::from_le_bytes(bytes[at..at + 4].try_into().unwrap()) as usize;

@@ -312,9 +312,10 @@ impl RedisStore {
         self
     }
 
-    /// How many instances to assume [live](Self::live_instances) (default
-    /// 1) until the heartbeats count as many, or have counted three times:
-    /// the fleet's size for an instance that starts during an outage.
+    /// How many instances to assume [live](Self::live_instances), 1 by
+    /// default, until the heartbeats count as many or have counted three
+    /// times: the fleet's size for an instance that starts during an
+    /// outage.
     pub fn with_expected_instances(mut self, instances: usize) -> Self {
         self.expected_instances = instances.max(1);
         self

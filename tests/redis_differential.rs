@@ -175,7 +175,8 @@ async fn log_cursors_on_window_edges_decide_alike_in_redis_and_memory() {
 }
 
 /// Log rings filled to their size, on both sides of the size the script
-/// reads whole (32 stamps), and a larger one: one key, steps of
+/// reads and writes whole (128 stamps; past it, in place), and a smaller
+/// one: one key, steps of
 /// up to 600 ms against a 60 s window, so that rings fill, refuse, wrap and
 /// drop their oldest stamp, with the clock stepping back now and then. Redis and memory
 /// must agree on every decision.
@@ -183,10 +184,11 @@ async fn log_cursors_on_window_edges_decide_alike_in_redis_and_memory() {
 async fn full_log_rings_wrap_and_refuse_alike_in_redis_and_memory() {
     let (mut accepted, mut refused) = (0, 0);
     // A ring of one slot too: every stamp goes in its last slot.
-    let cases: [(u64, &[(u32, u64)]); 4] = [
+    let cases: [(u64, &[(u32, u64)]); 5] = [
         (3, &[(31, 2_000), (32, 60_000)]),
         (5, &[(33, 2_000), (34, 60_000)]),
         (7, &[(127, 2_000), (128, 60_000)]),
+        (13, &[(129, 2_000), (130, 60_000)]),
         (11, &[(1, 2_000)]),
     ];
     for (seed, limits) in cases {

@@ -344,8 +344,9 @@ impl RedisStore {
     /// what runs on the server (or to measure it). The same three judge
     /// every policy, each starting with `lease.lua` (the time and the
     /// in-flight cap) and `state.lua` (the arguments and the key's
-    /// penalty): each call passes the limits as arguments, and each
-    /// file's header says which. The fourth is the heartbeat, the fifth
+    /// penalty) and ending with `tail.lua` (the state written, the
+    /// reply): each call passes the limits as arguments, and each file's
+    /// header says which. The fourth is the heartbeat, the fifth
     /// (also after `lease.lua`) renews in-flight slots.
     pub fn script_sources() -> [(&'static str, &'static str); 5] {
         scripts::SOURCES

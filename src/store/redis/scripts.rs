@@ -13,23 +13,27 @@ use crate::policy::Policy;
 
 /// The sliding counter and the fixed window: judging, peeking, settling.
 /// Each judging script starts with `lease.lua` (the time and the in-flight
-/// cap) and `state.lua` (the arguments and the key's penalty).
+/// cap) and `state.lua` (the arguments and the key's penalty), and ends
+/// with `tail.lua` (the state written, the reply).
 const WINDOW: &str = concat!(
     include_str!("lua/lease.lua"),
     include_str!("lua/state.lua"),
-    include_str!("lua/window.lua")
+    include_str!("lua/window.lua"),
+    include_str!("lua/tail.lua")
 );
 /// The sliding log: judging, peeking, settling.
 const LOG: &str = concat!(
     include_str!("lua/lease.lua"),
     include_str!("lua/state.lua"),
-    include_str!("lua/log.lua")
+    include_str!("lua/log.lua"),
+    include_str!("lua/tail.lua")
 );
 /// The token bucket: judging, peeking, settling.
 const BUCKET: &str = concat!(
     include_str!("lua/lease.lua"),
     include_str!("lua/state.lua"),
-    include_str!("lua/bucket.lua")
+    include_str!("lua/bucket.lua"),
+    include_str!("lua/tail.lua")
 );
 /// An instance's heartbeat, counting the fleet (see `fleet`).
 const FLEET: &str = include_str!("lua/fleet.lua");

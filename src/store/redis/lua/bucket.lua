@@ -5,12 +5,12 @@
 -- KEYS[1]  the state: per limit, in order, struct.pack('<i8I4', micros, rem)
 -- ARGV  as lease.lua and state.lua, joined before this script, read them;
 --       to settle, ARGV[4] is 'at cost', the request's cost bounding what
---       it may give back
+--       it may give back; tail.lua, joined after it, writes and answers
 -- Judging, the reply is {1 accepted or 0 refused, now, then per limit how far
 -- its TAT lay ahead of now before the request was charged, as µs and
 -- max-ths}, or {2, now, the penalty's end} for a key serving a penalty.
 -- Settling: {1}, or {0} for a key gone.
---   cat lease.lua state.lua bucket.lua > /tmp/bucket.lua
+--   cat lease.lua state.lua bucket.lua tail.lua > /tmp/bucket.lua
 --   redis-cli --eval /tmp/bucket.lua k , '' '' 1 '' 0 b 5 30000000
 if settle_at and not settle_cost then
   return redis.error_reply('ARGV[4] must be "at cost" to settle the bucket')
@@ -43,12 +43,12 @@ end
 -- judging over. The latest TAT, rounded up to a µs, is when every bucket
 -- is full: stored_full before the request, full after it.
 local cost = units == 0 and 1 or units
-local reply = {1, now, 0, 0, 0, 0}
+reply = {1, now, 0, 0, 0, 0}
 local records, stored_full, full, again
 repeat
   reply[1], records, stored_full, full, again = 1, '', 0, now, false
   for i = 1, n do
-    local m, w = max[i], win[i]
+    local m, w = ARGV[5 + 2 * i] + 0, ARGV[6 + 2 * i] + 0
     local micros, rem = 0, 0
     if not fresh then
       micros, rem = struct.unpack('<i8I4', raw, 12 * i - 11)
@@ -105,7 +105,7 @@ until not again
 if fresh and settle_at and units < 0 then return {0} end
 reply[3 + 2 * n] = nil -- Redis reads an array up to its first nil
 if reply[1] == 0 then
-  return refuse(reply)
+  refused = true
 elseif units == 0 and not settle_at then
   return reply
 end
@@ -116,5 +116,4 @@ end
 local STEP = 5000000
 local step = (full - full % STEP) / STEP
 local renew = fresh or step ~= (stored_full - stored_full % STEP) / STEP
-write(records, renew and ttl_for((step + 2) * STEP - now))
-return recorded(reply)
+state, span = records, renew and (step + 2) * STEP - now

@@ -5,20 +5,28 @@
 --          and how many are held, then `size` slots of struct.pack('<i8',
 --          stamp) (µs); from the head on, oldest first, at most the largest
 --          max of them
--- ARGV  as lease.lua and state.lua, joined before this script, read them
+-- ARGV  as lease.lua and state.lua, joined before this script, read them;
+--       tail.lua, joined after it, writes the state and answers
 -- Judging, the reply is {1, now, then per limit the stamps inside its
 -- window with this request's and the oldest of them} when accepted, {0,
 -- now, then per limit the stamp that blocks it or -1} when refused, or {2,
 -- now, the penalty's end} for a key serving a penalty. Settling: {1}, or
 -- {0} for a key gone.
---   cat lease.lua state.lua log.lua > /tmp/log.lua
+--   cat lease.lua state.lua log.lua tail.lua > /tmp/log.lua
 --   redis-cli --eval /tmp/log.lua k , '' '' 1 '' 0 l 10 1000000 100 60000000
-local capacity = math.max(unpack(max)) -- the most stamps kept (capacity_for)
--- A ring of up to SMALL slots is read and written whole; a larger one a
+local max, win = {0, 0}, {0, 0}
+local capacity, longest = 0, 0 -- the most stamps kept (capacity_for)
+for i = 1, n do
+  max[i], win[i] = ARGV[5 + 2 * i] + 0, ARGV[6 + 2 * i] + 0
+  if max[i] > capacity then capacity = max[i] end
+  if win[i] > longest then longest = win[i] end
+end
+-- A log of up to SMALL stamps is read and written whole; a larger one a
 -- stamp at a time, so that a call costs about the same whatever the limit.
-local SMALL = 64
-local value = redis.call('GETRANGE', KEYS[1], 0, 8 * SMALL + 7)
-local whole = #value < 8 * SMALL + 8
+-- Offsets go as text made with %d: Redis would print a number as a float.
+local SMALL = 128
+local value = redis.call('GETRANGE', KEYS[1], '0', '1032') -- 8 + 8 * SMALL + 1 bytes
+local whole = #value <= 8 * SMALL + 8
 local size = ((whole and #value or redis.call('STRLEN', KEYS[1])) - 8) / 8
 local head, len = 0, 0
 if size >= 1 and size % 1 == 0 then head, len = struct.unpack('<I4I4', value) end
@@ -30,7 +38,8 @@ if len == 0 and settle_at and units < 0 then return {0} end
 local function stamp(i) -- the i-th oldest, from 0
   local at = 8 + 8 * ((head + i) % size)
   if at + 8 <= #value then return (struct.unpack('<i8', value, at + 1)) end
-  return (struct.unpack('<i8', redis.call('GETRANGE', KEYS[1], at, at + 7)))
+  local from, to = string.format('%d', at), string.format('%d', at + 7)
+  return (struct.unpack('<i8', redis.call('GETRANGE', KEYS[1], from, to)))
 end
 -- How many stamps are older than `cutoff`: the oldest first, then strides
 -- that double, then halving the last stride. Every stamp kept is inside the
@@ -54,11 +63,9 @@ if newest and newest > now then now = newest end
 -- The TTL runs to the end of the longest limit's window after now's: as
 -- long as a stamp of now's window counts. It is renewed only when a write
 -- falls in another such window than the newest stamp (or the key is new).
-local function renewed_ttl()
-  local window = (now - now % longest) / longest
-  if newest and (newest - newest % longest) / longest == window then return nil end
-  return ttl_for((window + 2) * longest - now)
-end
+local window = (now - now % longest) / longest
+local renewal = (window + 2) * longest - now
+if newest and (newest - newest % longest) / longest == window then renewal = nil end
 -- The bytes of `count` stamps from the `i`-th oldest, the log read whole.
 local function run(i, count)
   if count <= 0 then return '' end
@@ -67,36 +74,30 @@ local function run(i, count)
   if to <= size then return string.sub(value, 9 + 8 * from, 8 + 8 * to) end
   return string.sub(value, 9 + 8 * from) .. string.sub(value, 9, 8 + 8 * (to - size))
 end
--- Writes the log whole: `stamps` (bytes, oldest first) in a ring of `room`.
-local function rewrite(stamps, room)
-  local padding = string.rep('\0', 8 * room - #stamps)
-  write(struct.pack('<I4I4', 0, #stamps / 8) .. stamps .. padding, renewed_ttl())
-end
 
 -- Drops the `from` oldest stamps and appends `more` at now, at most
--- `capacity` held. As log.rs grows its room by doubling from four and gives
--- it back once a quarter of it or less is held, a ring that is small, too
--- small or four times too big is written whole; any other takes the new
--- stamps and its head in place.
+-- `capacity` held; returns the log to write whole, or nil once written in
+-- place. A small log is written whole, exactly as long as it holds. A
+-- larger one takes its new stamps and its head in place, in a ring with
+-- room for twice what it held when last written whole (as log.rs doubles
+-- its room), and is written whole again once full or a quarter full.
 local function record(from, more)
   more = math.min(more, capacity)
   from = math.max(from, len + more - capacity)
   local kept, added = len - from, string.rep(struct.pack('<i8', now), more)
   local held = kept + more
-  if whole or held > size or (size > 4 and 4 * held <= size) then
-    local room = size
-    if held > size then room = math.min(capacity, math.max(4, 2 * size, held))
-    elseif size > 4 and 4 * held <= size then room = math.max(4, 2 * held) end
-    return rewrite(run(from, kept) .. added, room)
+  if whole or held > size or 4 * held <= size then
+    local log = struct.pack('<I4I4', 0, held) .. run(from, kept) .. added
+    if held <= SMALL then return log end
+    return log .. string.rep('\0', 8 * (math.min(capacity, 2 * held) - held))
   end
   local first = (head + from) % size
   local tail = (first + kept) % size
   local fits = math.min(more, size - tail)
-  if fits > 0 then redis.call('SETRANGE', KEYS[1], 8 + 8 * tail, string.sub(added, 1, 8 * fits)) end
-  if more > fits then redis.call('SETRANGE', KEYS[1], 8, string.sub(added, 8 * fits + 1)) end
-  redis.call('SETRANGE', KEYS[1], 0, struct.pack('<I4I4', first, held))
-  local ttl = renewed_ttl()
-  if ttl then redis.call('PEXPIRE', KEYS[1], ttl) end
+  local at = string.format('%d', 8 + 8 * tail)
+  if fits > 0 then redis.call('SETRANGE', KEYS[1], at, string.sub(added, 1, 8 * fits)) end
+  if more > fits then redis.call('SETRANGE', KEYS[1], '8', string.sub(added, 8 * fits + 1)) end
+  redis.call('SETRANGE', KEYS[1], '0', struct.pack('<I4I4', first, held))
 end
 
 if settle_at and units < 0 then
@@ -105,45 +106,45 @@ if settle_at and units < 0 then
   -- reaches from the newest before, as every store does: the log rewritten.
   local last = count_before(settle_at + 1)
   local back = math.min(last - count_before(settle_at), -units)
-  if back > 0 then
-    local forgotten = count_before(newest - longest)
-    local newer = math.max(last, forgotten)
-    rewrite(run(forgotten, last - back - forgotten) .. run(newer, len - newer), size)
-  end
-  return {1}
+  if back == 0 then return {1} end
+  local forgotten = count_before(newest - longest)
+  local newer = math.max(last, forgotten)
+  local stamps = run(forgotten, last - back - forgotten) .. run(newer, len - newer)
+  local held = #stamps / 8
+  local room = held <= SMALL and held or size
+  state = struct.pack('<I4I4', 0, held) .. stamps .. string.rep('\0', 8 * (room - held))
 elseif settle_at then
-  record(count_before(now - longest), units)
-  return recorded()
-end
-
--- blocking: a limit keeps `cost` more units out while its (max - cost +
--- 1)-th newest stamp is inside its window, closed at both ends.
-local cost = math.max(units, 1)
--- Replies are sized for two limits at once: growing a table costs Redis
--- more than filling one.
-local reply, refused = {0, now, -1, -1, 0, 0}, false
-for i = 1, n do
-  local need = max[i] - cost + 1
-  reply[2 + i] = -1
-  if len >= need then
-    reply[2 + i] = stamp(len - need)
-    if reply[2 + i] + win[i] >= now then refused = true end
+  state = record(count_before(now - longest), units)
+else
+  -- blocking: a limit keeps `cost` more units out while its (max - cost +
+  -- 1)-th newest stamp is inside its window, closed at both ends.
+  local cost = math.max(units, 1)
+  -- Replies are sized for two limits at once: growing a table costs Redis
+  -- more than filling one.
+  reply = {0, now, -1, -1, 0, 0}
+  for i = 1, n do
+    local need = max[i] - cost + 1
+    reply[2 + i] = -1
+    if len >= need then
+      reply[2 + i] = stamp(len - need)
+      if reply[2 + i] + win[i] >= now then refused = true end
+    end
+  end
+  reply[3 + n] = nil -- Redis reads an array up to its first nil
+  if not refused then
+    -- quota: per limit, the stamps inside its window once this request is
+    -- counted, and the oldest of them.
+    reply[1] = 1
+    local forgotten = 0
+    for i = 1, n do
+      local outside = count_before(now - win[i])
+      if win[i] == longest then forgotten = outside end
+      reply[1 + 2 * i] = len - outside + cost
+      reply[2 + 2 * i] = outside < len and stamp(outside) or now
+    end
+    reply[3 + 2 * n] = nil
+    if units == 0 then return reply end
+    state = record(forgotten, units)
   end
 end
-reply[3 + n] = nil -- Redis reads an array up to its first nil
-if refused then return refuse(reply) end
-
--- quota: per limit, the stamps inside its window once this request is
--- counted, and the oldest of them.
-reply[1] = 1
-local forgotten = 0
-for i = 1, n do
-  local outside = count_before(now - win[i])
-  if win[i] == longest then forgotten = outside end
-  reply[1 + 2 * i] = len - outside + cost
-  reply[2 + 2 * i] = outside < len and stamp(outside) or now
-end
-reply[3 + 2 * n] = nil
-if units == 0 then return reply end
-record(forgotten, units)
-return recorded(reply)
+span = renewal

@@ -7,12 +7,13 @@
 --          current) for the counter, struct.pack('<i8I4', window, current)
 --          for the fixed window, as src/state.rs writes them
 -- ARGV  as lease.lua and state.lua, joined before this script, read them:
---       ARGV[6] is 'c' for the sliding counter, 'f' for the fixed window
+--       ARGV[6] is 'c' for the sliding counter, 'f' for the fixed window;
+--       tail.lua, joined after it, writes the state and answers
 -- Judging, the reply is {1 accepted or 0 refused, now, then per limit the
 -- previous and current counts the request was judged against}, or {2, now,
 -- the penalty's end} for a key serving a penalty; an accepted request
 -- takes its in-flight slot. Settling: {1}, or {0} for a key gone.
---   cat lease.lua state.lua window.lua > /tmp/window.lua
+--   cat lease.lua state.lua window.lua tail.lua > /tmp/window.lua
 --   redis-cli --eval /tmp/window.lua k , '' '' 1 '' 0 c 10 1000000 100 60000000
 local sliding = ARGV[6] == 'c'
 local layout, size = '<i8I4', 12
@@ -59,12 +60,13 @@ end
 -- asked; a clock that stepped back is judged at the latest window counted
 -- in (counted_since). Either starts the judging over.
 local cost = units == 0 and 1 or units
-local reply = {1, now, 0, 0, 0, 0}
-local records, rolled, allowed, again
+reply = {1, now, 0, 0, 0, 0}
+local records, longest, rolled, allowed, again
 repeat
-  records, rolled, allowed, again = '', fresh, true, false
+  records, longest, rolled, allowed, again = '', 0, fresh, true, false
   for i = 1, n do
-    local m, w = max[i], win[i]
+    local m, w = ARGV[5 + 2 * i] + 0, ARGV[6 + 2 * i] + 0
+    if w > longest then longest = w end
     local window, previous, current = 0, 0, 0
     if not fresh then
       if sliding then
@@ -116,13 +118,11 @@ if fresh and settle_at and units < 0 then return {0} end
 reply[2] = now
 reply[3 + 2 * n] = nil -- Redis reads an array up to its first nil
 if not allowed then
-  reply[1] = 0
-  return refuse(reply)
+  reply[1], refused = 0, true
 elseif units == 0 and not settle_at then
   return reply
 end
 -- The TTL is renewed only when a window rolls (or the key is new), to twice
 -- the longest window (once for the fixed window): as long as a state
--- matters after its last roll.
-write(records, rolled and ttl_for(sliding and 2 * longest or longest))
-return recorded(reply)
+-- matters after its last roll. tail.lua writes it.
+state, span = records, rolled and (sliding and 2 * longest or longest)

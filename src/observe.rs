@@ -226,20 +226,26 @@ pub(crate) fn denied_locally(events: &DenyCacheEvents) {
     let _ = events;
 }
 
-/// A request's settling failed: its reservation stands.
+/// A request's settling failed: its reservation stands. Said at most once
+/// per [`LOUD_INTERVAL`]: a store that fails, fails every request.
 pub(crate) fn settle_failed(err: &StoreError) {
     #[cfg(feature = "tracing")]
-    tracing::warn!(error = %err, "rate-limit settling failed; the reservation stands");
+    if loud_turn(&turns::SETTLE) {
+        tracing::warn!(error = %err, "rate-limit settling failed; the reservation stands");
+    }
     #[cfg(not(feature = "tracing"))]
     let _ = err;
 }
 
 /// A store could not release or renew an in-flight slot: one not
-/// released comes back when its lease ends.
+/// released comes back when its lease ends. Said at most once per
+/// [`LOUD_INTERVAL`].
 #[cfg(feature = "redis")]
 pub(crate) fn slot_call_failed(err: &StoreError) {
     #[cfg(feature = "tracing")]
-    tracing::warn!(error = %err, "releasing or renewing an in-flight slot failed; a slot not released frees when its lease ends");
+    if loud_turn(&turns::SLOT) {
+        tracing::warn!(error = %err, "releasing or renewing an in-flight slot failed; a slot not released frees when its lease ends");
+    }
     #[cfg(not(feature = "tracing"))]
     let _ = err;
 }
@@ -256,13 +262,13 @@ pub(crate) fn store_failed(err: &StoreError, failure: crate::store::FailurePolic
     metrics::counter!("tower_sliding_window_store_failures_total", "kind" => kind_label(err.kind()))
         .increment(1);
     #[cfg(feature = "tracing")]
-    if loud_turn() {
-        if is_configuration(err.kind()) {
+    if is_configuration(err.kind()) {
+        if loud_turn(&turns::CONFIGURATION) {
             tracing::error!(error = %err, kind = kind_label(err.kind()), ?failure,
                 "rate-limit store refuses this configuration; the failure policy answers every request until it is fixed");
-        } else {
-            tracing::warn!(error = %err, ?failure, "rate-limit store failed; the failure policy answers");
         }
+    } else if loud_turn(&turns::FAILURE) {
+        tracing::warn!(error = %err, ?failure, "rate-limit store failed; the failure policy answers");
     }
     #[cfg(not(feature = "tracing"))]
     let _ = (err, failure);
@@ -270,20 +276,15 @@ pub(crate) fn store_failed(err: &StoreError, failure: crate::store::FailurePolic
 
 /// How many requests the failure policy answered over about `span`.
 #[cfg(feature = "redis")]
-pub(crate) fn failures_summed_up(
-    requests: u64,
-    span: std::time::Duration,
-    failure: crate::store::FailurePolicy,
-) {
+pub(crate) fn failures_summed_up(requests: u64, span: std::time::Duration) {
     #[cfg(feature = "tracing")]
     tracing::warn!(
         requests,
         ?span,
-        ?failure,
         "rate-limit store: requests answered by the failure policy"
     );
     #[cfg(not(feature = "tracing"))]
-    let _ = (requests, span, failure);
+    let _ = (requests, span);
 }
 
 /// A Redis node was found out of reach: its keys are answered by the
@@ -318,34 +319,53 @@ pub(crate) fn live_instances(prefix: &str, live: usize) {
     let _ = (prefix, live);
 }
 
-/// A heartbeat got an answer other than a count.
+/// A heartbeat got an answer other than a count. Said at most once per
+/// [`LOUD_INTERVAL`].
 #[cfg(feature = "redis")]
 pub(crate) fn heartbeat_failed(err: &StoreError) {
     #[cfg(feature = "tracing")]
-    tracing::warn!(error = %err, "rate-limit store: heartbeat failed");
+    if loud_turn(&turns::HEARTBEAT) {
+        tracing::warn!(error = %err, "rate-limit store: heartbeat failed");
+    }
     #[cfg(not(feature = "tracing"))]
     let _ = err;
 }
 
-/// How often at most a failure of configuration is said as an error event.
-#[cfg(all(feature = "redis", feature = "tracing"))]
+/// How often at most each kind of failure event is said.
+#[cfg(feature = "tracing")]
 const LOUD_INTERVAL: std::time::Duration = std::time::Duration::from_secs(10);
 
 #[cfg(all(feature = "redis", feature = "tracing"))]
 fn is_configuration(kind: crate::store::StoreErrorKind) -> bool {
     use crate::store::StoreErrorKind::{Authentication, Config, Tls};
-    matches!(kind, Authentication | Tls | Config)
+    matches!(kind, Authentication | Config | Tls)
 }
 
-/// Whether a loud event may be said now: the first time, and then once
-/// each [`LOUD_INTERVAL`] of this process's time.
-#[cfg(all(feature = "redis", feature = "tracing"))]
-fn loud_turn() -> bool {
-    use std::sync::atomic::{AtomicU64, Ordering};
+/// Microseconds of this process's time at which each kind of event may be
+/// said again: kinds take turns of their own, so that a flood of one never
+/// hides another.
+#[cfg(feature = "tracing")]
+mod turns {
+    use std::sync::atomic::AtomicU64;
+
+    pub(super) static SETTLE: AtomicU64 = AtomicU64::new(0);
+    #[cfg(feature = "redis")]
+    pub(super) static SLOT: AtomicU64 = AtomicU64::new(0);
+    #[cfg(feature = "redis")]
+    pub(super) static CONFIGURATION: AtomicU64 = AtomicU64::new(0);
+    #[cfg(feature = "redis")]
+    pub(super) static FAILURE: AtomicU64 = AtomicU64::new(0);
+    #[cfg(feature = "redis")]
+    pub(super) static HEARTBEAT: AtomicU64 = AtomicU64::new(0);
+}
+
+/// Whether an event whose turn is `next` may be said now: the first time,
+/// and then once each [`LOUD_INTERVAL`] of this process's time.
+#[cfg(feature = "tracing")]
+fn loud_turn(next: &std::sync::atomic::AtomicU64) -> bool {
+    use std::sync::atomic::Ordering;
     use std::sync::OnceLock;
     static START: OnceLock<std::time::Instant> = OnceLock::new();
-    // Microseconds since START at which the next loud event may be said.
-    static NEXT: AtomicU64 = AtomicU64::new(0);
     let now = u64::try_from(
         START
             .get_or_init(std::time::Instant::now)
@@ -353,12 +373,12 @@ fn loud_turn() -> bool {
             .as_micros(),
     )
     .unwrap_or(u64::MAX);
-    let next = NEXT.load(Ordering::Relaxed);
+    let due = next.load(Ordering::Relaxed);
     let interval = LOUD_INTERVAL.as_micros() as u64;
-    now >= next
-        && NEXT
+    now >= due
+        && next
             .compare_exchange(
-                next,
+                due,
                 now.saturating_add(interval),
                 Ordering::Relaxed,
                 Ordering::Relaxed,

@@ -52,6 +52,7 @@ async fn a_burst_past_the_timeout_is_no_outage() {
     println!(
         "burst of 5,000 under 5 ms: {judged} judged by Redis, {answered} by the failure policy"
     );
+    assert!(answered > 0, "the burst never overran the timeout");
     // The next calls are judged by Redis: no outage was declared. A clone
     // shares what the store knows of Redis; its longer timeout only keeps a
     // busy machine's slow reply from being taken for the policy's answer.
@@ -410,7 +411,8 @@ async fn log_cpu_per_call(server: &Server, max: u32, keys: u32, held: u32, calls
             .is_allowed());
     }
     let usec = server.command_usec("evalsha") as f64;
-    assert_eq!(server.command_calls("evalsha"), u64::from(calls));
+    // The heartbeat's script may have run among them: a little more CPU.
+    assert!(server.command_calls("evalsha") >= u64::from(calls));
     usec / f64::from(calls)
 }
 

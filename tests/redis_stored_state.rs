@@ -1,6 +1,6 @@
 //! What the Redis store keeps, as docs/design.md describes it, and how it
-//! reads what it finds: the counter's and fixed window's 16-byte records,
-//! the bucket's 12-byte records, the log's stamps, values that are no state
+//! reads what it finds: the counter's 16-byte records, the fixed window's
+//! and the bucket's 12-byte records, the log's ring, values that are no state
 //! at all; bytes a key and one script call a decision. Each run is
 //! checked against the memory store on the same clock.
 #![cfg(feature = "redis")]
@@ -576,9 +576,10 @@ async fn state_is_compact() {
         let per_stamp = bytes as f64 / f64::from(max);
         println!("log, limit {max}: MEMORY USAGE {bytes} bytes ({per_stamp:.1} per timestamp)");
         no_more_than_v2(&format!("log, limit {max}"), bytes);
-        // 8 bytes a stamp, plus Redis's own key overhead. The string is
-        // written whole by each acceptance, so Redis allocates it to size:
-        // what is left is the allocator's rounding, up to a quarter.
+        // 8 bytes a stamp and an 8-byte head, plus Redis's own key
+        // overhead. A full ring was written whole at its size, so Redis
+        // allocated it to size: what is left is the allocator's rounding,
+        // up to a quarter.
         assert!(
             bytes <= 10 * u64::from(max) + 150,
             "log limit {max}: {bytes} bytes"

@@ -8,6 +8,7 @@ use std::sync::{Arc, OnceLock};
 
 use redis::RedisResult;
 
+use super::client::{within, Orphaned, Watch};
 use super::scripts::{self, Ask};
 use super::{keys, reply, RedisStore};
 use crate::algorithm::leases::fresh_id;
@@ -124,7 +125,7 @@ impl<K: std::fmt::Display> Store<K> for RedisStore {
                 let reply: RedisResult<Vec<i64>> = connection.invoke(&invocation).await;
                 reply.map_err(|e| super::error("Redis settle script failed".into(), e))
             };
-            let settled = store.reach(&name, call).await;
+            let settled = store.reach(&name, call, None).await;
             if let Some(denied) = &store.denied {
                 denied.forget(&name);
             }
@@ -151,18 +152,6 @@ impl<K: std::fmt::Display> Store<K> for RedisStore {
         }
         self.instance.held.lock().remove(&admitted.lease);
         self.send_release(keys::leases_key(&name), admitted.lease);
-    }
-}
-
-/// A slot a judging call may have taken, whose reply was not read (the
-/// call timed out, failed, or was dropped): released unless disarmed.
-struct Unread(Option<(RedisStore, String, u64)>);
-
-impl Drop for Unread {
-    fn drop(&mut self) {
-        if let Some((store, leases, id)) = self.0.take() {
-            store.send_release(leases, id);
-        }
     }
 }
 
@@ -201,18 +190,21 @@ impl RedisStore {
     }
 
     /// Sends the release of the slot `id` in the set `leases` now, ahead
-    /// of this store's later calls, not waiting for its reply.
+    /// of this store's later calls, not waiting for its reply nor for a
+    /// place among the node's pending calls: a release must not wait
+    /// behind the calls it would make room for.
     fn send_release(&self, leases: String, id: u64) {
         let mut release = redis::cmd("ZREM");
         release.arg(&leases).arg(id);
-        let store = self.clone();
         let connection = self.client.connection();
+        let watch = Watch::new(&self.client, &self.instance, &leases);
+        let timeout = self.timeout;
         crate::store::send_now(async move {
-            let call = async move {
+            let sent = async {
                 let reply = connection.query::<i64>(&release, None).await;
                 reply.map_err(|e| super::error("Redis release failed".into(), e))
             };
-            if let Err(err) = store.reach(&leases, call).await {
+            if let Err(err) = watch.note(within(timeout, sent).await) {
                 crate::observe::slot_call_failed(&err);
             }
         });
@@ -229,19 +221,32 @@ impl RedisStore {
             length: micros(self.lease),
         });
         let invocation = scripts::invocation(policy, ask, name, (self.client_now(), lease));
-        let mut unread = Unread(
-            lease
-                .filter(|lease| lease.id != 0)
-                .map(|lease| (self.clone(), keys::leases_key(name), lease.id)),
-        );
         let connection = self.client.connection();
         let call = async move {
             let reply = connection.invoke(&invocation).await;
             reply.map_err(|e| super::error("Redis script failed".into(), e))
         };
-        let reply: Vec<i64> = self.reach(name, call).await?;
-        let mut decision = reply::decision(policy, &reply, ask.cost())?;
-        unread.0 = None;
+        // A slot the call may have taken is released if its reply is not
+        // read: at once when the call fails, times out or makes no sense,
+        // and once Redis has replied to a call that timed out (a release
+        // sent before a script that ran late frees nothing).
+        let taking = lease.filter(|lease| lease.id != 0).map(|lease| lease.id);
+        let release = |store: &Self| {
+            if let Some(id) = taking {
+                store.send_release(keys::leases_key(name), id);
+            }
+        };
+        let orphaned = taking.map(|_| {
+            let (store, name) = (self.clone(), name.to_owned());
+            Box::new(move |_| {
+                if let Some(id) = taking {
+                    store.send_release(keys::leases_key(&name), id);
+                }
+            }) as Orphaned<Vec<i64>>
+        });
+        let reply = self.reach(name, call, orphaned).await;
+        let decided = reply.and_then(|reply| reply::decision(policy, &reply, ask.cost()));
+        let mut decision = decided.inspect_err(|_| release(self))?;
         if ask == Ask::Free && decision.origin != Origin::InFlight {
             decision = decision.costing_nothing();
         }

@@ -124,6 +124,10 @@ struct NodeCalls {
     last_reply: AtomicU64,
 }
 
+/// How many silence spans a call waits for its own reply while its node
+/// answers others, before it gives up.
+const GIVE_UP_AFTER: u64 = 10;
+
 /// The origin of the client's monotonic micros.
 static EPOCH: LazyLock<Instant> = LazyLock::new(Instant::now);
 
@@ -136,10 +140,8 @@ impl NodeCalls {
         self.last_reply.store(micros_now(), Ordering::Relaxed);
     }
 
-    /// Whether no reply has arrived for `span`.
-    fn silent_for(&self, span: Duration) -> bool {
-        let last = self.last_reply.load(Ordering::Relaxed);
-        micros_now().saturating_sub(last) >= crate::clock::micros(span)
+    fn last_reply(&self) -> u64 {
+        self.last_reply.load(Ordering::Relaxed)
     }
 }
 
@@ -213,29 +215,46 @@ pub(super) fn said_by_server(err: &StoreError) -> bool {
         .is_some_and(|source| source.code().is_some())
 }
 
+/// What becomes of a call's outcome once its caller no longer waits for it.
+pub(super) type Orphaned<T> = Box<dyn FnOnce(Result<T, StoreError>) + Send>;
+
+/// A call to Redis, boxed to run on without its caller.
+type Call<T> = Pin<Box<dyn Future<Output = Result<T, StoreError>> + Send>>;
+
 /// A call that its caller may stop waiting for: dropped before its end, it
 /// runs on in the background, so that what it holds (its permit) is held
-/// until Redis replies.
-struct Detached<T: Send + 'static>(Option<Pin<Box<dyn Future<Output = T> + Send>>>);
+/// until Redis replies, and its outcome goes to `orphaned`.
+struct Detached<T: Send + 'static> {
+    call: Option<Call<T>>,
+    orphaned: Option<Orphaned<T>>,
+}
 
 impl<T: Send + 'static> Future for Detached<T> {
-    type Output = T;
+    type Output = Result<T, StoreError>;
 
-    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<T> {
-        let Some(call) = self.0.as_mut() else {
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let Some(call) = self.call.as_mut() else {
             return Poll::Pending;
         };
         let outcome = std::task::ready!(call.as_mut().poll(cx));
-        self.0 = None;
+        self.call = None;
         Poll::Ready(outcome)
     }
 }
 
 impl<T: Send + 'static> Drop for Detached<T> {
     fn drop(&mut self) {
-        if let (Some(call), Ok(runtime)) = (self.0.take(), tokio::runtime::Handle::try_current()) {
-            runtime.spawn(call);
-        }
+        let (Some(call), Ok(runtime)) = (self.call.take(), tokio::runtime::Handle::try_current())
+        else {
+            return;
+        };
+        let orphaned = self.orphaned.take();
+        runtime.spawn(async move {
+            let outcome = call.await;
+            if let Some(orphaned) = orphaned {
+                orphaned(outcome);
+            }
+        });
     }
 }
 
@@ -258,8 +277,10 @@ impl Watch {
     }
 
     /// A request's `call`: its outcome, or the node's outage error once
-    /// the node is found down, by this call (`silence` passed with no
-    /// reply from the node) or by another.
+    /// the node is found down, by this call (`silence` passed since the
+    /// later of its start and the node's last reply) or by another. A call
+    /// that waits [`GIVE_UP_AFTER`] silence spans while the node answers
+    /// others gives up with a timeout, and its place.
     pub(super) async fn run<T>(
         self,
         silence: Duration,
@@ -267,15 +288,24 @@ impl Watch {
     ) -> Result<T, StoreError> {
         let outage = &self.instance.outage;
         let mut call = pin!(outage.unless_down(&self.node, call));
+        let (sent, span) = (micros_now(), crate::clock::micros(silence));
         loop {
-            match tokio::time::timeout(silence, call.as_mut()).await {
-                Ok(outcome) => return self.note(outcome),
-                Err(_) if self.calls.silent_for(silence) => {
-                    outage.mark_down(self.node.clone());
-                    return Err(Outage::error(&self.node));
-                }
-                // Replies arrive: this call waits behind others.
-                Err(_) => {}
+            let now = micros_now();
+            let quiet = now.saturating_sub(self.calls.last_reply().max(sent));
+            if quiet >= span {
+                outage.mark_down(self.node.clone());
+                return Err(Outage::error(&self.node));
+            }
+            if now.saturating_sub(sent) >= GIVE_UP_AFTER * span {
+                let message = format!(
+                    "Redis never answered this call, though it answered others for {:?}",
+                    silence * GIVE_UP_AFTER as u32
+                );
+                return Err(StoreError::new(message, None).with_kind(StoreErrorKind::Timeout));
+            }
+            let wait = Duration::from_micros(span - quiet);
+            if let Ok(outcome) = tokio::time::timeout(wait, call.as_mut()).await {
+                return self.note(outcome);
             }
         }
     }
@@ -312,10 +342,14 @@ impl RedisStore {
     /// error at once if the node is down, once the store's timeout has
     /// passed (waiting for a permit included), or as soon as the node is
     /// found down.
+    ///
+    /// A call that timed out after it was sent runs on until Redis
+    /// replies, and its outcome then goes to `orphaned`, if any.
     pub(super) async fn reach<T: Send + 'static>(
         &self,
         name: &str,
         call: impl Future<Output = Result<T, StoreError>> + Send + 'static,
+        orphaned: Option<Orphaned<T>>,
     ) -> Result<T, StoreError> {
         self.join();
         let watch = Watch::new(&self.client, &self.instance, name);
@@ -327,11 +361,15 @@ impl RedisStore {
         within(self.timeout, async move {
             // The semaphore is never closed.
             let permit = permits.acquire_owned().await.ok();
-            Detached(Some(Box::pin(async move {
+            let call = async move {
                 let outcome = watch.run(silence, call).await;
                 drop(permit);
                 outcome
-            })))
+            };
+            Detached {
+                call: Some(Box::pin(call)),
+                orphaned,
+            }
             .await
         })
         .await

@@ -15,7 +15,7 @@ use redis::cluster_routing::{RoutingInfo, SingleNodeRoutingInfo};
 use tokio::sync::oneshot;
 
 use super::client::{said_by_server, within, Client, Watch};
-use super::failure::{FailurePolicy, LocalClock};
+use super::failure::LocalClock;
 use super::outage::{whole, Node, Outage};
 use super::scripts;
 use super::slots::{self, Slots};
@@ -127,7 +127,6 @@ impl RedisStore {
             clock: self.clock.clone(),
             // A heartbeat is no request: it may wait longer than one.
             timeout: self.timeout.max(self.heartbeat),
-            failure: self.failure,
         };
         runtime.spawn(heart.beat_until(running));
     }
@@ -195,7 +194,6 @@ struct Heart {
     lease: Duration,
     clock: Option<ClientClock>,
     timeout: Duration,
-    failure: FailurePolicy,
 }
 
 impl Heart {
@@ -304,7 +302,7 @@ impl Heart {
     fn sum_up(&self, instance: &Instance) {
         let failed = instance.failed.swap(0, Ordering::Relaxed);
         if failed > 0 {
-            crate::observe::failures_summed_up(failed, SUMMARY_EVERY, self.failure);
+            crate::observe::failures_summed_up(failed, SUMMARY_EVERY);
         }
     }
 

@@ -69,11 +69,12 @@ use crate::policy::Policy;
 ///   step back by more than the longest window (the bucket's clock, by
 ///   more than 5 s), since keys expire on Redis's time and their TTL is
 ///   renewed only when the state's span moves on (docs/design.md, "TTLs").
-/// * **One format per algorithm.** The log keeps its 8-byte timestamps,
-///   oldest first (at most as many as the largest limit), in one string;
-///   the counter and fixed window a record of 16 bytes a limit
-///   (the window index and two counts); the token bucket a record of 12 bytes
-///   a limit (its arrival time). docs/design.md has the layouts, and
+/// * **One format per algorithm.** The log keeps its 8-byte timestamps
+///   (at most as many as the largest limit) in one string, a ring behind an
+///   8-byte head, of which a call reads and writes only what it needs; the
+///   counter a record of 16 bytes a limit (the window index and two
+///   counts), the fixed window one of 12 (the window index and its count)
+///   and the token bucket one of 12 (its arrival time). docs/design.md has the layouts, and
 ///   [`state`](RedisStore::state) reads a key back as the [`KeyState`](crate::KeyState)
 ///   the scripts judge by. Every key expires once it has been idle long
 ///   enough to no longer matter.

@@ -426,3 +426,48 @@ async fn the_logs_cost_per_call_does_not_grow_with_its_limit() {
     println!("Redis CPU per admitting call: {small:.1} µs at 90-100 stamps, {large:.1} µs at 9,000-10,000");
     assert!(large <= 3.0 * small, "{large:.1} µs against {small:.1} µs");
 }
+
+/// A request under an in-flight cap whose call times out holds no slot
+/// once Redis has answered the call: here Redis is paused with its script
+/// cache flushed, so that the script runs only after the client loads it
+/// again, later than any release sent at the timeout.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_slot_taken_by_a_call_that_timed_out_is_given_back() {
+    let server = private_server(&[]).await;
+    let store = RedisStore::connect(&server.url())
+        .await
+        .unwrap()
+        .with_prefix(&unique_prefix("orphan"))
+        .with_failure_policy(FailurePolicy::FailClosed)
+        .with_timeout(Duration::from_millis(50));
+    let policy = Policy::in_flight_only(1);
+    let leases = format!("{}:leases", store.key_name(&"k", &policy));
+    let held = store.decide("k", &policy).await.unwrap();
+    assert!(held.holds_slot());
+    store.release_bound("k", &Store::<&str>::bind(&store, &policy), &held);
+    let deadline = Instant::now() + Duration::from_secs(2);
+    server.wait_for(
+        &["ZCARD", &leases],
+        "0",
+        deadline,
+        "the release never landed",
+    );
+
+    server.cli(&["SCRIPT", "FLUSH"]).unwrap();
+    server.pause();
+    let late = store.decide("k", &policy).await.unwrap_err();
+    assert_eq!(late.kind(), StoreErrorKind::Timeout, "{late}");
+    std::thread::sleep(Duration::from_millis(200));
+    server.resume();
+    // The script ran once loaded again and took the slot; its reply, which
+    // nobody read, released it.
+    let deadline = Instant::now() + Duration::from_secs(2);
+    server.wait_for(
+        &["ZCARD", &leases],
+        "0",
+        deadline,
+        "a slot nobody holds stayed taken",
+    );
+    let next = store.decide("k", &policy).await.unwrap();
+    assert!(next.is_allowed() && next.holds_slot());
+}

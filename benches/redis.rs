@@ -424,7 +424,7 @@ async fn main() {
     };
     let mut table = report::Table::new(
         "Redis: one script call per decision, none for a key known to be refused",
-        &format!("{ROUNDS} interleaved rounds against a private redis-server; decisions a second (median), and the median over rounds of the ratio to the floor script (TIME, GET, SET PX, three numbers back) in the same round. Redis CPU per decision from `INFO commandstats`. The last two rows send every other call for one key over its limit (10 a minute)."),
+        &format!("{ROUNDS} interleaved rounds against a private redis-server; decisions a second (median), and the median over rounds of the ratio to the floor script (TIME, GET, SET PX, three numbers back) in the same round. Redis CPU per decision from `INFO commandstats`. The rows \"half the calls one refused key\" and \"the same without the deny cache\" send every other call for one key over its limit (10 a minute)."),
         &["", "1 in flight", "ratio", "64 in flight", "ratio", "Redis CPU µs/decision", "ratio"],
     );
     for (i, (name, _)) in contenders.iter().enumerate() {

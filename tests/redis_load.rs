@@ -18,6 +18,12 @@ use tower_sliding_window::{
     Algorithm, FailurePolicy, Origin, Policy, RedisStore, Store, StoreErrorKind,
 };
 
+/// A store on `server` under a prefix of its own.
+async fn connected(server: &Server, label: &str) -> RedisStore {
+    let store = RedisStore::connect(&server.url()).await.unwrap();
+    store.with_prefix(&unique_prefix(label))
+}
+
 async fn private_server(extra: &'static [&'static str]) -> Server {
     tokio::task::spawn_blocking(move || Server::start_with(extra))
         .await
@@ -30,10 +36,8 @@ async fn private_server(extra: &'static [&'static str]) -> Server {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_burst_past_the_timeout_is_no_outage() {
     let server = private_server(&[]).await;
-    let store = RedisStore::connect(&server.url())
+    let store = connected(&server, "burst")
         .await
-        .unwrap()
-        .with_prefix(&unique_prefix("burst"))
         .with_timeout(Duration::from_millis(5));
     let policy = policy(Algorithm::SlidingCounter, &[(1_000_000, 60_000)]);
     let mut burst = tokio::task::JoinSet::new();
@@ -161,10 +165,8 @@ async fn idle_instances_count_each_other() {
 
     // Alone under another prefix, told to expect 8: 8 until a few
     // heartbeats have counted 1.
-    let alone = RedisStore::connect(&server.url())
+    let alone = connected(&server, "alone")
         .await
-        .unwrap()
-        .with_prefix(&unique_prefix("alone"))
         .with_heartbeat(heartbeat)
         .with_expected_instances(8);
     assert_eq!(alone.live_instances(), 8);
@@ -183,10 +185,8 @@ async fn idle_instances_count_each_other() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_long_timeout_outlasts_a_pause() {
     let server = private_server(&[]).await;
-    let store = RedisStore::connect(&server.url())
+    let store = connected(&server, "pause")
         .await
-        .unwrap()
-        .with_prefix(&unique_prefix("pause"))
         .with_timeout(Duration::from_secs(5));
     let policy = policy(Algorithm::SlidingCounter, &[(10, 60_000)]);
     assert_eq!(
@@ -382,10 +382,8 @@ async fn a_failover_spills_onto_no_other_primary() {
 /// hundred times apart: `calls` admissions spread over `keys` keys that
 /// already hold `held` stamps each.
 async fn log_cpu_per_call(server: &Server, max: u32, keys: u32, held: u32, calls: u32) -> f64 {
-    let store = RedisStore::connect(&server.url())
+    let store = connected(&server, "log-cost")
         .await
-        .unwrap()
-        .with_prefix(&unique_prefix("log-cost"))
         .with_heartbeat(Duration::from_secs(3_600))
         .with_failure_policy(FailurePolicy::FailClosed)
         .with_timeout(Duration::from_secs(5));
@@ -434,10 +432,8 @@ async fn the_logs_cost_per_call_does_not_grow_with_its_limit() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_slot_taken_by_a_call_that_timed_out_is_given_back() {
     let server = private_server(&[]).await;
-    let store = RedisStore::connect(&server.url())
+    let store = connected(&server, "orphan")
         .await
-        .unwrap()
-        .with_prefix(&unique_prefix("orphan"))
         .with_failure_policy(FailurePolicy::FailClosed)
         .with_timeout(Duration::from_millis(50));
     let policy = Policy::in_flight_only(1);

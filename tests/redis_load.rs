@@ -382,7 +382,7 @@ async fn a_failover_spills_onto_no_other_primary() {
 /// hundred times apart: `calls` admissions spread over `keys` keys that
 /// already hold `held` stamps each.
 async fn log_cpu_per_call(server: &Server, max: u32, keys: u32, held: u32, calls: u32) -> f64 {
-    let store = connected(&server, "log-cost")
+    let store = connected(server, "log-cost")
         .await
         .with_heartbeat(Duration::from_secs(3_600))
         .with_failure_policy(FailurePolicy::FailClosed)

@@ -156,7 +156,7 @@ async fn idle_instances_count_each_other() {
             .with_heartbeat(heartbeat);
         stores.push(store);
     }
-    let deadline = Instant::now() + heartbeat * 5;
+    let deadline = Instant::now() + heartbeat * 8;
     while stores.iter().any(|store| store.live_instances() != 4) {
         let seen: Vec<usize> = stores.iter().map(RedisStore::live_instances).collect();
         assert!(Instant::now() < deadline, "idle instances saw {seen:?}");

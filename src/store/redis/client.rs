@@ -296,11 +296,8 @@ impl Watch {
                 outage.mark_down(self.node.clone());
                 return Err(Outage::error(&self.node));
             }
-            if now.saturating_sub(sent) >= GIVE_UP_AFTER * span {
-                let message = format!(
-                    "Redis never answered this call, though it answered others for {:?}",
-                    silence * GIVE_UP_AFTER as u32
-                );
+            if now.saturating_sub(sent) >= span.saturating_mul(GIVE_UP_AFTER) {
+                let message = "Redis answered other calls but never this one";
                 return Err(StoreError::new(message, None).with_kind(StoreErrorKind::Timeout));
             }
             let wait = Duration::from_micros(span - quiet);

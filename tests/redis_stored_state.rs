@@ -1,6 +1,6 @@
 //! What the Redis store keeps, as docs/design.md describes it, and how it
 //! reads what it finds: the counter's 16-byte records, the fixed window's
-//! and the bucket's 12-byte records, the log's ring, values that are no state
+//! and the bucket's 12-byte records, the log's stamps, values that are no state
 //! at all; bytes a key and one script call a decision. Each run is
 //! checked against the memory store on the same clock.
 #![cfg(feature = "redis")]
@@ -323,8 +323,8 @@ async fn a_value_that_is_no_state_reads_as_a_fresh_key() {
     }
 }
 
-/// A log key holds the stamps of its accepted requests in a ring, 8 bytes
-/// each, oldest first from its head, and nothing the log no longer needs:
+/// A log key holds the stamps of its accepted requests, 8 bytes each,
+/// oldest first (past 128 in a ring), and nothing the log no longer needs:
 /// none older than its longest window and at most its largest `max`. An
 /// accepted request on a small log reads the key with one `GETRANGE` and
 /// writes it with one `SET` carrying the TTL; a refusal writes nothing.
@@ -344,7 +344,7 @@ async fn a_log_key_holds_its_stamps_oldest_first() {
             .unwrap()
             .get(&name)
             .unwrap();
-        ring_stamps(&bytes)
+        log_stamps(&bytes)
     };
     let at = |ms: i64| ms * 1_000;
     for step_ms in [0, 200, 200, 700, 200] {
@@ -379,27 +379,33 @@ async fn a_log_key_holds_its_stamps_oldest_first() {
     assert!(ttl > 10_000 && ttl <= 20_001, "PTTL {ttl}");
 }
 
-/// A log's value as the script writes it: the head's slot and how many
-/// stamps are held, then the ring's slots.
-fn ring(head: u32, len: u32, slots: &[i64]) -> Vec<u8> {
-    let header = [head.to_le_bytes(), len.to_le_bytes()].concat();
-    let slots = slots.iter().flat_map(|stamp| stamp.to_le_bytes());
-    header.into_iter().chain(slots).collect()
+/// Stamps as a log of up to 128 of them keeps them: alone, oldest first.
+fn plain(stamps: &[i64]) -> Vec<u8> {
+    stamps
+        .iter()
+        .flat_map(|stamp| stamp.to_le_bytes())
+        .collect()
 }
 
-/// The stamps a log's value holds, oldest first, read from its ring.
-fn ring_stamps(bytes: &[u8]) -> Vec<i64> {
-    assert!(
-        bytes.len() >= 8 && bytes.len().is_multiple_of(8),
-        "a ring: {bytes:?}"
-    );
+/// A longer log's value as the script writes it: the head's slot and how
+/// many stamps are held, then the ring's slots.
+fn ring(head: u32, len: u32, slots: &[i64]) -> Vec<u8> {
+    let header = [head.to_le_bytes(), len.to_le_bytes()].concat();
+    header.into_iter().chain(plain(slots)).collect()
+}
+
+/// The stamps a log's value holds, oldest first: alone up to 128 of them,
+/// else read from its ring.
+fn log_stamps(bytes: &[u8]) -> Vec<i64> {
+    assert!(bytes.len().is_multiple_of(8), "whole stamps: {bytes:?}");
+    let stamp = |at: usize| i64::from_le_bytes(bytes[at..at + 8].try_into().unwrap());
+    if bytes.len() <= 8 * 128 {
+        return (0..bytes.len()).step_by(8).map(stamp).collect();
+    }
     let word = |at: usize| u32::from_le_bytes(bytes[at..at + 4].try_into().unwrap()) as usize;
     let (head, len, size) = (word(0), word(4), bytes.len() / 8 - 1);
     (0..len)
-        .map(|i| {
-            let at = 8 + 8 * ((head + i) % size);
-            i64::from_le_bytes(bytes[at..at + 8].try_into().unwrap())
-        })
+        .map(|i| stamp(8 + 8 * ((head + i) % size)))
         .collect()
 }
 
@@ -414,18 +420,32 @@ async fn a_log_value_that_is_no_state_reads_as_a_fresh_key() {
     let memory = MemoryStore::with_clock(clock.clone());
     let mut connection = connection().await;
     let now = 10 * SECOND as i64;
-    let stamps = |stamps: &[i64]| ring(0, stamps.len() as u32, stamps);
-    let values: [(&str, Vec<u8>); 7] = [
-        ("text", b"not a state".to_vec()),
-        ("one byte short", stamps(&[now, now])[..23].to_vec()),
-        ("one byte over", [stamps(&[now]), vec![0]].concat()),
-        ("more stamps than the largest max", stamps(&[now; 5])),
-        ("a head past the ring", ring(2, 1, &[now, now])),
-        ("more held than the ring holds", ring(0, 3, &[now, now])),
-        ("empty", Vec::new()),
+    let stamps = plain;
+    let small = policy(Algorithm::SlidingLog, &[(4, 1_000)]);
+    let large = policy(Algorithm::SlidingLog, &[(300, 1_000)]);
+    let values: [(&str, Vec<u8>, &Policy); 8] = [
+        ("text", b"not a state".to_vec(), &small),
+        ("one byte short", stamps(&[now, now])[..15].to_vec(), &small),
+        ("one byte over", [stamps(&[now]), vec![0]].concat(), &small),
+        (
+            "more stamps than the largest max",
+            stamps(&[now; 5]),
+            &small,
+        ),
+        ("a head past the ring", ring(200, 1, &[now; 200]), &large),
+        (
+            "more held than the ring holds",
+            ring(0, 201, &[now; 200]),
+            &large,
+        ),
+        (
+            "a ring past the largest max",
+            ring(0, 301, &[now; 301]),
+            &large,
+        ),
+        ("empty", Vec::new(), &small),
     ];
-    let policy = policy(Algorithm::SlidingLog, &[(4, 1_000)]);
-    for (i, (what, value)) in values.iter().enumerate() {
+    for (i, &(what, ref value, policy)) in values.iter().enumerate() {
         let key = format!("log-garbage-{i}");
         let () = connection
             .set(redis.key_name(&key, &policy), value.as_slice())
@@ -441,10 +461,17 @@ async fn a_log_value_that_is_no_state_reads_as_a_fresh_key() {
     // they stand: the key is full.
     let key = "log-full".to_owned();
     let () = connection
-        .set(redis.key_name(&key, &policy), stamps(&[now; 4]))
+        .set(redis.key_name(&key, &small), stamps(&[now; 4]))
         .await
         .unwrap();
-    assert!(!redis.decide(key, &policy).await.unwrap().is_allowed());
+    assert!(!redis.decide(key, &small).await.unwrap().is_allowed());
+    // So is a ring of 300 at now, its head mid-way.
+    let key = "log-full-ring".to_owned();
+    let () = connection
+        .set(redis.key_name(&key, &large), ring(150, 300, &[now; 300]))
+        .await
+        .unwrap();
+    assert!(!redis.decide(key, &large).await.unwrap().is_allowed());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -576,8 +603,8 @@ async fn state_is_compact() {
         let per_stamp = bytes as f64 / f64::from(max);
         println!("log, limit {max}: MEMORY USAGE {bytes} bytes ({per_stamp:.1} per timestamp)");
         no_more_than_v2(&format!("log, limit {max}"), bytes);
-        // 8 bytes a stamp and an 8-byte head, plus Redis's own key
-        // overhead. A full ring was written whole at its size, so Redis
+        // 8 bytes a stamp (and an 8-byte head past 128), plus Redis's own
+        // key overhead. A full log was written whole at its size, so Redis
         // allocated it to size: what is left is the allocator's rounding,
         // up to a quarter.
         assert!(

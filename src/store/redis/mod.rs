@@ -70,8 +70,9 @@ use crate::policy::Policy;
 ///   more than 5 s), since keys expire on Redis's time and their TTL is
 ///   renewed only when the state's span moves on (docs/design.md, "TTLs").
 /// * **One format per algorithm.** The log keeps its 8-byte timestamps
-///   (at most as many as the largest limit) in one string, a ring behind an
-///   8-byte head, of which a call reads and writes only what it needs; the
+///   (at most as many as the largest limit) in one string, oldest first,
+///   past 128 of them in a ring behind an 8-byte head, of which a call
+///   reads and writes only what it needs; the
 ///   counter a record of 16 bytes a limit (the window index and two
 ///   counts), the fixed window one of 12 (the window index and its count)
 ///   and the token bucket one of 12 (its arrival time). docs/design.md has the layouts, and

@@ -133,15 +133,25 @@ fn pairs(bytes: &[u8], limits: &[Limit], bound: fn(u64) -> u64) -> Option<Vec<(u
     pairs.collect()
 }
 
-/// The log's stamps, oldest first, from its ring: the head's slot and
-/// the count (4 little-endian bytes each), then 8 bytes a slot; at most
-/// the log's capacity of them, in order.
+/// The most stamps a log keeps as the stamps alone, as `log.lua` writes
+/// them: a longer log is a ring behind a head.
+const LOG_PLAIN_STAMPS: usize = 128;
+
+/// The log's stamps, oldest first: 8 little-endian bytes each, up to
+/// [`LOG_PLAIN_STAMPS`] of them alone, more in a ring behind the head's slot
+/// and the count (4 bytes each); at most the log's capacity, in order.
 fn log_stamps(bytes: &[u8], capacity: u32) -> Option<Vec<u64>> {
-    let (header, ring) = bytes.split_at_checked(8)?;
-    let word = |at: usize| Some(u32::from_le_bytes(header[at..at + 4].try_into().ok()?) as usize);
-    let (head, len) = (word(0)?, word(4)?);
+    let (head, len, ring) = if bytes.len() <= 8 * LOG_PLAIN_STAMPS {
+        (0, bytes.len() / 8, bytes)
+    } else {
+        let (header, ring) = bytes.split_at(8);
+        let word =
+            |at: usize| u32::from_le_bytes(header[at..at + 4].try_into().unwrap_or_default());
+        (word(0) as usize, word(4) as usize, ring)
+    };
     let size = ring.len() / 8;
-    if !ring.len().is_multiple_of(8) || head >= size || len > size || len > capacity as usize {
+    if !ring.len().is_multiple_of(8) || head >= size.max(1) || len > size || len > capacity as usize
+    {
         return None;
     }
     let stamps: Option<Vec<u64>> = (0..len)

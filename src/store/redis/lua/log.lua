@@ -1,10 +1,9 @@
 -- tower-sliding-window: the sliding window log, judged as
 -- src/algorithm/log.rs judges it, for every policy (limits as arguments).
--- KEYS[1]  the stamps of accepted requests in a ring, as log.rs keeps them
---          in a VecDeque: struct.pack('<I4I4', head, len), the oldest's slot
---          and how many are held, then `size` slots of struct.pack('<i8',
---          stamp) (µs); from the head on, oldest first, at most the largest
---          max of them
+-- KEYS[1]  the stamps of accepted requests, struct.pack('<i8', stamp) each
+--          (µs), at most the largest max: up to 128 oldest first; more in a
+--          ring, as log.rs's VecDeque, behind struct.pack('<I4I4', head,
+--          len): the oldest's slot and how many are held
 -- ARGV  as lease.lua and state.lua, joined before this script, read them;
 --       tail.lua, joined after it, writes the state and answers
 -- Judging, the reply is {1, now, then per limit the stamps inside its
@@ -21,22 +20,25 @@ for i = 1, n do
   if max[i] > capacity then capacity = max[i] end
   if win[i] > longest then longest = win[i] end
 end
--- A log of up to SMALL stamps is read and written whole; a larger one a
--- stamp at a time, so that a call costs about the same whatever the limit.
--- Offsets go as text made with %d: Redis would print a number as a float.
+-- A log of up to SMALL stamps is its stamps alone, read and written whole.
+-- A larger one is a ring behind a head, read and written a few stamps at a
+-- time, so that a call costs about the same whatever the limit. Offsets go
+-- as text made with %d: Redis would print a number as a float.
 local SMALL = 128
 local value = redis.call('GETRANGE', KEYS[1], '0', '1032') -- 8 + 8 * SMALL + 1 bytes
-local whole = #value <= 8 * SMALL + 8
-local size = ((whole and #value or redis.call('STRLEN', KEYS[1])) - 8) / 8
-local head, len = 0, 0
-if size >= 1 and size % 1 == 0 then head, len = struct.unpack('<I4I4', value) end
--- A value that is no such ring, or holds more than the log keeps, is fresh.
-if size < 1 or size % 1 ~= 0 or head >= size or len > size or len > capacity then
-  value, whole, size, head, len = '', true, 0, 0, 0
+local whole = #value <= 8 * SMALL
+local base, head, len, size = 0, 0, #value / 8, #value / 8
+if not whole then
+  base, size = 8, (redis.call('STRLEN', KEYS[1]) - 8) / 8
+  head, len = struct.unpack('<I4I4', value)
+end
+-- A value that is none of these, or holds more than the log keeps, is fresh.
+if size % 1 ~= 0 or head >= math.max(size, 1) or len > size or len > capacity then
+  value, whole, base, size, head, len = '', true, 0, 0, 0, 0
 end
 if len == 0 and settle_at and units < 0 then return {0} end
 local function stamp(i) -- the i-th oldest, from 0
-  local at = 8 + 8 * ((head + i) % size)
+  local at = base + 8 * ((head + i) % size)
   if at + 8 <= #value then return (struct.unpack('<i8', value, at + 1)) end
   local from, to = string.format('%d', at), string.format('%d', at + 7)
   return (struct.unpack('<i8', redis.call('GETRANGE', KEYS[1], from, to)))
@@ -60,36 +62,33 @@ end
 local newest = len > 0 and stamp(len - 1)
 if newest and newest > now then now = newest end
 
--- The TTL runs to the end of the longest limit's window after now's: as
--- long as a stamp of now's window counts. It is renewed only when a write
--- falls in another such window than the newest stamp (or the key is new).
+-- The TTL runs to the end of the longest limit's window after now's, as long
+-- as a stamp of now's window counts, renewed when now is in another window.
 local window = (now - now % longest) / longest
 local renewal = (window + 2) * longest - now
 if newest and (newest - newest % longest) / longest == window then renewal = nil end
 -- The bytes of `count` stamps from the `i`-th oldest, the log read whole.
 local function run(i, count)
   if count <= 0 then return '' end
-  if not whole then value, whole = redis.call('GET', KEYS[1]), true end
+  if #value < base + 8 * size then value = redis.call('GET', KEYS[1]) end
   local from, to = (head + i) % size, (head + i) % size + count
-  if to <= size then return string.sub(value, 9 + 8 * from, 8 + 8 * to) end
-  return string.sub(value, 9 + 8 * from) .. string.sub(value, 9, 8 + 8 * (to - size))
+  if to <= size then return string.sub(value, base + 1 + 8 * from, base + 8 * to) end
+  return string.sub(value, base + 1 + 8 * from) .. string.sub(value, base + 1, base + 8 * (to - size))
 end
 
 -- Drops the `from` oldest stamps and appends `more` at now, at most
--- `capacity` held; returns the log to write whole, or nil once written in
--- place. A small log is written whole, exactly as long as it holds. A
--- larger one takes its new stamps and its head in place, in a ring with
--- room for twice what it held when last written whole (as log.rs doubles
--- its room), and is written whole again once full or a quarter full.
+-- `capacity` held: the log to write whole, or nil once written in place. A
+-- ring has room for twice what it held when last written whole (as log.rs
+-- doubles its room), and is written whole again when full or a quarter full.
 local function record(from, more)
   more = math.min(more, capacity)
   from = math.max(from, len + more - capacity)
   local kept, added = len - from, string.rep(struct.pack('<i8', now), more)
   local held = kept + more
   if whole or held > size or 4 * held <= size then
-    local log = struct.pack('<I4I4', 0, held) .. run(from, kept) .. added
-    if held <= SMALL then return log end
-    return log .. string.rep('\0', 8 * (math.min(capacity, 2 * held) - held))
+    if held <= SMALL then return run(from, kept) .. added end
+    local padding = string.rep('\0', 8 * (math.min(capacity, 2 * held) - held))
+    return struct.pack('<I4I4', 0, held) .. run(from, kept) .. added .. padding
   end
   local first = (head + from) % size
   local tail = (first + kept) % size
@@ -101,9 +100,8 @@ local function record(from, more)
 end
 
 if settle_at and units < 0 then
-  -- Gives back as many of the request's stamps, the newest equal to its
-  -- time, as it did not use, and the stamps the longest window no longer
-  -- reaches from the newest before, as every store does: the log rewritten.
+  -- Gives back the request's stamps (the newest equal to its time) it did
+  -- not use, and those the longest window no longer reaches: rewritten.
   local last = count_before(settle_at + 1)
   local back = math.min(last - count_before(settle_at), -units)
   if back == 0 then return {1} end
@@ -111,8 +109,10 @@ if settle_at and units < 0 then
   local newer = math.max(last, forgotten)
   local stamps = run(forgotten, last - back - forgotten) .. run(newer, len - newer)
   local held = #stamps / 8
-  local room = held <= SMALL and held or size
-  state = struct.pack('<I4I4', 0, held) .. stamps .. string.rep('\0', 8 * (room - held))
+  state = stamps
+  if held > SMALL then
+    state = struct.pack('<I4I4', 0, held) .. stamps .. string.rep('\0', 8 * (size - held))
+  end
 elseif settle_at then
   state = record(count_before(now - longest), units)
 else

@@ -448,12 +448,12 @@ async fn a_log_value_that_is_no_state_reads_as_a_fresh_key() {
     for (i, &(what, ref value, policy)) in values.iter().enumerate() {
         let key = format!("log-garbage-{i}");
         let () = connection
-            .set(redis.key_name(&key, &policy), value.as_slice())
+            .set(redis.key_name(&key, policy), value.as_slice())
             .await
             .unwrap();
         for _ in 0..5 {
-            let from_memory = memory.decide(key.clone(), &policy).await.unwrap();
-            let from_redis = redis.decide(key.clone(), &policy).await.unwrap();
+            let from_memory = memory.decide(key.clone(), policy).await.unwrap();
+            let from_redis = redis.decide(key.clone(), policy).await.unwrap();
             assert_eq!(from_redis, from_memory, "{what}");
         }
     }

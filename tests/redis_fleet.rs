@@ -39,8 +39,8 @@ async fn fleet(url: &str, n: usize, failure: FailurePolicy) -> Vec<RedisStore> {
     stores
 }
 
-/// Makes each store call Redis once (which starts its heartbeat), then
-/// waits until every one counts `n` live instances.
+/// Makes each store call Redis once (its heartbeat runs from when it was
+/// built), then waits until every one counts `n` live instances.
 async fn until_all_see(stores: &[RedisStore], n: usize) {
     let policy = policy(Algorithm::SlidingCounter, &[(1_000, 60_000)]);
     for store in stores {

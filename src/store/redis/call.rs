@@ -230,23 +230,20 @@ impl RedisStore {
         // read: at once when the call fails, times out or makes no sense,
         // and once Redis has replied to a call that timed out (a release
         // sent before a script that ran late frees nothing).
-        let taking = lease.filter(|lease| lease.id != 0).map(|lease| lease.id);
-        let release = |store: &Self| {
-            if let Some(id) = taking {
-                store.send_release(keys::leases_key(name), id);
-            }
-        };
-        let orphaned = taking.map(|_| {
-            let (store, name) = (self.clone(), name.to_owned());
-            Box::new(move |_| {
-                if let Some(id) = taking {
-                    store.send_release(keys::leases_key(&name), id);
-                }
-            }) as Orphaned<Vec<i64>>
+        let taking = lease
+            .filter(|lease| lease.id != 0)
+            .map(|lease| (keys::leases_key(name), lease.id));
+        let orphaned = taking.clone().map(|(leases, id)| {
+            let store = self.clone();
+            Box::new(move |_| store.send_release(leases, id)) as Orphaned<Vec<i64>>
         });
         let reply = self.reach(name, call, orphaned).await;
         let decided = reply.and_then(|reply| reply::decision(policy, &reply, ask.cost()));
-        let mut decision = decided.inspect_err(|_| release(self))?;
+        let mut decision = decided.inspect_err(|_| {
+            if let Some((leases, id)) = taking {
+                self.send_release(leases, id);
+            }
+        })?;
         if ask == Ask::Free && decision.origin != Origin::InFlight {
             decision = decision.costing_nothing();
         }

@@ -236,12 +236,9 @@ impl Heart {
         let mut leave = redis::cmd("ZREM");
         leave.arg(&self.key).arg(&self.id);
         let connection = self.client.connection();
-        let left = connection.query::<i64>(&leave, None);
-        let _ = within(self.timeout, async {
-            left.await
-                .map_err(|e| error("Redis leaving failed".into(), e))
-        })
-        .await;
+        let _ = self
+            .bounded("leaving", connection.query::<i64>(&leave, None))
+            .await;
     }
 
     /// Refreshes the entry, then, on a Cluster, its slot map and a probe
@@ -293,8 +290,9 @@ impl Heart {
         let mut call = scripts::fleet().key(&self.key);
         call.arg(&self.id).arg(life);
         let connection = self.client.connection();
-        let counted = async move { connection.invoke::<usize>(&call).await };
-        self.ask(instance, &self.key, "heartbeat", counted).await
+        let counted = self.bounded("heartbeat", connection.invoke::<usize>(&call));
+        // A reply is news of the set's node, a refused connection too.
+        Watch::new(&self.client, instance, &self.key).note(counted.await)
     }
 
     /// Says how many requests the failure policy answered since the last
@@ -334,14 +332,12 @@ impl Heart {
         {
             let call = scripts::renewal(held, lease, now);
             let connection = self.client.connection();
-            let renewed = async move { connection.invoke::<i64>(&call).await };
             let watch = Watch::new(&self.client, instance, &held[0].0);
             let timeout = self.timeout;
             calls.spawn(async move {
                 let renewed = async {
-                    renewed
-                        .await
-                        .map_err(|e| error("Redis renewal failed".into(), e))
+                    let reply = connection.invoke::<i64>(&call).await;
+                    reply.map_err(|e| error("Redis renewal failed".into(), e))
                 };
                 watch.note(within(timeout, renewed).await)
             });
@@ -358,11 +354,9 @@ impl Heart {
         command.arg("SLOTS");
         let random = RoutingInfo::SingleNode(SingleNodeRoutingInfo::Random);
         let connection = self.client.connection();
-        let reply = async {
-            let reply = connection.query(&command, Some(random)).await;
-            reply.map_err(|e| error("Redis CLUSTER SLOTS failed".into(), e))
-        };
-        let reply = within(self.timeout, reply).await;
+        let reply = self
+            .bounded("CLUSTER SLOTS", connection.query(&command, Some(random)))
+            .await;
         if let Some(slots) = reply.ok().as_ref().and_then(Slots::read) {
             // A node the map no longer names (replaced by a failover) will
             // not answer again: its keys are on another node now.
@@ -385,27 +379,20 @@ impl Heart {
         };
         let ping = redis::cmd("PING");
         let connection = self.client.connection();
-        let reply = async move {
-            let routing = Some(RoutingInfo::SingleNode(routing));
-            connection.query::<String>(&ping, routing).await
-        };
-        let probe = async {
-            reply
-                .await
-                .map_err(|e| error("Redis probe failed".into(), e))
-        };
-        match within(self.timeout, probe).await {
+        let routing = Some(RoutingInfo::SingleNode(routing));
+        match self
+            .bounded("probe", connection.query::<String>(&ping, routing))
+            .await
+        {
             Ok(_) => true,
             Err(err) => said_by_server(&err),
         }
     }
 
-    /// A call's reply within the heartbeat's wait, for the key `name`,
-    /// noted as news of its node.
-    async fn ask<T>(
+    /// A call's reply within the heartbeat's wait, a failure named as
+    /// `what`'s.
+    async fn bounded<T>(
         &self,
-        instance: &Arc<Instance>,
-        name: &str,
         what: &str,
         call: impl std::future::Future<Output = redis::RedisResult<T>>,
     ) -> Result<T, StoreError> {
@@ -413,7 +400,6 @@ impl Heart {
             call.await
                 .map_err(|e| error(format!("Redis {what} failed"), e))
         };
-        let watch = Watch::new(&self.client, instance, name);
-        watch.note(within(self.timeout, call).await)
+        within(self.timeout, call).await
     }
 }

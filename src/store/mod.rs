@@ -7,6 +7,7 @@
 
 mod cas;
 mod error;
+mod lease_book;
 mod memory;
 mod names;
 #[cfg(feature = "redis")]

@@ -9,8 +9,9 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
-use self::slots::{Slots, Unseen};
+use self::slots::{Place, Releasing, Renewal};
 
+use super::lease_book::{LeaseBook, Unseen};
 use super::names::{escape, escape_into, key_name};
 use super::{Store, StoreError};
 use crate::algorithm::Decision;
@@ -72,7 +73,8 @@ struct Inner<S, C> {
     prefix: String,
     /// How long a slot lasts unless released or renewed.
     lease: Duration,
-    slots: Slots,
+    releasing: Releasing,
+    leases: Arc<LeaseBook<Renewal<S, C>, Place>>,
 }
 
 impl<S, C> Clone for CasStore<S, C> {
@@ -109,15 +111,7 @@ impl<S: CompareAndSwap, C: Clock> CasStore<S, C> {
     /// A store over `service` reading time from `clock` (a
     /// [`ManualClock`](crate::ManualClock) in tests).
     pub fn with_clock(service: S, clock: C) -> Self {
-        Self {
-            inner: Arc::new(Inner {
-                service,
-                clock,
-                prefix: String::from("tsw"),
-                lease: DEFAULT_LEASE,
-                slots: Slots::default(),
-            }),
-        }
+        Self::built(service, clock, String::from("tsw"), DEFAULT_LEASE)
     }
 
     /// Names every key `prefix:{…}:…`. Configure before cloning: the result
@@ -145,15 +139,19 @@ impl<S: CompareAndSwap, C: Clock> CasStore<S, C> {
 
     fn rebuilt(&self, prefix: String, lease: Duration) -> Self {
         let Inner { service, clock, .. } = &*self.inner;
-        Self {
-            inner: Arc::new(Inner {
-                service: service.clone(),
-                clock: clock.clone(),
-                prefix,
-                lease,
-                slots: Slots::default(),
-            }),
-        }
+        Self::built(service.clone(), clock.clone(), prefix, lease)
+    }
+
+    fn built(service: S, clock: C, prefix: String, lease: Duration) -> Self {
+        let inner = Arc::new_cyclic(|inner| Inner {
+            service,
+            clock,
+            prefix,
+            lease,
+            releasing: Releasing::default(),
+            leases: LeaseBook::new(Renewal(inner.clone()), lease),
+        });
+        Self { inner }
     }
 
     /// Reads `name`'s state, applies the releases not yet written, lets
@@ -170,7 +168,7 @@ impl<S: CompareAndSwap, C: Clock> CasStore<S, C> {
         for _ in 0..ATTEMPTS {
             // Taken before the load: a release written back meanwhile is
             // then either in the bytes loaded or in this list.
-            let released = self.inner.slots.releasing(&name);
+            let released = self.inner.releasing.of(&name);
             let now = self.inner.clock.now();
             let old = service.load(&name).await?;
             let mut state = state_of(&policy, old.as_deref())?;
@@ -183,21 +181,19 @@ impl<S: CompareAndSwap, C: Clock> CasStore<S, C> {
             // Nothing to write: a refusal, or a key that holds nothing; the
             // releases applied had nothing left to free.
             if old.as_deref() == Some(&new[..]) || (old.is_none() && idle_after.is_zero()) {
-                self.inner.slots.written(&name, &released);
+                self.inner.releasing.written(&name, &released);
                 return Ok(decision);
             }
-            let mut unseen = Unseen(
-                decision
-                    .holds_slot()
-                    .then_some((&self, &name, &policy, decision)),
-            );
+            let unseen = Unseen::new(decision.holds_slot().then_some(|| {
+                self.release(name.clone(), policy.clone(), decision);
+            }));
             let swapped = service.swap(&name, old.as_deref(), new, idle_after + GRACE);
-            if swapped.await? {
-                unseen.0 = None;
-                self.inner.slots.written(&name, &released);
+            let swapped = swapped.await?;
+            unseen.seen();
+            if swapped {
+                self.inner.releasing.written(&name, &released);
                 return Ok(decision);
             }
-            unseen.0 = None;
         }
         Err(StoreError::new(
             format!("{name} changed under each of {ATTEMPTS} attempts to write it"),
@@ -206,7 +202,7 @@ impl<S: CompareAndSwap, C: Clock> CasStore<S, C> {
     }
 
     async fn peek_at(self, name: String, policy: Policy) -> Result<Decision, StoreError> {
-        let released = self.inner.slots.releasing(&name);
+        let released = self.inner.releasing.of(&name);
         let now = self.inner.clock.now();
         let old = self.inner.service.load(&name).await?;
         let mut state = state_of(&policy, old.as_deref())?;
@@ -268,7 +264,8 @@ where
                 .update(name.clone(), policy.clone(), judge)
                 .await?;
             if decision.holds_slot() {
-                store.hold(name, policy, decision);
+                let place = (name, policy, decision);
+                store.inner.leases.hold(decision.lease, place);
             }
             Ok(decision)
         })

@@ -10,12 +10,13 @@ use redis::RedisResult;
 
 use super::client::{within, Orphaned, Watch};
 use super::scripts::{self, Ask};
-use super::{keys, reply, RedisStore};
+use super::{keys, reply, RedisStore, Settings};
 use crate::algorithm::leases::fresh_id;
 use crate::algorithm::{Decision, Origin};
 use crate::clock::micros;
 use crate::observe::DenyCacheEvents;
 use crate::policy::{Policy, Weighed};
+use crate::store::lease_book::Unseen;
 use crate::store::{Store, StoreError};
 
 /// A policy bound to a [`RedisStore`]: the policy and the end of its keys'
@@ -85,7 +86,7 @@ impl<K: std::fmt::Display> Store<K> for RedisStore {
                 Box::pin(async move { Ok(peek.await?.costing_nothing()) })
             }
             Weighed::TooCostly => {
-                let refusal = Decision::too_costly(policy.limits(), cost, self.local_now());
+                let refusal = Decision::too_costly(policy.limits(), cost, self.guard.now());
                 Box::pin(std::future::ready(Ok(refusal)))
             }
         }
@@ -103,14 +104,12 @@ impl<K: std::fmt::Display> Store<K> for RedisStore {
         if !admitted.needs_settling(cost, used) {
             return Box::pin(std::future::ready(Ok(admitted)));
         }
-        let name = keys::key_name(&self.prefix, &key, &binding.inner.suffix);
+        let name = self.name(&key, binding);
         // A refusal remembered for the key no longer says when it could
         // pass: sooner if quota came back, later if more was charged. It
         // is forgotten again once the script has run, in case a refusal
         // judged meanwhile was remembered.
-        if let Some(denied) = &self.denied {
-            denied.forget(&name);
-        }
+        self.guard.forget(&name);
         let ask = Ask::Settle {
             at: admitted.at_micros,
             cost,
@@ -126,9 +125,7 @@ impl<K: std::fmt::Display> Store<K> for RedisStore {
                 reply.map_err(|e| super::error("Redis settle script failed".into(), e))
             };
             let settled = store.reach(&name, call, None).await;
-            if let Some(denied) = &store.denied {
-                denied.forget(&name);
-            }
+            store.guard.forget(&name);
             settled.map(|_| admitted.settled(cost, used))
         })
     }
@@ -145,12 +142,12 @@ impl<K: std::fmt::Display> Store<K> for RedisStore {
         if !admitted.holds_slot() {
             return;
         }
-        let name = keys::key_name(&self.prefix, &key, &binding.inner.suffix);
+        let name = self.name(&key, binding);
         if admitted.origin == Origin::Fallback {
-            self.release_fallback(name, admitted);
+            self.guard.release_fallback(name, admitted);
             return;
         }
-        self.instance.held.lock().remove(&admitted.lease);
+        self.leases.release(admitted.lease);
         self.send_release(keys::leases_key(&name), admitted.lease);
     }
 }
@@ -159,20 +156,40 @@ impl RedisStore {
     /// Now on the client's clock, if the store has one: the time passed to
     /// the scripts, which otherwise read Redis `TIME`.
     fn client_now(&self) -> Option<u64> {
-        self.clock.as_ref().map(|clock| clock())
+        self.settings.clock.as_ref().map(|clock| clock())
+    }
+
+    /// The Redis key of `key` under `binding`'s policy.
+    fn name<K: std::fmt::Display>(&self, key: &K, binding: &RedisBinding) -> String {
+        keys::key_name(&self.settings.prefix, key, &binding.inner.suffix)
+    }
+
+    /// `call`'s outcome, to the node holding `name`, within the store's
+    /// timeout (see [`Client::reach`](super::client::Client::reach)).
+    async fn reach<T: Send + 'static>(
+        &self,
+        name: &str,
+        call: impl Future<Output = Result<T, StoreError>> + Send + 'static,
+        orphaned: Option<Orphaned<T>>,
+    ) -> Result<T, StoreError> {
+        self.fleet.join();
+        let Settings {
+            timeout, heartbeat, ..
+        } = self.settings;
+        // A node may leave a call unanswered this long before it is taken
+        // for down: a heartbeat would have found it by then.
+        let silence = timeout.max(heartbeat);
+        self.client
+            .reach(name, timeout, silence, call, orphaned)
+            .await
     }
 
     fn call<K: std::fmt::Display>(&self, key: &K, binding: &RedisBinding, ask: Ask) -> Pending {
-        let name = keys::key_name(&self.prefix, key, &binding.inner.suffix);
-        let sent = self.local_now();
-        // A request of no cost is never refused by the windows, so no
-        // remembered refusal answers it.
-        let denied = self.denied.as_ref().filter(|_| ask != Ask::Free);
-        if let Some(denied) = denied {
-            if let Some(decision) = denied.refusal(&name, sent, ask.cost()) {
-                crate::observe::denied_locally(binding.events());
-                return Box::pin(std::future::ready(Ok(decision)));
-            }
+        let name = self.name(key, binding);
+        let sent = self.guard.now();
+        if let Some(decision) = self.guard.refusal(&name, sent, ask) {
+            crate::observe::denied_locally(binding.events());
+            return Box::pin(std::future::ready(Ok(decision)));
         }
         let store = self.clone();
         let binding = binding.clone();
@@ -180,11 +197,16 @@ impl RedisStore {
             match store.judge(&name, binding.policy(), ask).await {
                 Ok(decision) => {
                     if !decision.is_allowed() {
-                        store.remember(name, decision, sent, &binding, ask);
+                        store.guard.remember(name, decision, sent, &binding, ask);
                     }
                     Ok(decision)
                 }
-                Err(err) => store.on_failure(name, binding.policy(), err, ask),
+                Err(err) => {
+                    let live = store.live_instances();
+                    store
+                        .guard
+                        .on_failure(name, binding.policy(), ask, err, live)
+                }
             }
         })
     }
@@ -197,8 +219,8 @@ impl RedisStore {
         let mut release = redis::cmd("ZREM");
         release.arg(&leases).arg(id);
         let connection = self.client.connection();
-        let watch = Watch::new(&self.client, &self.instance, &leases);
-        let timeout = self.timeout;
+        let watch = Watch::new(&self.client, &leases);
+        let timeout = self.settings.timeout;
         crate::store::send_now(async move {
             let sent = async {
                 let reply = connection.query::<i64>(&release, None).await;
@@ -218,7 +240,7 @@ impl RedisStore {
     async fn judge(&self, name: &str, policy: &Policy, ask: Ask) -> Result<Decision, StoreError> {
         let lease = policy.in_flight().map(|_| scripts::Lease {
             id: if ask.takes_slot() { fresh_id() } else { 0 },
-            length: micros(self.lease),
+            length: micros(self.settings.lease),
         });
         let invocation = scripts::invocation(policy, ask, name, (self.client_now(), lease));
         let connection = self.client.connection();
@@ -237,19 +259,16 @@ impl RedisStore {
             let store = self.clone();
             Box::new(move |_| store.send_release(leases, id)) as Orphaned<Vec<i64>>
         });
+        let unseen = Unseen::new(taking.map(|(leases, id)| move || self.send_release(leases, id)));
         let reply = self.reach(name, call, orphaned).await;
-        let decided = reply.and_then(|reply| reply::decision(policy, &reply, ask.cost()));
-        let mut decision = decided.inspect_err(|_| {
-            if let Some((leases, id)) = taking {
-                self.send_release(leases, id);
-            }
-        })?;
+        let mut decision = reply.and_then(|reply| reply::decision(policy, &reply, ask.cost()))?;
+        unseen.seen();
         if ask == Ask::Free && decision.origin != Origin::InFlight {
             decision = decision.costing_nothing();
         }
         if let Some(lease) = lease.filter(|_| decision.is_allowed() && ask.takes_slot()) {
-            let leases = Arc::from(keys::leases_key(name));
-            self.instance.held.lock().insert(lease.id, leases);
+            self.leases
+                .hold(lease.id, Arc::from(keys::leases_key(name)));
             decision = decision.holding(lease.id);
         }
         let penalty = policy.penalty_micros();

@@ -31,8 +31,8 @@ use redis::cluster_routing::RoutingInfo;
 use redis::{Cmd, FromRedisValue, RedisResult, ScriptInvocation};
 use tokio::sync::Semaphore;
 
-use super::fleet::Instance;
-use super::outage::{Node, Outage};
+use super::outage::{whole, Node, Outage};
+use super::slots::Slots;
 use super::RedisStore;
 use crate::store::{StoreError, StoreErrorKind};
 
@@ -110,11 +110,16 @@ impl Opener {
     }
 }
 
-/// The connection every clone of a store shares, and each node's calls.
+/// The connection every clone of a store shares, the nodes behind it and
+/// each node's calls.
 pub(super) struct Client {
     connection: RwLock<Connection>,
     opener: Option<Opener>,
     nodes: Mutex<HashMap<Node, Arc<NodeCalls>>>,
+    /// The nodes found down.
+    pub(super) outage: Outage,
+    /// A Cluster's slots, as the heartbeat last read them.
+    slots: Mutex<Option<Slots>>,
 }
 
 /// A node's permits, and when a reply from it last arrived.
@@ -151,7 +156,29 @@ impl Client {
             connection: RwLock::new(connection),
             opener,
             nodes: Mutex::default(),
+            outage: Outage::default(),
+            slots: Mutex::default(),
         }
+    }
+
+    /// The node holding the key `name`.
+    pub(super) fn node_of(&self, name: &str) -> Node {
+        match &*self.slots.lock() {
+            Some(slots) => slots.node(name),
+            None => whole(),
+        }
+    }
+
+    /// Judges every later call's node by `slots`. A node down that the
+    /// map no longer names (replaced in a failover) will not answer
+    /// again: its keys are on another node now.
+    pub(super) fn read_slots(&self, slots: Slots) {
+        for node in self.outage.down_nodes() {
+            if !node.is_empty() && !slots.names(&node) {
+                self.outage.answered(&node);
+            }
+        }
+        *self.slots.lock() = Some(slots);
     }
 
     pub(super) fn connection(&self) -> Connection {
@@ -260,17 +287,17 @@ impl<T: Send + 'static> Drop for Detached<T> {
 
 /// One call to one node, watched for the evidence it gives of the node.
 pub(super) struct Watch {
-    instance: Arc<Instance>,
+    client: Arc<Client>,
     node: Node,
     calls: Arc<NodeCalls>,
 }
 
 impl Watch {
     /// A watch over a call to the node holding the key `name`.
-    pub(super) fn new(client: &Client, instance: &Arc<Instance>, name: &str) -> Self {
-        let node = instance.node_of(name);
+    pub(super) fn new(client: &Arc<Client>, name: &str) -> Self {
+        let node = client.node_of(name);
         Self {
-            instance: Arc::clone(instance),
+            client: Arc::clone(client),
             calls: client.calls(&node),
             node,
         }
@@ -286,7 +313,7 @@ impl Watch {
         silence: Duration,
         call: impl Future<Output = Result<T, StoreError>>,
     ) -> Result<T, StoreError> {
-        let outage = &self.instance.outage;
+        let outage = &self.client.outage;
         let mut call = pin!(outage.unless_down(&self.node, call));
         let (sent, span) = (micros_now(), crate::clock::micros(silence));
         loop {
@@ -315,7 +342,7 @@ impl Watch {
             Ok(_) => self.calls.replied(),
             Err(err) if said_by_server(err) => self.calls.replied(),
             Err(err) if err.kind() == StoreErrorKind::Connection => {
-                self.instance.outage.mark_down(self.node.clone());
+                self.client.outage.mark_down(self.node.clone());
             }
             Err(_) => {}
         }
@@ -323,39 +350,29 @@ impl Watch {
     }
 }
 
-impl RedisStore {
-    /// The most calls a store (and its clones) has waiting on one Redis
-    /// node at once. A call beyond it waits for one to end, within its
-    /// timeout; a call that timed out holds its place until Redis replies.
-    pub const PENDING_CALLS_PER_NODE: usize = 256;
-
-    /// How long a node may leave a request's call with no reply at all,
-    /// to it or any other call, before it is taken for down.
-    fn silence(&self) -> Duration {
-        self.timeout.max(self.heartbeat)
-    }
-
+impl Client {
     /// `call` to the node holding the key `name`: its outcome, or an
-    /// error at once if the node is down, once the store's timeout has
-    /// passed (waiting for a permit included), or as soon as the node is
-    /// found down.
+    /// error at once if the node is down, once `timeout` has passed
+    /// (waiting for a permit included), or as soon as the node is found
+    /// down; `silence` is how long the node may leave the call with no
+    /// reply at all, to it or any other call, before it is taken for down.
     ///
     /// A call that timed out after it was sent runs on until Redis
     /// replies, and its outcome then goes to `orphaned`, if any.
     pub(super) async fn reach<T: Send + 'static>(
-        &self,
+        self: &Arc<Self>,
         name: &str,
+        timeout: Duration,
+        silence: Duration,
         call: impl Future<Output = Result<T, StoreError>> + Send + 'static,
         orphaned: Option<Orphaned<T>>,
     ) -> Result<T, StoreError> {
-        self.join();
-        let watch = Watch::new(&self.client, &self.instance, name);
-        let silence = self.silence();
-        if self.instance.outage.is_down(&watch.node) {
+        let watch = Watch::new(self, name);
+        if self.outage.is_down(&watch.node) {
             return Err(Outage::error(&watch.node));
         }
         let permits = Arc::clone(&watch.calls.permits);
-        within(self.timeout, async move {
+        within(timeout, async move {
             // The semaphore is never closed.
             let permit = permits.acquire_owned().await.ok();
             let call = async move {

@@ -4,17 +4,16 @@
 
 use std::time::Duration;
 
-use redis::cluster::ClusterClient;
+use redis::cluster::ClusterClientBuilder;
 
-use super::client::Opener;
-use super::RedisStore;
+use super::client::{Connection, Opener};
 use crate::store::{StoreError, StoreErrorKind};
 
 /// Certificates for `rediss://` connections beyond the defaults: a CA of
 /// your own for a self-hosted Redis, and a client certificate for mutual
 /// TLS (feature `redis-tls`).
 ///
-/// Without it, [`RedisStore::connect`] verifies a `rediss://` server
+/// Without it, [`RedisStore::connect`](super::RedisStore::connect) verifies a `rediss://` server
 /// against the platform's root certificates, which is what managed Redis
 /// services need.
 ///
@@ -98,115 +97,79 @@ impl RedisTls {
     }
 }
 
-impl RedisStore {
-    /// Connects to one Redis server, e.g. `redis://127.0.0.1:6379`, or
-    /// `rediss://user:password@host:6380` over TLS (feature `redis-tls`).
-    ///
-    /// It sends `PING` before returning, so a store is only handed out
-    /// once the server answers it: a missing or wrong password, an
-    /// untrusted certificate or an unreachable server fails here, not as
-    /// silent failures on every request later. The connection reconnects
-    /// by itself after failures.
-    ///
-    /// # Errors
-    ///
-    /// [`StoreError`], whose [`kind`](StoreError::kind) tells
-    /// [`Config`](StoreErrorKind::Config) (a bad URL),
-    /// [`Connection`](StoreErrorKind::Connection) or
-    /// [`Timeout`](StoreErrorKind::Timeout) (no server answers),
-    /// [`Tls`](StoreErrorKind::Tls) (the handshake failed) and
-    /// [`Authentication`](StoreErrorKind::Authentication) (a missing or
-    /// wrong password) apart.
-    pub async fn connect(url: &str) -> Result<Self, StoreError> {
-        install_crypto_provider();
-        let client = redis::Client::open(url).map_err(|e| url_error(url, e))?;
-        Self::connect_client(client, url).await
-    }
+/// A client for one server at `url`.
+pub(super) fn plain(url: &str) -> Result<redis::Client, StoreError> {
+    install_crypto_provider();
+    redis::Client::open(url).map_err(|e| url_error(url, e))
+}
 
-    /// [`connect`](RedisStore::connect) with the certificates in `tls`, to
-    /// a `rediss://` URL.
-    ///
-    /// # Errors
-    ///
-    /// As [`connect`](RedisStore::connect); a URL that is not `rediss://`,
-    /// or PEM that holds no usable certificate or key, is a
-    /// [`Config`](StoreErrorKind::Config) error.
-    #[cfg(feature = "redis-tls")]
-    pub async fn connect_tls(url: &str, tls: RedisTls) -> Result<Self, StoreError> {
-        install_crypto_provider();
-        tls.check()?;
-        let client = redis::Client::build_with_tls(url, tls.certificates())
-            .map_err(|e| url_error(url, e).with_kind(StoreErrorKind::Config))?;
-        Self::connect_client(client, url).await
-    }
+/// A client for one server at the `rediss://` `url`, with `tls`'s
+/// certificates.
+#[cfg(feature = "redis-tls")]
+pub(super) fn with_tls(url: &str, tls: RedisTls) -> Result<redis::Client, StoreError> {
+    install_crypto_provider();
+    tls.check()?;
+    redis::Client::build_with_tls(url, tls.certificates())
+        .map_err(|e| url_error(url, e).with_kind(StoreErrorKind::Config))
+}
 
-    async fn connect_client(client: redis::Client, url: &str) -> Result<Self, StoreError> {
-        let opener = Opener::Single(client);
-        let connection = opener.open().await.map_err(|e| {
-            let hint = if url.starts_with("redis://") && is_reset(&e) {
-                " (if that port speaks TLS, the URL is rediss://)"
-            } else {
-                ""
-            };
-            error(
-                format!("cannot connect to Redis at {}{hint}", redact(url)),
-                e,
-            )
+/// A connection to the server `client` names (at `url`), checked by a
+/// `PING`, and how to open it again.
+pub(super) async fn single(
+    client: redis::Client,
+    url: &str,
+) -> Result<(Connection, Opener), StoreError> {
+    let opener = Opener::Single(client);
+    let connection = opener.open().await.map_err(|e| {
+        let hint = if url.starts_with("redis://") && is_reset(&e) {
+            " (if that port speaks TLS, the URL is rediss://)"
+        } else {
+            ""
+        };
+        error(
+            format!("cannot connect to Redis at {}{hint}", redact(url)),
+            e,
+        )
+    })?;
+    Ok((connection, opener))
+}
+
+/// `builder` with `tls`'s certificates.
+#[cfg(feature = "redis-tls")]
+pub(super) fn cluster_tls(
+    builder: ClusterClientBuilder,
+    tls: RedisTls,
+) -> Result<ClusterClientBuilder, StoreError> {
+    tls.check()?;
+    Ok(builder.certs(tls.certificates()))
+}
+
+/// A connection to the Cluster `builder` names (at `urls`), each node
+/// given checked by a `PING`, and how to open it again.
+pub(super) async fn cluster(
+    urls: &[&str],
+    builder: ClusterClientBuilder,
+) -> Result<(Connection, Opener), StoreError> {
+    install_crypto_provider();
+    let shown: Vec<String> = urls.iter().map(|url| redact(url)).collect();
+    // No response timeout of its own: the store's bounds every call,
+    // whatever it is set to.
+    let client = builder
+        .connection_timeout(Duration::from_secs(2))
+        .retries(2)
+        .build()
+        .map_err(|e| {
+            error(format!("invalid Redis Cluster URLs {shown:?}"), e)
+                .with_kind(StoreErrorKind::Config)
         })?;
-        Ok(Self::build(connection, Some(opener)))
-    }
-
-    /// Connects to a Redis Cluster through any of its nodes (`redis://` or,
-    /// with feature `redis-tls`, `rediss://`), checking each one it is
-    /// given with `PING` before returning.
-    ///
-    /// # Errors
-    ///
-    /// [`StoreError`] if a URL is invalid or the cluster does not answer,
-    /// with the kinds [`connect`](RedisStore::connect) gives.
-    pub async fn connect_cluster(urls: &[&str]) -> Result<Self, StoreError> {
-        Self::connect_cluster_with(urls, ClusterClient::builder(urls.iter().copied())).await
-    }
-
-    /// [`connect_cluster`](RedisStore::connect_cluster) over TLS with the
-    /// certificates in `tls`. The nodes a cluster announces are verified
-    /// under the names (or addresses) it announces them by.
-    ///
-    /// # Errors
-    ///
-    /// As [`connect_cluster`](RedisStore::connect_cluster).
-    #[cfg(feature = "redis-tls")]
-    pub async fn connect_cluster_tls(urls: &[&str], tls: RedisTls) -> Result<Self, StoreError> {
-        tls.check()?;
-        let builder = ClusterClient::builder(urls.iter().copied()).certs(tls.certificates());
-        Self::connect_cluster_with(urls, builder).await
-    }
-
-    async fn connect_cluster_with(
-        urls: &[&str],
-        builder: redis::cluster::ClusterClientBuilder,
-    ) -> Result<Self, StoreError> {
-        install_crypto_provider();
-        let shown: Vec<String> = urls.iter().map(|url| redact(url)).collect();
-        // No response timeout of its own: the store's bounds every call,
-        // whatever it is set to.
-        let client = builder
-            .connection_timeout(Duration::from_secs(2))
-            .retries(2)
-            .build()
-            .map_err(|e| {
-                error(format!("invalid Redis Cluster URLs {shown:?}"), e)
-                    .with_kind(StoreErrorKind::Config)
-            })?;
-        // Connecting pings every node given, so a node that refuses the
-        // password or the handshake fails here.
-        let opener = Opener::Cluster(client);
-        let connection = opener
-            .open()
-            .await
-            .map_err(|e| error(format!("cannot connect to Redis Cluster at {shown:?}"), e))?;
-        Ok(Self::build(connection, Some(opener)))
-    }
+    // Connecting pings every node given, so a node that refuses the
+    // password or the handshake fails here.
+    let opener = Opener::Cluster(client);
+    let connection = opener
+        .open()
+        .await
+        .map_err(|e| error(format!("cannot connect to Redis Cluster at {shown:?}"), e))?;
+    Ok((connection, opener))
 }
 
 /// Makes ring rustls's process-wide provider, unless the application chose

@@ -10,15 +10,12 @@ use foldhash::quality::RandomState;
 use hashbrown::HashMap;
 use parking_lot::Mutex;
 
-use super::call::RedisBinding;
-use super::scripts::Ask;
-use super::RedisStore;
 use crate::algorithm::{Decision, Origin};
 
 /// Refusals by Redis key name, at most `capacity` of them.
 pub(super) struct DenyCache {
     held: Mutex<HashMap<Box<str>, Refusal, RandomState>>,
-    pub(super) capacity: usize,
+    capacity: usize,
 }
 
 /// A refusal, placed on the store's local clock.
@@ -86,59 +83,5 @@ impl DenyCache {
 
     pub(super) fn len(&self) -> usize {
         self.held.lock().len()
-    }
-}
-
-impl RedisStore {
-    /// Remembers Redis's refusal of `name` under `binding`'s policy, asked
-    /// for at local time `sent` for `ask`, in the form Redis would give it
-    /// until it runs out.
-    pub(super) fn remember(
-        &self,
-        name: String,
-        decision: Decision,
-        sent: u64,
-        binding: &RedisBinding,
-        ask: Ask,
-    ) {
-        let Some(denied) = &self.denied else { return };
-        let policy = binding.policy();
-        let penalised = decision.origin == Origin::Limits && policy.penalty_micros() > 0;
-        let standing = match decision.origin {
-            // Redis answers the rest of a penalty as a penalty's.
-            Origin::Limits if penalised => {
-                if !ask.records() {
-                    // A peek is told the penalty a recorded refusal would
-                    // start, but starts none in Redis: a request may pass
-                    // before that wait is up.
-                    return;
-                }
-                // It counts from the time asked: on a client clock, when
-                // the call left, not the later time a clock that stepped
-                // back was judged at.
-                let asked = if self.clock.is_some() {
-                    sent
-                } else {
-                    decision.at_micros
-                };
-                Decision::in_penalty(policy.first_limit(), decision.retry_after_micros, asked)
-            }
-            // A refusal of several units leaves room for fewer, sooner.
-            Origin::Limits if ask.cost() > 1 => return,
-            // A slot may free at any moment: no wait is known to stand.
-            Origin::InFlight => return,
-            _ => decision,
-        };
-        // A client clock is the one the script judged by, so the refusal
-        // stands from the time Redis judged it at, a penalty from the time
-        // asked; the server's clock can only be placed by when the call
-        // left.
-        let from = if self.clock.is_some() && !penalised {
-            decision.at_micros
-        } else {
-            sent
-        };
-        crate::observe::denied(binding.events(), &standing);
-        denied.remember(name, standing, from);
     }
 }

@@ -1,22 +1,27 @@
 //! The Redis store: one server-side script call per decision, shared by
 //! every instance of a service, on a single node or a Redis Cluster.
 //!
-//! This file holds the store and its configuration; `connect` connects
-//! and tells what kind a Redis error is; `call` makes one
-//! decision (the script call, its timeout, the failure policy), `scripts`
-//! the fixed Lua scripts and their arguments, `reply` the reading of their
-//! replies, `deny_cache` the refusals answered locally, `failure` the
-//! failure policy, `outage` the nodes found unreachable, `fleet` the
-//! heartbeat and the count of live instances, `slots` a Cluster's slot
-//! map, `keys` the key names, `state` a key's stored state read back.
+//! This file holds the store and its settings. The rest, by
+//! responsibility:
+//! * the client: `client` (the connection, each node's pending calls, when
+//!   a node is down), `connect`, `outage`, `slots` (a Cluster's slot map);
+//! * the judge: `call` (one decision), `scripts` (the Lua scripts and
+//!   their arguments), `reply` (their replies read into decisions), `keys`
+//!   (the key names), `state` (a key's stored state read back);
+//! * the guard: `guard` (the failure policy, the fallback), `deny_cache`
+//!   (refusals answered locally);
+//! * the fleet: `fleet` (the heartbeat, the live instances, the probe);
+//! * the in-flight slots: `leases` (their renewal, by the lease book the
+//!   store shares with `CasStore`).
 
 mod call;
 mod client;
 mod connect;
 mod deny_cache;
-mod failure;
 mod fleet;
+mod guard;
 mod keys;
+mod leases;
 mod outage;
 mod reply;
 mod scripts;
@@ -28,6 +33,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use redis::aio::ConnectionManager;
+use redis::cluster::ClusterClient;
 use redis::cluster_async::ClusterConnection;
 
 pub use self::call::RedisBinding;
@@ -35,12 +41,15 @@ use self::client::{Client, Connection, Opener};
 use self::connect::error;
 #[cfg(feature = "redis-tls")]
 pub use self::connect::RedisTls;
-use self::deny_cache::DenyCache;
-use self::failure::local_micros;
-pub use self::failure::FailurePolicy;
-use self::fleet::Instance;
+use self::fleet::Fleet;
+pub use self::guard::FailurePolicy;
+use self::guard::Guard;
+use self::leases::Renewal;
 use crate::clock::Clock;
 use crate::policy::Policy;
+use crate::state::KeyState;
+use crate::store::lease_book::LeaseBook;
+use crate::store::StoreError;
 
 /// State kept in Redis, so that every instance of a service shares one limit.
 ///
@@ -135,31 +144,43 @@ use crate::policy::Policy;
 #[derive(Clone)]
 pub struct RedisStore {
     client: Arc<Client>,
+    settings: Settings,
+    /// What answers when Redis does not judge: the deny cache, the
+    /// failure policy.
+    guard: Arc<Guard>,
+    /// The instances sharing the prefix, as this one last saw them.
+    fleet: Arc<Fleet>,
+    /// The in-flight slots this instance holds, renewed while their
+    /// requests run.
+    leases: Arc<LeaseBook<Renewal, Arc<str>>>,
+}
+
+/// What the builders set.
+#[derive(Clone)]
+struct Settings {
     prefix: Arc<str>,
     clock: Option<ClientClock>,
     timeout: Duration,
     failure: FailurePolicy,
+    deny_cache: usize,
     heartbeat: Duration,
     lease: Duration,
     expected_instances: usize,
-    /// Refusals still standing, by key name; `None` when turned off.
-    denied: Option<Arc<DenyCache>>,
-    /// The fleet as this instance last saw it, and its outage.
-    instance: Arc<Instance>,
 }
 
 type ClientClock = Arc<dyn Fn() -> u64 + Send + Sync>;
 
 impl std::fmt::Debug for RedisStore {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let settings = &self.settings;
         f.debug_struct("RedisStore")
             .field("cluster", &self.client.is_cluster())
-            .field("prefix", &self.prefix)
-            .field("client_clock", &self.clock.is_some())
-            .field("timeout", &self.timeout)
-            .field("failure", &self.failure)
-            .field("heartbeat", &self.heartbeat)
-            .field("lease", &self.lease)
+            .field("prefix", &settings.prefix)
+            .field("client_clock", &settings.clock.is_some())
+            .field("timeout", &settings.timeout)
+            .field("failure", &settings.failure)
+            .field("heartbeat", &settings.heartbeat)
+            .field("lease", &settings.lease)
             .field("live_instances", &self.live_instances())
             .field("denied_keys", &self.denied_keys())
             .finish()
@@ -180,6 +201,76 @@ impl RedisStore {
     /// renewed.
     pub const DEFAULT_LEASE: Duration = crate::state::DEFAULT_LEASE;
 
+    /// The most calls a store (and its clones) has waiting on one Redis
+    /// node at once. A call beyond it waits for one to end, within its
+    /// timeout; a call that timed out holds its place until Redis replies.
+    pub const PENDING_CALLS_PER_NODE: usize = 256;
+
+    /// Connects to one Redis server, e.g. `redis://127.0.0.1:6379`, or
+    /// `rediss://user:password@host:6380` over TLS (feature `redis-tls`).
+    ///
+    /// It sends `PING` before returning, so a store is only handed out
+    /// once the server answers it: a missing or wrong password, an
+    /// untrusted certificate or an unreachable server fails here, not as
+    /// silent failures on every request later. The connection reconnects
+    /// by itself after failures.
+    ///
+    /// # Errors
+    ///
+    /// [`StoreError`], whose [`kind`](StoreError::kind) tells
+    /// [`Config`](StoreErrorKind::Config) (a bad URL),
+    /// [`Connection`](StoreErrorKind::Connection) or
+    /// [`Timeout`](StoreErrorKind::Timeout) (no server answers),
+    /// [`Tls`](StoreErrorKind::Tls) (the handshake failed) and
+    /// [`Authentication`](StoreErrorKind::Authentication) (a missing or
+    /// wrong password) apart.
+    pub async fn connect(url: &str) -> Result<Self, StoreError> {
+        let (connection, opener) = connect::single(connect::plain(url)?, url).await?;
+        Ok(Self::build(connection, Some(opener)))
+    }
+
+    /// [`connect`](RedisStore::connect) with the certificates in `tls`, to
+    /// a `rediss://` URL.
+    ///
+    /// # Errors
+    ///
+    /// As [`connect`](RedisStore::connect); a URL that is not `rediss://`,
+    /// or PEM that holds no usable certificate or key, is a
+    /// [`Config`](StoreErrorKind::Config) error.
+    #[cfg(feature = "redis-tls")]
+    pub async fn connect_tls(url: &str, tls: RedisTls) -> Result<Self, StoreError> {
+        let (connection, opener) = connect::single(connect::with_tls(url, tls)?, url).await?;
+        Ok(Self::build(connection, Some(opener)))
+    }
+
+    /// Connects to a Redis Cluster through any of its nodes (`redis://` or,
+    /// with feature `redis-tls`, `rediss://`), checking each one it is
+    /// given with `PING` before returning.
+    ///
+    /// # Errors
+    ///
+    /// [`StoreError`] if a URL is invalid or the cluster does not answer,
+    /// with the kinds [`connect`](RedisStore::connect) gives.
+    pub async fn connect_cluster(urls: &[&str]) -> Result<Self, StoreError> {
+        let builder = ClusterClient::builder(urls.iter().copied());
+        let (connection, opener) = connect::cluster(urls, builder).await?;
+        Ok(Self::build(connection, Some(opener)))
+    }
+
+    /// [`connect_cluster`](RedisStore::connect_cluster) over TLS with the
+    /// certificates in `tls`. The nodes a cluster announces are verified
+    /// under the names (or addresses) it announces them by.
+    ///
+    /// # Errors
+    ///
+    /// As [`connect_cluster`](RedisStore::connect_cluster).
+    #[cfg(feature = "redis-tls")]
+    pub async fn connect_cluster_tls(urls: &[&str], tls: RedisTls) -> Result<Self, StoreError> {
+        let builder = connect::cluster_tls(ClusterClient::builder(urls.iter().copied()), tls)?;
+        let (connection, opener) = connect::cluster(urls, builder).await?;
+        Ok(Self::build(connection, Some(opener)))
+    }
+
     /// A store over an existing single-node connection.
     pub fn from_connection_manager(manager: ConnectionManager) -> Self {
         Self::build(Connection::Single(manager), None)
@@ -190,53 +281,74 @@ impl RedisStore {
         Self::build(Connection::Cluster(connection), None)
     }
 
-    /// The store with its defaults; it joins its fleet at once if built
-    /// in a tokio runtime, else at its first call.
+    /// The store with its defaults.
     fn build(connection: Connection, opener: Option<Opener>) -> Self {
-        let store = Self {
-            client: Arc::new(Client::new(connection, opener)),
+        let settings = Settings {
             prefix: Arc::from(Self::DEFAULT_PREFIX),
             clock: None,
             timeout: Self::DEFAULT_TIMEOUT,
             failure: FailurePolicy::default(),
+            deny_cache: Self::DEFAULT_DENY_CACHE,
             heartbeat: Self::DEFAULT_HEARTBEAT,
             lease: Self::DEFAULT_LEASE,
             expected_instances: 1,
-            denied: Some(Arc::new(DenyCache::new(Self::DEFAULT_DENY_CACHE))),
-            instance: Arc::new(Instance::new()),
         };
-        store.join();
-        store
+        Self::start(Arc::new(Client::new(connection, opener)), settings)
     }
 
-    /// Starts afresh what a store and its clones share while they run (the
-    /// fleet's entry, the outage), for a setting that changes it.
-    fn renew_instance(&mut self) {
-        self.instance = Arc::new(Instance::new());
-        self.join();
+    /// A store on `client` with what it runs (its guard, its fleet, its
+    /// lease book) made afresh for `settings`. It joins its fleet at once
+    /// if started in a tokio runtime, else at its first call.
+    fn start(client: Arc<Client>, settings: Settings) -> Self {
+        let guard = Arc::new(Guard::new(
+            settings.failure,
+            settings.clock.clone(),
+            settings.deny_cache,
+            Arc::clone(&client),
+        ));
+        let fleet = Fleet::new(
+            Arc::clone(&client),
+            Arc::clone(&guard),
+            &settings.prefix,
+            settings.heartbeat,
+            settings.timeout,
+        );
+        let renewal = Renewal {
+            client: Arc::clone(&client),
+            lease: settings.lease,
+            clock: settings.clock.clone(),
+            timeout: settings.timeout.max(settings.heartbeat),
+        };
+        let leases = LeaseBook::new(renewal, settings.lease);
+        fleet.join();
+        Self {
+            client,
+            settings,
+            guard,
+            fleet,
+            leases,
+        }
+    }
+
+    /// The store with `change` made to its settings: a new one, sharing
+    /// only the connection. Configure before cloning.
+    fn with(self, change: impl FnOnce(&mut Settings)) -> Self {
+        let mut settings = self.settings;
+        change(&mut settings);
+        Self::start(self.client, settings)
     }
 
     /// Names every key `prefix:{…}:…` (default `tsw`).
-    pub fn with_prefix(mut self, prefix: &str) -> Self {
-        self.prefix = Arc::from(keys::escape(prefix));
-        self.renew_instance();
-        self
+    pub fn with_prefix(self, prefix: &str) -> Self {
+        self.with(|settings| settings.prefix = Arc::from(keys::escape(prefix)))
     }
 
     /// Reads time from `clock` on the client instead of Redis `TIME`.
     ///
     /// Every instance sharing the keys must then share the clock's zero; this
     /// is meant for tests with a [`ManualClock`](crate::ManualClock).
-    pub fn with_clock<C: Clock>(mut self, clock: C) -> Self {
-        self.clock = Some(Arc::new(move || clock.now_micros()));
-        // Its fallback windows judge on this clock.
-        self.renew_instance();
-        // What it remembers was placed on the other clock.
-        self.denied = self
-            .denied
-            .as_ref()
-            .map(|denied| Arc::new(DenyCache::new(denied.capacity)));
-        self
+    pub fn with_clock<C: Clock>(self, clock: C) -> Self {
+        self.with(|settings| settings.clock = Some(Arc::new(move || clock.now_micros())))
     }
 
     /// Remembers up to `keys` refused keys and answers them locally until
@@ -244,31 +356,28 @@ impl RedisStore {
     /// `0` turns the cache off, so that every decision is a call to Redis.
     ///
     /// Each key held costs its name and about a hundred bytes.
-    pub fn with_deny_cache(mut self, keys: usize) -> Self {
-        self.denied = (keys > 0).then(|| Arc::new(DenyCache::new(keys)));
-        self
+    pub fn with_deny_cache(self, keys: usize) -> Self {
+        self.with(|settings| settings.deny_cache = keys)
     }
 
     /// How many keys the deny cache holds now (refusals that have run out
     /// included, until they are looked up or swept).
     pub fn denied_keys(&self) -> usize {
-        self.denied.as_ref().map_or(0, |denied| denied.len())
+        self.guard.denied_keys()
     }
 
     /// How long one decision may take, waiting for a place among the
     /// node's pending calls included, before the failure policy answers
     /// instead (default 50 ms). It bounds every call, however long: the
     /// connection has no timeout of its own.
-    pub fn with_timeout(mut self, timeout: Duration) -> Self {
-        self.timeout = timeout;
-        self
+    pub fn with_timeout(self, timeout: Duration) -> Self {
+        self.with(|settings| settings.timeout = timeout)
     }
 
     /// What to do when Redis fails or is too slow (default
     /// [`FailurePolicy::FailOpen`]).
-    pub fn with_failure_policy(mut self, failure: FailurePolicy) -> Self {
-        self.failure = failure;
-        self
+    pub fn with_failure_policy(self, failure: FailurePolicy) -> Self {
+        self.with(|settings| settings.failure = failure)
     }
 
     /// Refreshes this instance's entry among the prefix's live instances
@@ -282,21 +391,19 @@ impl RedisStore {
     /// # Panics
     ///
     /// If `interval` is shorter than a millisecond.
-    pub fn with_heartbeat(mut self, interval: Duration) -> Self {
+    pub fn with_heartbeat(self, interval: Duration) -> Self {
         assert!(
             interval >= Duration::from_millis(1),
             "RedisStore::with_heartbeat: the interval must be at least 1 ms, got {interval:?}"
         );
-        self.heartbeat = interval;
-        self.renew_instance();
-        self
+        self.with(|settings| settings.heartbeat = interval)
     }
 
     /// How long an in-flight slot lasts (default
     /// [`DEFAULT_LEASE`](Self::DEFAULT_LEASE), 30 s) if the instance that
     /// holds it dies without releasing it: a crashed instance's slots come
-    /// back within one lease. While its request runs, the heartbeat task
-    /// renews each slot every third of a lease, in one call for all the
+    /// back within one lease. While its request runs, a task on the tokio
+    /// runtime renews each slot every third of a lease, in one call for all the
     /// slots this instance holds (one per hash slot on a Cluster, up to 256
     /// keys a call): keep a lease well above the store's timeout. A lease
     /// is counted in microseconds on the store's clock.
@@ -304,14 +411,12 @@ impl RedisStore {
     /// # Panics
     ///
     /// If `lease` is shorter than 30 ms, too short to renew in time.
-    pub fn with_lease(mut self, lease: Duration) -> Self {
+    pub fn with_lease(self, lease: Duration) -> Self {
         assert!(
             lease >= Duration::from_millis(30),
             "RedisStore::with_lease: a lease must be at least 30 ms, got {lease:?}"
         );
-        self.lease = lease;
-        self.renew_instance();
-        self
+        self.with(|settings| settings.lease = lease)
     }
 
     /// How many instances to assume [live](Self::live_instances), 1 by
@@ -319,7 +424,7 @@ impl RedisStore {
     /// times: the fleet's size for an instance that starts during an
     /// outage.
     pub fn with_expected_instances(mut self, instances: usize) -> Self {
-        self.expected_instances = instances.max(1);
+        self.settings.expected_instances = instances.max(1);
         self
     }
 
@@ -330,7 +435,7 @@ impl RedisStore {
     /// or have counted three times, it is that number.
     /// [`Fallback`](FailurePolicy::Fallback) divides every limit by it.
     pub fn live_instances(&self) -> usize {
-        self.instance.live_or(self.expected_instances)
+        self.fleet.live_or(self.settings.expected_instances)
     }
 
     /// The Redis key holding `key`'s state under `policy`: `key` escaped
@@ -339,7 +444,7 @@ impl RedisStore {
     /// client-chosen key never makes a long name.
     pub fn key_name(&self, key: &impl Display, policy: &Policy) -> String {
         let suffix = keys::suffix(policy.name(), policy.signature());
-        keys::key_name(&self.prefix, key, &suffix)
+        keys::key_name(&self.settings.prefix, key, &suffix)
     }
 
     /// The Lua scripts this store runs in Redis, by file name, to read
@@ -353,10 +458,35 @@ impl RedisStore {
     pub fn script_sources() -> [(&'static str, &'static str); 5] {
         scripts::SOURCES
     }
-}
 
-impl RedisStore {
-    fn local_now(&self) -> u64 {
-        local_micros(self.clock.as_ref())
+    /// What Redis holds for `key` under `policy`, as the [`KeyState`] the
+    /// scripts judge it by: its counts, stamps or arrival times, the end of
+    /// any penalty and, under a cap, the slots in flight. `None` for a key
+    /// Redis does not hold, or holds something the scripts would read as a
+    /// fresh key. One or two round trips, with no timeout and no failure
+    /// policy: for reading, not deciding.
+    ///
+    /// ```no_run
+    /// # async fn run(store: tower_sliding_window::RedisStore, policy: tower_sliding_window::Policy) -> Result<(), Box<dyn std::error::Error>> {
+    /// if let Some(state) = store.state(&"203.0.113.7", &policy).await? {
+    ///     println!("{state:?}");
+    /// }
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// [`StoreError`] if Redis does not answer.
+    pub async fn state(
+        &self,
+        key: &impl Display,
+        policy: &Policy,
+    ) -> Result<Option<KeyState>, StoreError> {
+        state::read(
+            &self.client.connection(),
+            &self.key_name(key, policy),
+            policy,
+        )
+        .await
     }
 }

@@ -1,19 +1,17 @@
 //! Outages: the Redis nodes this instance found unreachable. Calls for
 //! their keys are answered by the failure policy at once, not each after
-//! its own timeout, until the heartbeat's probe finds the node again; and
-//! while any node is down, `Fallback` judges with windows of its own.
+//! its own timeout, until the heartbeat's probe finds the node again.
 
 use std::future::{poll_fn, Future};
 use std::pin::pin;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, LazyLock};
 use std::task::Poll;
 
 use parking_lot::Mutex;
 use tokio::sync::Notify;
 
-use super::failure::LocalClock;
-use crate::store::{MemoryStore, StoreError, StoreErrorKind};
+use crate::store::{StoreError, StoreErrorKind};
 
 /// A Redis node, as the store tells them apart: `host:port` on a Cluster
 /// whose slots it knows, else `""` (the single server, or the whole
@@ -36,9 +34,9 @@ pub(super) struct Outage {
     /// Wakes the calls in flight when a node is found down: they were sent
     /// before anyone knew, and need not wait out their timeout.
     went_down: Notify,
-    /// The windows `Fallback` judges with; made at an outage's first
-    /// fallback decision and dropped when every node answers again.
-    fallback: Mutex<Option<MemoryStore<LocalClock>>>,
+    /// How many outages have ended, every node answering again: the
+    /// failure policy's fallback windows last one outage.
+    ended: AtomicU64,
 }
 
 impl Outage {
@@ -70,7 +68,7 @@ impl Outage {
     }
 
     /// `node` answered: its keys go back to Redis, and once no node is
-    /// down the fallback's windows go.
+    /// down the outage has ended.
     pub(super) fn answered(&self, node: &Node) {
         if !self.any_down() {
             return;
@@ -82,7 +80,7 @@ impl Outage {
         }
         if down.is_empty() {
             self.any_down.store(false, Ordering::Release);
-            *self.fallback.lock() = None;
+            self.ended.fetch_add(1, Ordering::Relaxed);
         }
     }
 
@@ -95,12 +93,9 @@ impl Outage {
         StoreError::new(message, None).with_kind(StoreErrorKind::Connection)
     }
 
-    /// The fallback's windows, made with `make` at their first use.
-    pub(super) fn fallback(
-        &self,
-        make: impl FnOnce() -> MemoryStore<LocalClock>,
-    ) -> MemoryStore<LocalClock> {
-        self.fallback.lock().get_or_insert_with(make).clone()
+    /// How many outages have ended.
+    pub(super) fn ended(&self) -> u64 {
+        self.ended.load(Ordering::Relaxed)
     }
 
     /// `call`'s outcome, or an error as soon as another call finds `node`

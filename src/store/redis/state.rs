@@ -2,11 +2,10 @@
 //! with: each algorithm's one format, decoded as docs/design.md describes
 //! it, for a person (or a test) reading what Redis holds.
 
-use std::fmt::Display;
-
 use redis::RedisResult;
 
-use super::{keys, RedisStore};
+use super::client::Connection;
+use super::{error, keys};
 use crate::algorithm::leases::{Lease, Leases};
 use crate::algorithm::{Algorithm, FixedWindow, SlidingCounter, SlidingLog, TokenBucket};
 use crate::limit::Limit;
@@ -14,68 +13,39 @@ use crate::policy::Policy;
 use crate::state::{Counts, KeyState};
 use crate::store::StoreError;
 
-impl RedisStore {
-    /// What Redis holds for `key` under `policy`, as the [`KeyState`] the
-    /// scripts judge it by: its counts, stamps or arrival times, the end of
-    /// any penalty and, under a cap, the slots in flight. `None` for a key
-    /// Redis does not hold, or holds something the scripts would read as a
-    /// fresh key. One or two round trips, with no timeout and no failure
-    /// policy: for reading, not deciding.
-    ///
-    /// ```no_run
-    /// # async fn run(store: tower_sliding_window::RedisStore, policy: tower_sliding_window::Policy) -> Result<(), Box<dyn std::error::Error>> {
-    /// if let Some(state) = store.state(&"203.0.113.7", &policy).await? {
-    ///     println!("{state:?}");
-    /// }
-    /// # Ok(()) }
-    /// ```
-    ///
-    /// # Errors
-    ///
-    /// [`StoreError`] if Redis does not answer.
-    pub async fn state(
-        &self,
-        key: &impl Display,
-        policy: &Policy,
-    ) -> Result<Option<KeyState>, StoreError> {
-        let name = self.key_name(key, policy);
-        let mut get = redis::cmd("MGET");
-        get.arg(&name).arg(keys::penalty_key(&name));
-        let read: RedisResult<(Option<Vec<u8>>, Option<String>)> =
-            self.client.connection().query(&get, None).await;
-        let (stored, penalty) = read.map_err(|e| super::error("Redis read failed".into(), e))?;
-        let penalty_until = penalty.and_then(|until| until.parse().ok()).unwrap_or(0);
-        let leases = match policy.in_flight() {
-            Some(_) => self.leases(&name).await?,
-            None => Leases::default(),
-        };
-        let counts = match stored.and_then(|bytes| decode(&bytes, policy)) {
-            Some(counts) => counts,
-            None if leases.len() > 0 => KeyState::new(policy.algorithm()).into_counts(),
-            None => return Ok(None),
-        };
-        Ok(Some(KeyState::from_parts(counts, penalty_until, leases)))
-    }
-
-    /// The slots in flight of the state at `name`: ids and expiries.
-    async fn leases(&self, name: &str) -> Result<Leases, StoreError> {
+/// What Redis holds at the key `name` under `policy`, as
+/// [`RedisStore::state`](super::RedisStore::state) tells it.
+pub(super) async fn read(
+    connection: &Connection,
+    name: &str,
+    policy: &Policy,
+) -> Result<Option<KeyState>, StoreError> {
+    let failed = |e| error("Redis read failed".into(), e);
+    let mut get = redis::cmd("MGET");
+    get.arg(name).arg(keys::penalty_key(name));
+    let read: RedisResult<(Option<Vec<u8>>, Option<String>)> = connection.query(&get, None).await;
+    let (stored, penalty) = read.map_err(failed)?;
+    let penalty_until = penalty.and_then(|until| until.parse().ok()).unwrap_or(0);
+    let mut leases = Leases::default();
+    if policy.in_flight().is_some() {
         let mut range = redis::cmd("ZRANGE");
         range
             .arg(keys::leases_key(name))
             .arg(0)
             .arg(-1)
             .arg("WITHSCORES");
-        let held: RedisResult<Vec<(u64, f64)>> = self.client.connection().query(&range, None).await;
-        let held = held.map_err(|e| super::error("Redis read failed".into(), e))?;
-        let mut leases = Leases::default();
-        for (id, until) in held {
-            leases.take(Lease {
-                id,
-                until: until as u64,
-            });
+        let held: RedisResult<Vec<(u64, f64)>> = connection.query(&range, None).await;
+        for (id, until) in held.map_err(failed)? {
+            let until = until as u64;
+            leases.take(Lease { id, until });
         }
-        Ok(leases)
     }
+    let counts = match stored.and_then(|bytes| decode(&bytes, policy)) {
+        Some(counts) => counts,
+        None if leases.len() > 0 => KeyState::new(policy.algorithm()).into_counts(),
+        None => return Ok(None),
+    };
+    Ok(Some(KeyState::from_parts(counts, penalty_until, leases)))
 }
 
 /// The algorithm's state in `bytes`, if they are what its script writes.

@@ -139,6 +139,53 @@ pub(crate) enum Counts {
     Bucket(TokenBucket),
 }
 
+impl Counts {
+    /// An algorithm's numbers as [`KeyState::to_bytes`] writes them after
+    /// its header: per limit the counter's window index and two counts,
+    /// the fixed window's index and count or the bucket's arrival time
+    /// (µs and a remainder), or a log's stamps in order. `None` for bytes
+    /// that are not.
+    pub(crate) fn from_body(algorithm: Algorithm, body: &[u8]) -> Option<Counts> {
+        Some(match algorithm {
+            Algorithm::SlidingCounter => {
+                let records = records::<16>(body, Policy::MAX_LIMITS)?;
+                Counts::Counter(SlidingCounter::from_parts(
+                    records.map(|r| (le(&r[..8]), le(&r[8..12]) as u32, le(&r[12..]) as u32)),
+                ))
+            }
+            Algorithm::FixedWindow => Counts::Fixed(FixedWindow::from_parts(read_pairs(body)?)),
+            Algorithm::TokenBucket => Counts::Bucket(TokenBucket::from_parts(read_pairs(body)?)),
+            Algorithm::SlidingLog => {
+                let records = records::<8>(body, crate::algorithm::log::MAX_SLOTS)?;
+                let stamps: Vec<u64> = records.map(|r| le(&r)).collect();
+                if stamps.windows(2).any(|pair| pair[0] > pair[1]) {
+                    return None;
+                }
+                Counts::Log(SlidingLog::holding(&stamps, stamps.len() as u32))
+            }
+        })
+    }
+
+    /// Judges a request of `cost` units at `now` under every limit of
+    /// `policy`, and records it if all have room: the algorithm's rule
+    /// alone, with no penalty or cap.
+    pub(crate) fn decide(&mut self, policy: &Policy, now: u64, cost: u32) -> Decision {
+        let limits = policy.limits();
+        match self {
+            Counts::Counter(counter) => counter.decide_micros(now, limits, cost),
+            Counts::Fixed(fixed) => fixed.decide_micros(now, limits, cost),
+            Counts::Bucket(bucket) => bucket.decide_micros(now, limits, cost),
+            Counts::Log(log) => log.decide_micros(
+                now,
+                limits,
+                policy.log_capacity(),
+                policy.longest_window_micros(),
+                cost,
+            ),
+        }
+    }
+}
+
 impl KeyState {
     /// A fresh state: no request seen.
     pub fn new(algorithm: Algorithm) -> KeyState {
@@ -274,17 +321,8 @@ impl KeyState {
     fn decide_windows(&mut self, policy: &Policy, now: u64, cost: u32) -> Decision {
         let counts = &mut self.counts;
         let mut penalty_until = self.held.penalty_until();
-        let decision = with_penalty(&mut penalty_until, now, policy, || match counts {
-            Counts::Counter(counter) => counter.decide_micros(now, policy.limits(), cost),
-            Counts::Fixed(fixed) => fixed.decide_micros(now, policy.limits(), cost),
-            Counts::Bucket(bucket) => bucket.decide_micros(now, policy.limits(), cost),
-            Counts::Log(log) => log.decide_micros(
-                now,
-                policy.limits(),
-                policy.log_capacity(),
-                policy.longest_window_micros(),
-                cost,
-            ),
+        let decision = with_penalty(&mut penalty_until, now, policy, || {
+            counts.decide(policy, now, cost)
         });
         self.held.set_penalty_until(penalty_until);
         decision
@@ -505,30 +543,16 @@ impl KeyState {
         } else {
             (Leases::default(), body)
         };
-        let counts = match kind & !PENALTY {
-            COUNTER => Counts::Counter(SlidingCounter::from_parts(
-                records::<16>(body, Policy::MAX_LIMITS)
-                    .ok_or_else(|| malformed("counter slots"))?
-                    .map(|r| (le(&r[..8]), le(&r[8..12]) as u32, le(&r[12..]) as u32)),
-            )),
-            FIXED => Counts::Fixed(FixedWindow::from_parts(
-                read_pairs(body).ok_or_else(|| malformed("fixed window slots"))?,
-            )),
-            BUCKET => Counts::Bucket(TokenBucket::from_parts(
-                read_pairs(body).ok_or_else(|| malformed("token bucket arrival times"))?,
-            )),
-            LOG => {
-                let stamps: Vec<u64> = records::<8>(body, crate::algorithm::log::MAX_SLOTS)
-                    .ok_or_else(|| malformed("log stamps"))?
-                    .map(|r| le(&r))
-                    .collect();
-                if stamps.windows(2).any(|pair| pair[0] > pair[1]) {
-                    return Err(malformed("log stamps out of order"));
-                }
-                Counts::Log(SlidingLog::holding(&stamps, stamps.len() as u32))
-            }
+        let algorithm = match kind & !PENALTY {
+            COUNTER => Algorithm::SlidingCounter,
+            FIXED => Algorithm::FixedWindow,
+            BUCKET => Algorithm::TokenBucket,
+            LOG => Algorithm::SlidingLog,
             _ => return Err(malformed("an unknown algorithm")),
         };
+        let counts = Counts::from_body(algorithm, body).ok_or_else(|| {
+            malformed("the algorithm's numbers cut short, too many or out of order")
+        })?;
         Ok(KeyState::from_parts(counts, penalty_until, leases))
     }
 

@@ -1,5 +1,6 @@
 //! The scripts' replies, arrays of integers, turned into decisions through
-//! the same algorithm code the memory store runs. A reply that cannot be
+//! the same algorithm code the memory store runs: the window and bucket
+//! scripts send the state they judged, which [`Counts`] judges again. A reply that cannot be
 //! true (the wrong length, a count over its limit, a stamp after now, a
 //! remainder not below its limit's max, a verdict the algorithm would not
 //! reach from the state sent) is a [`StoreError`], answered under the
@@ -9,8 +10,8 @@ use crate::algorithm::leases::free_after_taking;
 use crate::algorithm::log::{blocked_for, quota};
 use crate::algorithm::refusal::{tightest_known, Verdict};
 use crate::algorithm::{Algorithm, Decision, FixedWindow, SlidingCounter, TokenBucket};
-use crate::limit::Limit;
 use crate::policy::Policy;
+use crate::state::Counts;
 use crate::store::{StoreError, StoreErrorKind};
 
 /// A reply's first integer.
@@ -52,77 +53,51 @@ pub(super) fn decision(policy: &Policy, reply: &[i64], cost: u32) -> Result<Deci
                 Decision::slot_only(policy.first_limit(), free_after_taking(cap, held), now)
             })
         }
-        REFUSED | ACCEPTED => match policy.algorithm() {
-            Algorithm::SlidingLog => log_decision(policy, reply, now),
-            Algorithm::SlidingCounter | Algorithm::FixedWindow => {
-                window_decision(policy, reply, now, cost)
-            }
-            Algorithm::TokenBucket => bucket_decision(policy, reply, now, cost),
-        },
+        REFUSED | ACCEPTED if policy.algorithm() == Algorithm::SlidingLog => {
+            log_decision(policy, reply, now)
+        }
+        REFUSED | ACCEPTED => judged(policy, &reply[2..], now).and_then(|mut counts| {
+            let decision = counts.decide(policy, now, cost);
+            (decision.is_allowed() == (reply[0] == ACCEPTED)).then_some(decision)
+        }),
         _ => None,
     };
     decision.ok_or_else(malformed)
 }
 
-/// The window script's verdict: `{verdict, now, then per limit the previous
-/// and current counts the request was judged against}`, windows rolled to
-/// now's. The algorithm decides afresh from those counts, and must agree.
-fn window_decision(policy: &Policy, reply: &[i64], now: u64, cost: u32) -> Option<Decision> {
-    let limits = policy.limits();
-    if reply.len() != 2 + 2 * limits.len() {
+/// The state the window or bucket script judged the request against, in
+/// the reply after its verdict and now: per limit the previous and current
+/// counts, windows rolled to now's (the counter and the fixed window), or
+/// how far its arrival time lay ahead of now, as µs and max-ths (the
+/// bucket). `None` for numbers no state holds: the wrong count of them, a
+/// count over its limit's max, a remainder not below it, an arrival time
+/// past what a `u64` holds. The algorithm then decides afresh from it, and
+/// must agree with the script.
+fn judged(policy: &Policy, numbers: &[i64], now: u64) -> Option<Counts> {
+    let (algorithm, limits) = (policy.algorithm(), policy.limits());
+    if numbers.len() != 2 * limits.len() {
         return None;
     }
-    // A window holds at most its limit's max, a settled excess included.
-    let count = |at: usize, max: u32| u32::try_from(reply[at]).ok().filter(|&n| n <= max);
-    let mut slots = Vec::with_capacity(limits.len());
-    for (i, limit) in limits.iter().enumerate() {
-        let previous = count(2 + 2 * i, limit.max())?;
-        let current = count(3 + 2 * i, limit.max())?;
-        slots.push((now / limit.window_micros(), previous, current));
-    }
-    let decision = match policy.algorithm() {
-        Algorithm::FixedWindow => {
-            FixedWindow::from_parts(slots.into_iter().map(|(window, _, count)| (window, count)))
-                .decide_micros(now, limits, cost)
+    let mut counter = Vec::with_capacity(limits.len());
+    let mut pairs = Vec::with_capacity(limits.len());
+    for (pair, limit) in numbers.chunks_exact(2).zip(limits) {
+        let max = u64::from(limit.max());
+        let (first, second) = (u64::try_from(pair[0]).ok()?, u64::try_from(pair[1]).ok()?);
+        if algorithm == Algorithm::TokenBucket {
+            (second < max).then_some(())?;
+            pairs.push((now.checked_add(first)?, second as u32));
+        } else {
+            (first <= max && second <= max).then_some(())?;
+            let window = now / limit.window_micros();
+            counter.push((window, first as u32, second as u32));
+            pairs.push((window, second as u32));
         }
-        _ => SlidingCounter::from_parts(slots).decide_micros(now, limits, cost),
-    };
-    (decision.is_allowed() == (reply[0] == ACCEPTED)).then_some(decision)
-}
-
-/// The bucket script's verdict: `{verdict, now, then per limit how far its
-/// arrival time lay ahead of now as the request was judged, before it was
-/// charged, as µs and max-ths}`. The algorithm decides afresh from those
-/// arrival times, working out the wait or the quota, and must agree.
-fn bucket_decision(policy: &Policy, reply: &[i64], now: u64, cost: u32) -> Option<Decision> {
-    let limits = policy.limits();
-    if reply.len() != 2 + 2 * limits.len() {
-        return None;
     }
-    // Every field whole and non-negative, a remainder below its max, and
-    // the arrival time it gives representable.
-    let tat = |i: usize, limit: &Limit| {
-        let ahead = u64::try_from(reply[2 + 2 * i]).ok()?;
-        let rem = u32::try_from(reply[3 + 2 * i])
-            .ok()
-            .filter(|&rem| rem < limit.max())?;
-        Some((now.checked_add(ahead)?, rem))
-    };
-    if limits
-        .iter()
-        .enumerate()
-        .any(|(i, limit)| tat(i, limit).is_none())
-    {
-        return None;
-    }
-    let mut bucket = TokenBucket::from_parts(
-        limits
-            .iter()
-            .enumerate()
-            .filter_map(|(i, limit)| tat(i, limit)),
-    );
-    let decision = bucket.decide_micros(now, limits, cost);
-    (decision.is_allowed() == (reply[0] == ACCEPTED)).then_some(decision)
+    Some(match algorithm {
+        Algorithm::SlidingCounter => Counts::Counter(SlidingCounter::from_parts(counter)),
+        Algorithm::FixedWindow => Counts::Fixed(FixedWindow::from_parts(pairs)),
+        _ => Counts::Bucket(TokenBucket::from_parts(pairs)),
+    })
 }
 
 /// The log scripts' verdict. Refused: `{0, now, then per limit the stamp
@@ -169,6 +144,7 @@ mod tests {
     use std::time::Duration;
 
     use super::*;
+    use crate::limit::Limit;
 
     fn policy(algorithm: Algorithm) -> Policy {
         let limit = |max, secs| Limit::new(max, Duration::from_secs(secs)).unwrap();

@@ -7,8 +7,7 @@ use redis::RedisResult;
 use super::client::Connection;
 use super::{error, keys};
 use crate::algorithm::leases::{Lease, Leases};
-use crate::algorithm::{Algorithm, FixedWindow, SlidingCounter, SlidingLog, TokenBucket};
-use crate::limit::Limit;
+use crate::algorithm::{Algorithm, SlidingLog};
 use crate::policy::Policy;
 use crate::state::{Counts, KeyState};
 use crate::store::StoreError;
@@ -48,59 +47,50 @@ pub(super) async fn read(
     Ok(Some(KeyState::from_parts(counts, penalty_until, leases)))
 }
 
-/// The algorithm's state in `bytes`, if they are what its script writes.
+/// The algorithm's state in `bytes`, if they are what its script writes:
+/// for all but the log the numbers [`KeyState::to_bytes`] writes after its
+/// header, a record per limit, each within what its limit allows.
 fn decode(bytes: &[u8], policy: &Policy) -> Option<Counts> {
     let limits = policy.limits();
-    match policy.algorithm() {
-        Algorithm::SlidingCounter => {
-            let records = records(bytes, limits.len())?;
-            Some(Counts::Counter(SlidingCounter::from_parts(records)))
-        }
-        Algorithm::FixedWindow => {
-            let windows = pairs(bytes, limits, |max| max + 1)?;
-            Some(Counts::Fixed(FixedWindow::from_parts(windows)))
-        }
-        Algorithm::TokenBucket => {
-            let tats = pairs(bytes, limits, |max| max)?;
-            Some(Counts::Bucket(TokenBucket::from_parts(tats)))
-        }
+    let algorithm = policy.algorithm();
+    let counts = match algorithm {
         Algorithm::SlidingLog => {
             let capacity = policy.log_capacity();
-            let stamps = log_stamps(bytes, capacity)?;
-            Some(Counts::Log(SlidingLog::holding(&stamps, capacity)))
+            return Some(Counts::Log(SlidingLog::holding(
+                &log_stamps(bytes, capacity)?,
+                capacity,
+            )));
         }
-    }
-}
-
-/// The counter's records: per limit the window index, 8 little-endian
-/// bytes below 2^53, and two 4-byte counts.
-fn records(bytes: &[u8], limits: usize) -> Option<Vec<(u64, u32, u32)>> {
-    if bytes.len() != 16 * limits {
-        return None;
-    }
-    let records = bytes.chunks_exact(16).map(|record| {
-        let window = u64::from_le_bytes(record[..8].try_into().ok()?);
-        let count = |at: usize| Some(u32::from_le_bytes(record[at..at + 4].try_into().ok()?));
-        (window < 1 << 53).then_some((window, count(8)?, count(12)?))
-    });
-    records.collect()
-}
-
-/// The fixed window's and the bucket's records: per limit 8 little-endian
-/// bytes below 2^53 (the window index, or the arrival time's whole µs) and
-/// a 4-byte number below `bound` of the limit's max (the window's count, at
-/// most max, or the arrival time's remainder, below it).
-fn pairs(bytes: &[u8], limits: &[Limit], bound: fn(u64) -> u64) -> Option<Vec<(u64, u32)>> {
-    if bytes.len() != 12 * limits.len() {
-        return None;
-    }
-    let pairs = bytes.chunks_exact(12).zip(limits).map(|(record, limit)| {
-        let word = u64::from_le_bytes(record[..8].try_into().ok()?);
-        let number = u32::from_le_bytes(record[8..].try_into().ok()?);
-        let below = bound(u64::from(limit.max()));
-        (word < 1 << 53 && u64::from(number) < below).then_some((word, number))
-    });
-    pairs.collect()
+        Algorithm::SlidingCounter if bytes.len() == 16 * limits.len() => {
+            Counts::from_body(algorithm, bytes)?
+        }
+        _ if bytes.len() == 12 * limits.len() => Counts::from_body(algorithm, bytes)?,
+        _ => return None,
+    };
+    // Read as the scripts read them: whole numbers below 2^53, counts at
+    // most their max, a remainder below it.
+    const WHOLE: u64 = 1 << 53;
+    let max = |i: usize| limits[i].max();
+    let fits = match &counts {
+        Counts::Counter(counter) => {
+            counter
+                .parts()
+                .enumerate()
+                .all(|(i, (window, previous, current))| {
+                    window < WHOLE && previous <= max(i) && current <= max(i)
+                })
+        }
+        Counts::Fixed(fixed) => fixed
+            .parts()
+            .enumerate()
+            .all(|(i, (window, count))| window < WHOLE && count <= max(i)),
+        Counts::Bucket(bucket) => bucket
+            .parts()
+            .enumerate()
+            .all(|(i, (micros, rem))| micros < WHOLE && rem < max(i)),
+        Counts::Log(_) => true,
+    };
+    fits.then_some(counts)
 }
 
 /// The most stamps a log keeps as the stamps alone, as `log.lua` writes

@@ -6,6 +6,9 @@
 -- ARGV  as lease.lua and state.lua, joined before this script, read them;
 --       to settle, ARGV[4] is 'at cost', the request's cost bounding what
 --       it may give back; tail.lua, joined after it, writes and answers
+-- Takes from lease.lua `now`; from state.lua `units`, `settle_at`,
+-- `settle_cost` and `n`; sets state.lua's `reply`, `refused`, `state` and
+-- `span` for tail.lua.
 -- Judging, the reply is {1 accepted or 0 refused, now, then per limit how far
 -- its TAT lay ahead of now before the request was charged, as µs and
 -- max-ths}, or {2, now, the penalty's end} for a key serving a penalty.

@@ -4,8 +4,9 @@
 --          (µs), at most the largest max: up to 128 oldest first; more in a
 --          ring, as log.rs's VecDeque, behind struct.pack('<I4I4', head,
 --          len): the oldest's slot and how many are held
--- ARGV  as lease.lua and state.lua, joined before this script, read them;
---       tail.lua, joined after it, writes the state and answers
+-- ARGV  as lease.lua and state.lua, joined before it, read them. Takes their
+--       `now` (raised for a clock that stepped back), `units`, `settle_at`
+--       and `n`; sets `reply`, `refused`, `state` and `span` for tail.lua
 -- Judging, the reply is {1, now, then per limit the stamps inside its
 -- window with this request's and the oldest of them} when accepted, {0,
 -- now, then per limit the stamp that blocks it or -1} when refused, or {2,
@@ -37,11 +38,15 @@ if size % 1 ~= 0 or head >= math.max(size, 1) or len > size or len > capacity th
   value, whole, base, size, head, len = '', true, 0, 0, 0, 0
 end
 if len == 0 and settle_at and units < 0 then return {0} end
-local function stamp(i) -- the i-th oldest, from 0
-  local at = base + 8 * ((head + i) % size)
-  if at + 8 <= #value then return (struct.unpack('<i8', value, at + 1)) end
-  local from, to = string.format('%d', at), string.format('%d', at + 7)
-  return (struct.unpack('<i8', redis.call('GETRANGE', KEYS[1], from, to)))
+-- The i-th oldest stamp, from 0: a small log's at once, a ring's by offset.
+local function stamp(i) return (struct.unpack('<i8', value, 8 * i + 1)) end
+if not whole then
+  stamp = function(i)
+    local at = base + 8 * ((head + i) % size)
+    if at + 8 <= #value then return (struct.unpack('<i8', value, at + 1)) end
+    local from, to = string.format('%d', at), string.format('%d', at + 7)
+    return (struct.unpack('<i8', redis.call('GETRANGE', KEYS[1], from, to)))
+  end
 end
 -- How many stamps are older than `cutoff`: the oldest first, then strides
 -- that double, then halving the last stride. Every stamp kept is inside the
@@ -67,60 +72,21 @@ if newest and newest > now then now = newest end
 local window = (now - now % longest) / longest
 local renewal = (window + 2) * longest - now
 if newest and (newest - newest % longest) / longest == window then renewal = nil end
--- The bytes of `count` stamps from the `i`-th oldest, the log read whole.
-local function run(i, count)
-  if count <= 0 then return '' end
-  if #value < base + 8 * size then value = redis.call('GET', KEYS[1]) end
-  local from, to = (head + i) % size, (head + i) % size + count
-  if to <= size then return string.sub(value, base + 1 + 8 * from, base + 8 * to) end
-  return string.sub(value, base + 1 + 8 * from) .. string.sub(value, base + 1, base + 8 * (to - size))
-end
-
--- Drops the `from` oldest stamps and appends `more` at now, at most
--- `capacity` held: the log to write whole, or nil once written in place. A
--- ring has room for twice what it held when last written whole (as log.rs
--- doubles its room), and is written whole again when full or a quarter full.
-local function record(from, more)
-  more = math.min(more, capacity)
-  from = math.max(from, len + more - capacity)
-  local kept, added = len - from, string.rep(struct.pack('<i8', now), more)
-  local held = kept + more
-  if whole or held > size or 4 * held <= size then
-    if held <= SMALL then return run(from, kept) .. added end
-    local padding = string.rep('\0', 8 * (math.min(capacity, 2 * held) - held))
-    return struct.pack('<I4I4', 0, held) .. run(from, kept) .. added .. padding
-  end
-  local first = (head + from) % size
-  local tail = (first + kept) % size
-  local fits = math.min(more, size - tail)
-  local at = string.format('%d', 8 + 8 * tail)
-  if fits > 0 then redis.call('SETRANGE', KEYS[1], at, string.sub(added, 1, 8 * fits)) end
-  if more > fits then redis.call('SETRANGE', KEYS[1], '8', string.sub(added, 8 * fits + 1)) end
-  redis.call('SETRANGE', KEYS[1], '0', struct.pack('<I4I4', first, held))
-end
-
+local from, more, upto, cut = nil, 0, nil, 0
 if settle_at and units < 0 then
   -- Gives back the request's stamps (the newest equal to its time) it did
   -- not use, and those the longest window no longer reaches: rewritten.
   local last = count_before(settle_at + 1)
-  local back = math.min(last - count_before(settle_at), -units)
-  if back == 0 then return {1} end
-  local forgotten = count_before(newest - longest)
-  local newer = math.max(last, forgotten)
-  local stamps = run(forgotten, last - back - forgotten) .. run(newer, len - newer)
-  local held = #stamps / 8
-  state = stamps
-  if held > SMALL then
-    state = struct.pack('<I4I4', 0, held) .. stamps .. string.rep('\0', 8 * (size - held))
-  end
+  cut = math.min(last - count_before(settle_at), -units)
+  if cut == 0 then return {1} end
+  from, upto = count_before(newest - longest), last
 elseif settle_at then
-  state = record(count_before(now - longest), units)
+  from, more = count_before(now - longest), units
 else
   -- blocking: a limit keeps `cost` more units out while its (max - cost +
   -- 1)-th newest stamp is inside its window, closed at both ends.
   local cost = math.max(units, 1)
-  -- Replies are sized for two limits at once: growing a table costs Redis
-  -- more than filling one.
+  -- Sized for two limits: growing a table costs more than filling one.
   reply = {0, now, -1, -1, 0, 0}
   for i = 1, n do
     local need = max[i] - cost + 1
@@ -144,7 +110,41 @@ else
     end
     reply[3 + 2 * n] = nil
     if units == 0 then return reply end
-    state = record(forgotten, units)
+    from, more = forgotten, units
+  end
+end
+
+-- Recording, once a branch set `from`: drops the `from` oldest stamps (and,
+-- settling, the `cut` before the `upto`-th), appends `more` at now, at most
+-- `capacity` held; written whole (`state`) or in place. A ring has room for
+-- twice what it held when written whole (as log.rs doubles its room), and
+-- is written whole again when full, a quarter full or cut.
+if from then
+  more = math.min(more, capacity)
+  from = math.max(from, len + more - capacity)
+  local kept, added = len - from, string.rep(struct.pack('<i8', now), more)
+  if whole or cut > 0 or kept + more > size or 4 * (kept + more) <= size then
+    if not whole then -- the ring read whole, oldest first
+      if #value < base + 8 * size then value = redis.call('GET', KEYS[1]) end
+      local first = base + 1 + 8 * head
+      value = string.sub(value, first) .. string.sub(value, base + 1, first - 1)
+    end
+    upto = math.max(upto or from, from)
+    state = string.sub(value, 8 * from + 1, 8 * (upto - cut))
+      .. string.sub(value, 8 * upto + 1, 8 * len) .. added
+    local held = #state / 8
+    if held > SMALL then
+      local padding = string.rep('\0', 8 * (math.min(capacity, 2 * held) - held))
+      state = struct.pack('<I4I4', 0, held) .. state .. padding
+    end
+  else
+    local first = (head + from) % size
+    local tail = (first + kept) % size
+    local fits = math.min(more, size - tail)
+    local at = string.format('%d', 8 + 8 * tail)
+    if fits > 0 then redis.call('SETRANGE', KEYS[1], at, string.sub(added, 1, 8 * fits)) end
+    if more > fits then redis.call('SETRANGE', KEYS[1], '8', string.sub(added, 8 * fits + 1)) end
+    redis.call('SETRANGE', KEYS[1], '0', struct.pack('<I4I4', first, kept + more))
   end
 end
 span = renewal

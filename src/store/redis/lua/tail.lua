@@ -1,8 +1,8 @@
 -- tower-sliding-window: the tail of window.lua, log.lua and bucket.lua,
 -- joined after each: what every judging script does with its verdict, as
--- src/state.rs does above the algorithms. A script that does not answer
--- itself leaves `reply`, and in the locals state.lua declares `refused`,
--- `state` and `span`.
+-- src/state.rs does above the algorithms. Takes from lease.lua `asked`,
+-- `leases` and `take`; from state.lua `units`, `settle_at`, `penalty`, and
+-- what the script before it set: `reply`, `refused`, `state` and `span`.
 -- A refusal by the limits starts the key's penalty, if the request would
 -- have recorded something, and writes nothing else.
 if refused then

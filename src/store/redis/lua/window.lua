@@ -9,6 +9,9 @@
 -- ARGV  as lease.lua and state.lua, joined before this script, read them:
 --       ARGV[6] is 'c' for the sliding counter, 'f' for the fixed window;
 --       tail.lua, joined after it, writes the state and answers
+-- Takes from lease.lua `now` (raised here for a clock that stepped back)
+-- and `asked`; from state.lua `units`, `settle_at` and `n`; sets state.lua's
+-- `reply`, `refused`, `state` and `span` for tail.lua.
 -- Judging, the reply is {1 accepted or 0 refused, now, then per limit the
 -- previous and current counts the request was judged against}, or {2, now,
 -- the penalty's end} for a key serving a penalty; an accepted request
@@ -20,32 +23,6 @@ local layout, size = '<i8I4', 12
 if sliding then layout, size = '<i8I4I4', 16 end
 local raw = redis.call('GET', KEYS[1])
 local fresh = not raw or #raw ~= size * n
-
--- p · a > b · w, exactly: in doubles while one product is below 2^53 (a
--- product past it stays past it when rounded), else on 16-bit limbs.
-local function exceeds(p, a, b, w)
-  local lhs, rhs = p * a, b * w
-  if lhs < 9007199254740992 or rhs < 9007199254740992 then return lhs > rhs end
-  local function limbs(x, y) -- x · y, least significant limb first
-    local xs, ys, sum = {}, {}, {0, 0, 0, 0, 0, 0, 0, 0, 0}
-    for l = 1, 4 do
-      xs[l], ys[l] = x % 65536, y % 65536
-      x, y = (x - xs[l]) / 65536, (y - ys[l]) / 65536
-    end
-    for l = 1, 4 do
-      local carry = 0
-      for m = 1, 5 do
-        local v = sum[l + m - 1] + (ys[m] or 0) * xs[l] + carry
-        carry = math.floor(v / 65536)
-        sum[l + m - 1] = v - carry * 65536
-      end
-    end
-    return sum
-  end
-  local x, y = limbs(p, a), limbs(b, w)
-  for l = 9, 1, -1 do if x[l] ~= y[l] then return x[l] > y[l] end end
-  return false
-end
 
 -- Each limit's slot, rolled to now's window: the request fits if current +
 -- cost <= max and previous · (w - elapsed) / w <= max - cost - current, the
@@ -104,7 +81,33 @@ repeat
       end
     else
       local room = m - cost - current
-      if room < 0 or exceeds(previous, w - elapsed, room, w) then allowed = false end
+      local lhs, rhs = previous * (w - elapsed), room * w
+      -- Exact in doubles while one product is below 2^53 (a product past
+      -- it stays past it when rounded), else compared on 16-bit limbs.
+      if lhs >= 9007199254740992 and rhs >= 9007199254740992 then
+        local function limbs(x, y) -- x · y, least significant limb first
+          local xs, ys, sum = {}, {}, {0, 0, 0, 0, 0, 0, 0, 0, 0}
+          for l = 1, 4 do
+            xs[l], ys[l] = x % 65536, y % 65536
+            x, y = (x - xs[l]) / 65536, (y - ys[l]) / 65536
+          end
+          for l = 1, 4 do
+            local carry = 0
+            for j = 1, 5 do
+              local v = sum[l + j - 1] + (ys[j] or 0) * xs[l] + carry
+              carry = math.floor(v / 65536)
+              sum[l + j - 1] = v - carry * 65536
+            end
+          end
+          return sum
+        end
+        local x, y = limbs(previous, w - elapsed), limbs(room, w)
+        lhs, rhs = 0, 0
+        for l = 9, 1, -1 do
+          if x[l] ~= y[l] then lhs, rhs = x[l], y[l]; break end
+        end
+      end
+      if room < 0 or lhs > rhs then allowed = false end
       current = current + units
     end
     if allowed and sliding then

@@ -9,6 +9,7 @@ use std::sync::{Arc, OnceLock};
 use redis::RedisResult;
 
 use super::client::{within, Orphaned, Watch};
+use super::errors::error;
 use super::scripts::{self, Ask};
 use super::{keys, reply, RedisStore, Settings};
 use crate::algorithm::leases::fresh_id;
@@ -122,7 +123,7 @@ impl<K: std::fmt::Display> Store<K> for RedisStore {
         Box::pin(async move {
             let call = async move {
                 let reply: RedisResult<Vec<i64>> = connection.invoke(&invocation).await;
-                reply.map_err(|e| super::error("Redis settle script failed".into(), e))
+                reply.map_err(|e| error("Redis settle script failed".into(), e))
             };
             let settled = store.reach(&name, call, None).await;
             store.guard.forget(&name);
@@ -224,7 +225,7 @@ impl RedisStore {
         crate::store::send_now(async move {
             let sent = async {
                 let reply = connection.query::<i64>(&release, None).await;
-                reply.map_err(|e| super::error("Redis release failed".into(), e))
+                reply.map_err(|e| error("Redis release failed".into(), e))
             };
             if let Err(err) = watch.note(within(timeout, sent).await) {
                 crate::observe::slot_call_failed(&err);
@@ -246,7 +247,7 @@ impl RedisStore {
         let connection = self.client.connection();
         let call = async move {
             let reply = connection.invoke(&invocation).await;
-            reply.map_err(|e| super::error("Redis script failed".into(), e))
+            reply.map_err(|e| error("Redis script failed".into(), e))
         };
         // A slot the call may have taken is released if its reply is not
         // read: at once when the call fails, times out or makes no sense,

@@ -3,7 +3,7 @@
 //! the way every call is made on it.
 //!
 //! **Saturation is not an outage.** A call waits for one of its node's
-//! permits ([`PENDING_CALLS_PER_NODE`](RedisStore::PENDING_CALLS_PER_NODE)
+//! permits ([`PENDING_CALLS_PER_NODE`](super::RedisStore::PENDING_CALLS_PER_NODE)
 //! calls of a store at once), then for the reply, both within the store's
 //! timeout. A call that times out fails alone, under the failure policy,
 //! and goes on in the background holding its permit until Redis replies:
@@ -31,9 +31,9 @@ use redis::cluster_routing::RoutingInfo;
 use redis::{Cmd, FromRedisValue, RedisResult, ScriptInvocation};
 use tokio::sync::Semaphore;
 
+use super::errors::{error, said_by_server};
 use super::outage::{whole, Node, Outage};
 use super::slots::Slots;
-use super::RedisStore;
 use crate::store::{StoreError, StoreErrorKind};
 
 /// A connection to one server or a Cluster; clones share it.
@@ -129,6 +129,13 @@ struct NodeCalls {
     last_reply: AtomicU64,
 }
 
+/// The most calls a store (and its clones) has waiting on one node.
+pub(super) const PENDING_CALLS_PER_NODE: usize = 256;
+
+/// Now in µs from a clock on the client, for tests: the scripts then take
+/// the time from it rather than read Redis `TIME`.
+pub(super) type ClientClock = Arc<dyn Fn() -> u64 + Send + Sync>;
+
 /// How many silence spans a call waits for its own reply while its node
 /// answers others, before it gives up.
 const GIVE_UP_AFTER: u64 = 10;
@@ -193,7 +200,7 @@ impl Client {
         let mut nodes = self.nodes.lock();
         let calls = nodes.entry(node.clone()).or_insert_with(|| {
             Arc::new(NodeCalls {
-                permits: Arc::new(Semaphore::new(RedisStore::PENDING_CALLS_PER_NODE)),
+                permits: Arc::new(Semaphore::new(PENDING_CALLS_PER_NODE)),
                 last_reply: AtomicU64::new(micros_now()),
             })
         });
@@ -209,7 +216,7 @@ impl Client {
         };
         let opened = async {
             let opened = opener.open().await;
-            opened.map_err(|e| super::error("cannot connect to Redis again".into(), e))
+            opened.map_err(|e| error("cannot connect to Redis again".into(), e))
         };
         *self.connection.write() = within(timeout, opened).await?;
         Ok(true)
@@ -228,18 +235,6 @@ pub(super) async fn within<T>(
                 .with_kind(StoreErrorKind::Timeout),
         ),
     }
-}
-
-/// Whether a failure shows the server is there: an error reply it sent
-/// (with a code such as `WRONGTYPE`), or credentials or a handshake it
-/// refused.
-pub(super) fn said_by_server(err: &StoreError) -> bool {
-    matches!(
-        err.kind(),
-        StoreErrorKind::Authentication | StoreErrorKind::Tls
-    ) || std::error::Error::source(err)
-        .and_then(|source| source.downcast_ref::<redis::RedisError>())
-        .is_some_and(|source| source.code().is_some())
 }
 
 /// What becomes of a call's outcome once its caller no longer waits for it.

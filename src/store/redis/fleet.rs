@@ -13,8 +13,8 @@ use parking_lot::Mutex;
 use redis::cluster_routing::{RoutingInfo, SingleNodeRoutingInfo};
 use tokio::sync::oneshot;
 
-use super::client::{said_by_server, within, Client, Watch};
-use super::error;
+use super::client::{within, Client, Watch};
+use super::errors::{error, said_by_server};
 use super::guard::Guard;
 use super::outage::Node;
 use super::scripts;

@@ -11,10 +11,9 @@ use std::time::Duration;
 use parking_lot::Mutex;
 
 use super::call::RedisBinding;
-use super::client::Client;
+use super::client::{Client, ClientClock};
 use super::deny_cache::DenyCache;
 use super::scripts::Ask;
-use super::ClientClock;
 use crate::algorithm::{Decision, Origin};
 use crate::clock::Clock;
 use crate::policy::Policy;

@@ -8,8 +8,9 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::client::{within, Client, Watch};
-use super::{error, scripts, slots, ClientClock};
+use super::client::{within, Client, ClientClock, Watch};
+use super::errors::error;
+use super::{scripts, slots};
 use crate::store::lease_book::Renew;
 
 /// The most keys one renewal call renews: a script blocks Redis while it

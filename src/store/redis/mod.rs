@@ -4,7 +4,8 @@
 //! This file holds the store and its settings. The rest, by
 //! responsibility:
 //! * the client: `client` (the connection, each node's pending calls, when
-//!   a node is down), `connect`, `outage`, `slots` (a Cluster's slot map);
+//!   a node is down), `connect`, `errors` (what kind a failure is), `outage`,
+//!   `slots` (a Cluster's slot map);
 //! * the judge: `call` (one decision), `scripts` (the Lua scripts and
 //!   their arguments), `reply` (their replies read into decisions), `keys`
 //!   (the key names), `state` (a key's stored state read back);
@@ -18,6 +19,7 @@ mod call;
 mod client;
 mod connect;
 mod deny_cache;
+mod errors;
 mod fleet;
 mod guard;
 mod keys;
@@ -37,8 +39,7 @@ use redis::cluster::ClusterClient;
 use redis::cluster_async::ClusterConnection;
 
 pub use self::call::RedisBinding;
-use self::client::{Client, Connection, Opener};
-use self::connect::error;
+use self::client::{Client, ClientClock, Connection, Opener};
 #[cfg(feature = "redis-tls")]
 pub use self::connect::RedisTls;
 use self::fleet::Fleet;
@@ -168,8 +169,6 @@ struct Settings {
     expected_instances: usize,
 }
 
-type ClientClock = Arc<dyn Fn() -> u64 + Send + Sync>;
-
 impl std::fmt::Debug for RedisStore {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let settings = &self.settings;
@@ -204,7 +203,7 @@ impl RedisStore {
     /// The most calls a store (and its clones) has waiting on one Redis
     /// node at once. A call beyond it waits for one to end, within its
     /// timeout; a call that timed out holds its place until Redis replies.
-    pub const PENDING_CALLS_PER_NODE: usize = 256;
+    pub const PENDING_CALLS_PER_NODE: usize = client::PENDING_CALLS_PER_NODE;
 
     /// Connects to one Redis server, e.g. `redis://127.0.0.1:6379`, or
     /// `rediss://user:password@host:6380` over TLS (feature `redis-tls`).
@@ -218,11 +217,11 @@ impl RedisStore {
     /// # Errors
     ///
     /// [`StoreError`], whose [`kind`](StoreError::kind) tells
-    /// [`Config`](StoreErrorKind::Config) (a bad URL),
-    /// [`Connection`](StoreErrorKind::Connection) or
-    /// [`Timeout`](StoreErrorKind::Timeout) (no server answers),
-    /// [`Tls`](StoreErrorKind::Tls) (the handshake failed) and
-    /// [`Authentication`](StoreErrorKind::Authentication) (a missing or
+    /// [`Config`](crate::StoreErrorKind::Config) (a bad URL),
+    /// [`Connection`](crate::StoreErrorKind::Connection) or
+    /// [`Timeout`](crate::StoreErrorKind::Timeout) (no server answers),
+    /// [`Tls`](crate::StoreErrorKind::Tls) (the handshake failed) and
+    /// [`Authentication`](crate::StoreErrorKind::Authentication) (a missing or
     /// wrong password) apart.
     pub async fn connect(url: &str) -> Result<Self, StoreError> {
         let (connection, opener) = connect::single(connect::plain(url)?, url).await?;
@@ -236,7 +235,7 @@ impl RedisStore {
     ///
     /// As [`connect`](RedisStore::connect); a URL that is not `rediss://`,
     /// or PEM that holds no usable certificate or key, is a
-    /// [`Config`](StoreErrorKind::Config) error.
+    /// [`Config`](crate::StoreErrorKind::Config) error.
     #[cfg(feature = "redis-tls")]
     pub async fn connect_tls(url: &str, tls: RedisTls) -> Result<Self, StoreError> {
         let (connection, opener) = connect::single(connect::with_tls(url, tls)?, url).await?;

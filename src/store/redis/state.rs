@@ -5,7 +5,8 @@
 use redis::RedisResult;
 
 use super::client::Connection;
-use super::{error, keys};
+use super::errors::error;
+use super::keys;
 use crate::algorithm::leases::{Lease, Leases};
 use crate::algorithm::{Algorithm, SlidingLog};
 use crate::policy::Policy;

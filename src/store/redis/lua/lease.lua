@@ -40,9 +40,11 @@ if ARGV[2] ~= '' then
   -- released or renewed; the set lives as long as its latest lease.
   take = function()
     if id == '0' then return end
-    redis.call('ZADD', leases, asked + lease, id)
+    redis.call('ZADD', leases, string.format('%d', asked + lease), id)
     local ttl = math.ceil(lease / 1000) + 1
-    if redis.call('PTTL', leases) < ttl then redis.call('PEXPIRE', leases, ttl) end
+    if redis.call('PTTL', leases) < ttl then
+      redis.call('PEXPIRE', leases, string.format('%d', ttl))
+    end
   end
   if is_full() then return {3, now} end
   local limits = (#ARGV - 6) / 2

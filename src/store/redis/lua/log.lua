@@ -34,7 +34,7 @@ if not whole then
   head, len = struct.unpack('<I4I4', value)
 end
 -- A value that is none of these, or holds more than the log keeps, is fresh.
-if size % 1 ~= 0 or head >= math.max(size, 1) or len > size or len > capacity then
+if size % 1 ~= 0 or (head > 0 and head >= size) or len > size or len > capacity then
   value, whole, base, size, head, len = '', true, 0, 0, 0, 0
 end
 if len == 0 and settle_at and units < 0 then return {0} end
@@ -129,9 +129,9 @@ if from then
       local first = base + 1 + 8 * head
       value = string.sub(value, first) .. string.sub(value, base + 1, first - 1)
     end
-    upto = math.max(upto or from, from)
-    state = string.sub(value, 8 * from + 1, 8 * (upto - cut))
-      .. string.sub(value, 8 * upto + 1, 8 * len) .. added
+    if not upto or upto < from then upto = from end
+    state = string.sub(value, 8 * upto + 1, 8 * len) .. added
+    if cut > 0 then state = string.sub(value, 8 * from + 1, 8 * (upto - cut)) .. state end
     local held = #state / 8
     if held > SMALL then
       local padding = string.rep('\0', 8 * (math.min(capacity, 2 * held) - held))

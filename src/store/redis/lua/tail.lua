@@ -14,7 +14,8 @@ if refused then
 end
 -- The state is written with its TTL renewed to outlive `span`, in ms
 -- rounded up plus one, or kept; a state written in place only renews it.
-local ttl = span and math.ceil(span / 1000) + 1
+-- Numbers go as text made with %d: Redis would print them as floats.
+local ttl = span and string.format('%d', math.ceil(span / 1000) + 1)
 if state and ttl then
   redis.call('SET', KEYS[1], state, 'PX', ttl)
 elseif state then

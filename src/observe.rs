@@ -255,7 +255,7 @@ pub(crate) fn slot_call_failed(err: &StoreError) {
 /// failure that lasts meets every request: a failure of configuration
 /// (credentials, TLS) as an error event, any other as a warning. An
 /// outage's start and end are said by [`node_down`] and [`node_up`], and
-/// the requests answered meanwhile by [`failures_summed_up`].
+/// the requests answered meanwhile by [`failure_counted`].
 #[cfg(feature = "redis")]
 pub(crate) fn store_failed(err: &StoreError, failure: crate::store::FailurePolicy) {
     #[cfg(feature = "metrics")]
@@ -274,17 +274,28 @@ pub(crate) fn store_failed(err: &StoreError, failure: crate::store::FailurePolic
     let _ = (err, failure);
 }
 
-/// How many requests the failure policy answered over about `span`.
+/// One more request answered by the failure policy, counted in `failed`;
+/// at most once a turn (`turn`, every 10 s) the count since the last one
+/// is said, never a line per request.
 #[cfg(feature = "redis")]
-pub(crate) fn failures_summed_up(requests: u64, span: std::time::Duration) {
+pub(crate) fn failure_counted(
+    failed: &std::sync::atomic::AtomicU64,
+    turn: &std::sync::atomic::AtomicU64,
+) {
     #[cfg(feature = "tracing")]
-    tracing::warn!(
-        requests,
-        ?span,
-        "rate-limit store: requests answered by the failure policy"
-    );
+    {
+        use std::sync::atomic::Ordering;
+        failed.fetch_add(1, Ordering::Relaxed);
+        if loud_turn(turn) {
+            let requests = failed.swap(0, Ordering::Relaxed);
+            tracing::warn!(
+                requests,
+                "rate-limit store: requests answered by the failure policy since the last such line"
+            );
+        }
+    }
     #[cfg(not(feature = "tracing"))]
-    let _ = (requests, span);
+    let _ = (failed, turn);
 }
 
 /// A Redis node was found out of reach: its keys are answered by the

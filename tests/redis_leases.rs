@@ -138,16 +138,13 @@ async fn a_crashed_instance_loses_its_slots_after_the_lease() {
     );
 }
 
-/// A slot held longer than its lease stays held: the heartbeat renews
-/// every slot the instance holds, on every key, in one call.
+/// A slot held longer than its lease stays held: the store renews every
+/// slot the instance holds, on every key, in one call.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn held_slots_are_renewed_in_one_call() {
     const LEASE: Duration = Duration::from_millis(300);
     let server = tokio::task::spawn_blocking(Server::start).await.unwrap();
-    let store = store(&server.url(), "renew")
-        .await
-        .with_lease(LEASE)
-        .with_heartbeat(Duration::from_millis(50));
+    let store = store(&server.url(), "renew").await.with_lease(LEASE);
     let policy = Policy::in_flight_only(10);
     let mut held = Vec::new();
     for key in ["a", "b"] {

@@ -48,29 +48,30 @@ impl<P: Clone + Send + 'static, R: Renew<Place = P>> LeaseBook<R, P> {
         if self.renewing.swap(true, Ordering::Relaxed) {
             return;
         }
-        match tokio::runtime::Handle::try_current() {
-            Ok(runtime) => drop(runtime.spawn(keep_renewed(Arc::downgrade(self)))),
-            Err(_) => self.renewing.store(false, Ordering::Relaxed),
+        // Made before the task, so that a task dropped unpolled (its
+        // runtime shut down) still lets the next slot start another.
+        let running = Running(Arc::downgrade(self));
+        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+            runtime.spawn(keep_renewed(running));
         }
     }
 
-    /// Stops renewing the slot `id`; where it was held, if it was.
-    pub(crate) fn release(&self, id: u64) -> Option<P> {
-        self.held.lock().remove(&id)
+    /// Stops renewing the slot `id`.
+    pub(crate) fn release(&self, id: u64) {
+        self.held.lock().remove(&id);
     }
 }
 
 /// Renews every slot held, every third of a lease, until the book is
 /// dropped. A task dropped with its runtime lets the next slot held start
 /// another.
-async fn keep_renewed<P: Clone + Send + 'static, R: Renew<Place = P>>(book: Weak<LeaseBook<R, P>>) {
-    let _running = Running(book.clone());
+async fn keep_renewed<P: Clone + Send + 'static, R: Renew<Place = P>>(running: Running<R, P>) {
     loop {
-        let Some(every) = book.upgrade().map(|book| book.every) else {
+        let Some(every) = running.0.upgrade().map(|book| book.every) else {
             return;
         };
         tokio::time::sleep(every).await;
-        let Some(book) = book.upgrade() else {
+        let Some(book) = running.0.upgrade() else {
             return;
         };
         let held: Vec<_> = book

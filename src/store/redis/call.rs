@@ -6,12 +6,9 @@ use std::future::Future;
 use std::pin::Pin;
 use std::sync::{Arc, OnceLock};
 
-use redis::RedisResult;
-
 use super::client::{within, Orphaned, Watch};
-use super::errors::error;
 use super::scripts::{self, Ask};
-use super::{keys, reply, RedisStore, Settings};
+use super::{keys, reply, RedisStore};
 use crate::algorithm::leases::fresh_id;
 use crate::algorithm::{Decision, Origin};
 use crate::clock::micros;
@@ -116,14 +113,13 @@ impl<K: std::fmt::Display> Store<K> for RedisStore {
             cost,
             units: i64::from(used) - i64::from(cost),
         };
-        let invocation =
-            scripts::invocation(binding.policy(), ask, &name, (self.client_now(), None));
+        let invocation = scripts::invocation(binding.policy(), ask, &name, self.client_now(), None);
         let store = self.clone();
         let connection = self.client.connection();
         Box::pin(async move {
             let call = async move {
-                let reply: RedisResult<Vec<i64>> = connection.invoke(&invocation).await;
-                reply.map_err(|e| error("Redis settle script failed".into(), e))
+                let reply = connection.invoke::<Vec<i64>>(&invocation, "settle script");
+                reply.await
             };
             let settled = store.reach(&name, call, None).await;
             store.guard.forget(&name);
@@ -174,12 +170,7 @@ impl RedisStore {
         orphaned: Option<Orphaned<T>>,
     ) -> Result<T, StoreError> {
         self.fleet.join();
-        let Settings {
-            timeout, heartbeat, ..
-        } = self.settings;
-        // A node may leave a call unanswered this long before it is taken
-        // for down: a heartbeat would have found it by then.
-        let silence = timeout.max(heartbeat);
+        let (timeout, silence) = (self.settings.timeout, self.settings.silence());
         self.client
             .reach(name, timeout, silence, call, orphaned)
             .await
@@ -197,16 +188,19 @@ impl RedisStore {
         Box::pin(async move {
             match store.judge(&name, binding.policy(), ask).await {
                 Ok(decision) => {
+                    store.guard.outage_ended(store.client.outage.ended());
                     if !decision.is_allowed() {
-                        store.guard.remember(name, decision, sent, &binding, ask);
+                        let (policy, events) = (binding.policy(), binding.events());
+                        store
+                            .guard
+                            .remember(name, decision, sent, policy, events, ask);
                     }
                     Ok(decision)
                 }
                 Err(err) => {
-                    let live = store.live_instances();
-                    store
-                        .guard
-                        .on_failure(name, binding.policy(), ask, err, live)
+                    let (live, outage) = (store.live_instances(), store.client.outage.ended());
+                    let policy = binding.policy();
+                    store.guard.on_failure(name, policy, ask, err, live, outage)
                 }
             }
         })
@@ -223,10 +217,7 @@ impl RedisStore {
         let watch = Watch::new(&self.client, &leases);
         let timeout = self.settings.timeout;
         crate::store::send_now(async move {
-            let sent = async {
-                let reply = connection.query::<i64>(&release, None).await;
-                reply.map_err(|e| error("Redis release failed".into(), e))
-            };
+            let sent = connection.query::<i64>(&release, None, "release");
             if let Err(err) = watch.note(within(timeout, sent).await) {
                 crate::observe::slot_call_failed(&err);
             }
@@ -243,12 +234,9 @@ impl RedisStore {
             id: if ask.takes_slot() { fresh_id() } else { 0 },
             length: micros(self.settings.lease),
         });
-        let invocation = scripts::invocation(policy, ask, name, (self.client_now(), lease));
+        let invocation = scripts::invocation(policy, ask, name, self.client_now(), lease);
         let connection = self.client.connection();
-        let call = async move {
-            let reply = connection.invoke(&invocation).await;
-            reply.map_err(|e| error("Redis script failed".into(), e))
-        };
+        let call = async move { connection.invoke(&invocation, "script").await };
         // A slot the call may have taken is released if its reply is not
         // read: at once when the call fails, times out or makes no sense,
         // and once Redis has replied to a call that timed out (a release

@@ -44,19 +44,32 @@ pub(super) enum Connection {
 }
 
 impl Connection {
+    /// Runs a script; a failure is named as `what`'s.
     pub(super) async fn invoke<T: FromRedisValue>(
         &self,
         invocation: &ScriptInvocation<'_>,
-    ) -> RedisResult<T> {
-        match self {
+        what: &str,
+    ) -> Result<T, StoreError> {
+        let reply = match self {
             Self::Single(manager) => invocation.invoke_async(&mut manager.clone()).await,
             Self::Cluster(cluster) => invocation.invoke_async(&mut cluster.clone()).await,
-        }
+        };
+        reply.map_err(|e| error(format!("Redis {what} failed"), e))
     }
 
     /// Sends `command`; on a Cluster to the node `routing` names, if any,
-    /// else to the one its keys live on.
+    /// else to the one its keys live on. A failure is named as `what`'s.
     pub(super) async fn query<T: FromRedisValue>(
+        &self,
+        command: &Cmd,
+        routing: Option<RoutingInfo>,
+        what: &str,
+    ) -> Result<T, StoreError> {
+        let reply = self.send(command, routing).await;
+        reply.map_err(|e| error(format!("Redis {what} failed"), e))
+    }
+
+    async fn send<T: FromRedisValue>(
         &self,
         command: &Cmd,
         routing: Option<RoutingInfo>,
@@ -303,7 +316,7 @@ impl Watch {
     /// later of its start and the node's last reply) or by another. A call
     /// that waits [`GIVE_UP_AFTER`] silence spans while the node answers
     /// others gives up with a timeout, and its place.
-    pub(super) async fn run<T>(
+    async fn run<T>(
         self,
         silence: Duration,
         call: impl Future<Output = Result<T, StoreError>>,

@@ -14,8 +14,7 @@ use redis::cluster_routing::{RoutingInfo, SingleNodeRoutingInfo};
 use tokio::sync::oneshot;
 
 use super::client::{within, Client, Watch};
-use super::errors::{error, said_by_server};
-use super::guard::Guard;
+use super::errors::said_by_server;
 use super::outage::Node;
 use super::scripts;
 use super::slots::{self, Slots};
@@ -40,17 +39,13 @@ pub(super) struct Fleet {
 /// Heartbeats after which the live count is trusted over an expected one.
 const TRUSTED_AFTER: usize = 3;
 
-/// How often at most the requests answered by the failure policy are
-/// summed up in the log.
-const SUMMARY_EVERY: Duration = Duration::from_secs(10);
-
 impl Fleet {
     /// The fleet of the instances sharing `prefix`, beating every
-    /// `interval` with calls bounded by `timeout`; it joins at
+    /// `interval` with calls bounded by `timeout` (a heartbeat is no
+    /// request: it may wait longer than one); it joins at
     /// [`join`](Self::join).
     pub(super) fn new(
         client: Arc<Client>,
-        guard: Arc<Guard>,
         prefix: &str,
         interval: Duration,
         timeout: Duration,
@@ -65,12 +60,10 @@ impl Fleet {
             heart: Heart {
                 id: Arc::from(instance_id()),
                 client,
-                guard,
                 key: Arc::from(format!("{prefix}:instances")),
                 prefix: Arc::from(prefix),
                 interval,
-                // A heartbeat is no request: it may wait longer than one.
-                timeout: timeout.max(interval),
+                timeout,
             },
         })
     }
@@ -89,14 +82,12 @@ impl Fleet {
 
     fn counted(&self, live: usize) {
         self.live.store(live, Ordering::Relaxed);
-        let counts = self.counts.load(Ordering::Relaxed);
-        self.counts
-            .store(counts.saturating_add(1), Ordering::Relaxed);
+        self.counts.fetch_add(1, Ordering::Relaxed);
     }
 
     /// Starts the heartbeat, unless it runs: when the store is built in a
     /// tokio runtime, else at its first call, in the runtime that makes it
-    /// (the builders that change what it beats for make a new fleet).
+    /// (every builder makes a new fleet).
     pub(super) fn join(self: &Arc<Self>) {
         if self.joined.load(Ordering::Relaxed) {
             return;
@@ -152,7 +143,6 @@ struct Heart {
     /// The entry's member.
     id: Arc<str>,
     client: Arc<Client>,
-    guard: Arc<Guard>,
     key: Arc<str>,
     prefix: Arc<str>,
     interval: Duration,
@@ -160,27 +150,20 @@ struct Heart {
 }
 
 impl Heart {
-    /// Beats every interval, and sums up the failures every
-    /// [`SUMMARY_EVERY`], until the last clone is dropped.
+    /// Beats every interval until the last clone is dropped.
     async fn beat_until(self, mut running: Running) {
-        let mut next_summary = tokio::time::Instant::now() + SUMMARY_EVERY;
         // A store is often built and then set up in one statement: a
         // builder that makes a new fleet drops this one before it beats,
         // most of the time.
         tokio::task::yield_now().await;
+        let mut joined = false;
         loop {
             let Some(fleet) = running.fleet.upgrade() else {
                 break;
             };
             self.beat(&fleet).await;
+            joined = true;
             drop(fleet);
-            if tokio::time::Instant::now() >= next_summary {
-                next_summary = tokio::time::Instant::now() + SUMMARY_EVERY;
-                let failed = self.guard.failed_since();
-                if failed > 0 {
-                    crate::observe::failures_summed_up(failed, SUMMARY_EVERY);
-                }
-            }
             let Some(dropped) = running.dropped.as_mut() else {
                 break;
             };
@@ -188,12 +171,16 @@ impl Heart {
                 break;
             }
         }
-        let mut leave = redis::cmd("ZREM");
-        leave.arg(&*self.key).arg(&*self.id);
-        let connection = self.client.connection();
-        let _ = self
-            .bounded("leaving", connection.query::<i64>(&leave, None))
+        if joined {
+            let mut leave = redis::cmd("ZREM");
+            leave.arg(&*self.key).arg(&*self.id);
+            let connection = self.client.connection();
+            let _ = within(
+                self.timeout,
+                connection.query::<i64>(&leave, None, "leaving"),
+            )
             .await;
+        }
     }
 
     /// Refreshes the entry, then, on a Cluster, its slot map and a probe
@@ -245,7 +232,7 @@ impl Heart {
         let mut call = scripts::fleet().key(&*self.key);
         call.arg(&*self.id).arg(life);
         let connection = self.client.connection();
-        let counted = self.bounded("heartbeat", connection.invoke::<usize>(&call));
+        let counted = within(self.timeout, connection.invoke::<usize>(&call, "heartbeat"));
         // A reply is news of the set's node, a refused connection too.
         Watch::new(&self.client, &self.key).note(counted.await)
     }
@@ -255,9 +242,8 @@ impl Heart {
         command.arg("SLOTS");
         let random = RoutingInfo::SingleNode(SingleNodeRoutingInfo::Random);
         let connection = self.client.connection();
-        let reply = self
-            .bounded("CLUSTER SLOTS", connection.query(&command, Some(random)))
-            .await;
+        let slots = connection.query(&command, Some(random), "CLUSTER SLOTS");
+        let reply = within(self.timeout, slots).await;
         if let Some(slots) = reply.ok().as_ref().and_then(Slots::read) {
             self.client.read_slots(slots);
         }
@@ -274,26 +260,10 @@ impl Heart {
         let ping = redis::cmd("PING");
         let connection = self.client.connection();
         let routing = Some(RoutingInfo::SingleNode(routing));
-        match self
-            .bounded("probe", connection.query::<String>(&ping, routing))
-            .await
-        {
+        let probe = connection.query::<String>(&ping, routing, "probe");
+        match within(self.timeout, probe).await {
             Ok(_) => true,
             Err(err) => said_by_server(&err),
         }
-    }
-
-    /// A call's reply within the heartbeat's wait, a failure named as
-    /// `what`'s.
-    async fn bounded<T>(
-        &self,
-        what: &str,
-        call: impl std::future::Future<Output = redis::RedisResult<T>>,
-    ) -> Result<T, StoreError> {
-        let call = async {
-            call.await
-                .map_err(|e| error(format!("Redis {what} failed"), e))
-        };
-        within(self.timeout, call).await
     }
 }

@@ -4,18 +4,17 @@
 //! judges by during an outage.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
 use parking_lot::Mutex;
 
-use super::call::RedisBinding;
-use super::client::{Client, ClientClock};
+use super::client::ClientClock;
 use super::deny_cache::DenyCache;
 use super::scripts::Ask;
 use crate::algorithm::{Decision, Origin};
 use crate::clock::Clock;
+use crate::observe::DenyCacheEvents;
 use crate::policy::Policy;
 use crate::store::{MemoryBinding, MemoryStore, Store, StoreError};
 
@@ -45,7 +44,7 @@ pub enum FailurePolicy {
     /// least 1), so that a fleet whose traffic is spread evenly admits
     /// about one limit in all until Redis is back. A request costing more
     /// than a divided `max` is refused as too costly. When Redis answers
-    /// again, decisions go back to it and the local windows are dropped.
+    /// again, decisions go back to it, and the local windows are dropped.
     Fallback,
 }
 
@@ -71,7 +70,6 @@ impl Clock for LocalClock {
 pub(super) struct Guard {
     failure: FailurePolicy,
     clock: LocalClock,
-    client: Arc<Client>,
     /// Refusals still standing, by key name; `None` when turned off.
     denied: Option<DenyCache>,
     /// `Fallback`'s windows, for the outage they were made in (by how
@@ -81,8 +79,13 @@ pub(super) struct Guard {
     /// The slots fallback windows gave, by lease id, with the windows and
     /// the share that gave each.
     fallback_held: Mutex<HashMap<u64, FallbackSlot>>,
-    /// Requests answered by the failure policy since the last summary.
+    /// Whether `fallback` holds windows: read after every call Redis
+    /// answers, to drop them once their outage is over.
+    holds_fallback: AtomicBool,
+    /// Requests answered by the failure policy since the last summary,
+    /// and when the next summary is due.
     failed: AtomicU64,
+    summary_turn: AtomicU64,
 }
 
 /// Where a fallback slot is to be released.
@@ -93,16 +96,16 @@ impl Guard {
         failure: FailurePolicy,
         clock: Option<ClientClock>,
         deny_cache: usize,
-        client: Arc<Client>,
     ) -> Self {
         Self {
             failure,
             clock: LocalClock(clock),
-            client,
             denied: (deny_cache > 0).then(|| DenyCache::new(deny_cache)),
             fallback: Mutex::default(),
             fallback_held: Mutex::default(),
+            holds_fallback: AtomicBool::new(false),
             failed: AtomicU64::new(0),
+            summary_turn: AtomicU64::new(0),
         }
     }
 
@@ -131,13 +134,7 @@ impl Guard {
         }
     }
 
-    /// How many requests the failure policy answered since the last time
-    /// this was asked.
-    pub(super) fn failed_since(&self) -> u64 {
-        self.failed.swap(0, Ordering::Relaxed)
-    }
-
-    /// Remembers Redis's refusal of `name` under `binding`'s policy, asked
+    /// Remembers Redis's refusal of `name` under `policy`, asked
     /// for at local time `sent` for `ask`, in the form Redis would give it
     /// until it runs out.
     pub(super) fn remember(
@@ -145,11 +142,11 @@ impl Guard {
         name: String,
         decision: Decision,
         sent: u64,
-        binding: &RedisBinding,
+        policy: &Policy,
+        events: &DenyCacheEvents,
         ask: Ask,
     ) {
         let Some(denied) = &self.denied else { return };
-        let policy = binding.policy();
         let penalised = decision.origin == Origin::Limits && policy.penalty_micros() > 0;
         let standing = match decision.origin {
             // Redis answers the rest of a penalty as a penalty's.
@@ -185,13 +182,13 @@ impl Guard {
         } else {
             sent
         };
-        crate::observe::denied(binding.events(), &standing);
+        crate::observe::denied(events, &standing);
         denied.remember(name, standing, from);
     }
 
     /// Answers for a failed or late call that asked `ask` of the key
     /// `name` under `policy`, by the failure policy, with `live` instances
-    /// in the fleet. The fallback windows judge the request at its cost,
+    /// in the fleet, `outage` outages having ended. The fallback windows judge the request at its cost,
     /// as Redis would have, against this instance's share of the limits;
     /// what they admit is not counted in Redis, and never settled.
     pub(super) fn on_failure(
@@ -201,16 +198,17 @@ impl Guard {
         ask: Ask,
         err: StoreError,
         live: usize,
+        outage: u64,
     ) -> Result<Decision, StoreError> {
         crate::observe::store_failed(&err, self.failure);
-        self.failed.fetch_add(1, Ordering::Relaxed);
+        crate::observe::failure_counted(&self.failed, &self.summary_turn);
         match self.failure {
             FailurePolicy::FailOpen => {
                 Ok(policy.stand_in(Decision::allow(policy.first_limit(), Duration::ZERO)))
             }
             FailurePolicy::FailClosed => Err(err),
             FailurePolicy::Fallback => {
-                let fallback = self.fallback();
+                let fallback = self.fallback(outage);
                 let binding = fallback.bind::<String>(&policy.shared_by(live));
                 let decision = match ask {
                     Ask::Record(cost) => fallback.decide_cost_bound_now(name, &binding, cost),
@@ -230,17 +228,29 @@ impl Guard {
         }
     }
 
-    /// The fallback windows of this outage, made at its first use.
-    fn fallback(&self) -> MemoryStore<LocalClock> {
-        let outage = self.client.outage.ended();
+    /// The fallback windows of the outage after `ended` had ended, made
+    /// at its first use.
+    fn fallback(&self, ended: u64) -> MemoryStore<LocalClock> {
         let mut fallback = self.fallback.lock();
         match &*fallback {
-            Some((made_in, windows)) if *made_in == outage => windows.clone(),
+            Some((made_in, windows)) if *made_in >= ended => windows.clone(),
             _ => {
                 let windows = MemoryStore::with_clock(self.clock.clone());
-                *fallback = Some((outage, windows.clone()));
+                *fallback = Some((ended, windows.clone()));
+                self.holds_fallback.store(true, Ordering::Relaxed);
                 windows
             }
+        }
+    }
+
+    /// Drops the fallback windows of an outage over: `ended` have ended.
+    pub(super) fn outage_ended(&self, ended: u64) {
+        let mut fallback = self.fallback.lock();
+        if fallback
+            .as_ref()
+            .is_some_and(|(made_in, _)| *made_in < ended)
+        {
+            *fallback = None;
         }
     }
 

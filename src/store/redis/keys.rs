@@ -26,7 +26,7 @@ pub(super) fn penalty_key(name: &str) -> String {
 
 /// The sorted set of the in-flight slots of the state at `name`: the same
 /// hash tag, so the same cluster slot.
-pub(crate) fn leases_key(name: &str) -> String {
+pub(super) fn leases_key(name: &str) -> String {
     format!("{name}:leases")
 }
 

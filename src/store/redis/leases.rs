@@ -9,7 +9,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::client::{within, Client, ClientClock, Watch};
-use super::errors::error;
 use super::{scripts, slots};
 use crate::store::lease_book::Renew;
 
@@ -59,10 +58,7 @@ impl Renew for Renewal {
             let watch = Watch::new(&self.client, &held[0].0);
             let timeout = self.timeout;
             calls.spawn(async move {
-                let renewed = async {
-                    let reply = connection.invoke::<i64>(&call).await;
-                    reply.map_err(|e| error("Redis renewal failed".into(), e))
-                };
+                let renewed = connection.invoke::<i64>(&call, "renewal");
                 watch.note(within(timeout, renewed).await)
             });
         }

@@ -169,6 +169,15 @@ struct Settings {
     expected_instances: usize,
 }
 
+impl Settings {
+    /// How long a node may leave a call with no reply at all, to it or any
+    /// other, before it is taken for down: a heartbeat would have found it
+    /// by then. The heartbeat's own calls wait as long.
+    fn silence(&self) -> Duration {
+        self.timeout.max(self.heartbeat)
+    }
+}
+
 impl std::fmt::Debug for RedisStore {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let settings = &self.settings;
@@ -292,34 +301,37 @@ impl RedisStore {
             lease: Self::DEFAULT_LEASE,
             expected_instances: 1,
         };
-        Self::start(Arc::new(Client::new(connection, opener)), settings)
+        Self::start(Arc::new(Client::new(connection, opener)), settings, None)
     }
 
-    /// A store on `client` with what it runs (its guard, its fleet, its
-    /// lease book) made afresh for `settings`. It joins its fleet at once
-    /// if started in a tokio runtime, else at its first call.
-    fn start(client: Arc<Client>, settings: Settings) -> Self {
+    /// A store on `client` with what it runs made for `settings`: its
+    /// guard and lease book afresh, and its fleet too unless `fleet` (the
+    /// one it had) beats as `settings` ask. A new fleet joins at once if
+    /// made in a tokio runtime, else at the store's first call.
+    fn start(client: Arc<Client>, settings: Settings, fleet: Option<Arc<Fleet>>) -> Self {
         let guard = Arc::new(Guard::new(
             settings.failure,
             settings.clock.clone(),
             settings.deny_cache,
-            Arc::clone(&client),
         ));
-        let fleet = Fleet::new(
-            Arc::clone(&client),
-            Arc::clone(&guard),
-            &settings.prefix,
-            settings.heartbeat,
-            settings.timeout,
-        );
+        let fleet = fleet.unwrap_or_else(|| {
+            let fleet = Fleet::new(
+                Arc::clone(&client),
+                &settings.prefix,
+                settings.heartbeat,
+                settings.silence(),
+            );
+            fleet.join();
+            fleet
+        });
         let renewal = Renewal {
             client: Arc::clone(&client),
             lease: settings.lease,
             clock: settings.clock.clone(),
-            timeout: settings.timeout.max(settings.heartbeat),
+            // A round of renewals ends before the next is due.
+            timeout: settings.silence().min(settings.lease / 3),
         };
         let leases = LeaseBook::new(renewal, settings.lease);
-        fleet.join();
         Self {
             client,
             settings,
@@ -329,12 +341,18 @@ impl RedisStore {
         }
     }
 
-    /// The store with `change` made to its settings: a new one, sharing
-    /// only the connection. Configure before cloning.
+    /// The store with `change` made to its settings: a new one around the
+    /// same connection, and the same fleet if it beats as before, so that
+    /// a store set up by a chain of builders counts once. Configure before
+    /// cloning.
     fn with(self, change: impl FnOnce(&mut Settings)) -> Self {
-        let mut settings = self.settings;
+        let mut settings = self.settings.clone();
         change(&mut settings);
-        Self::start(self.client, settings)
+        let old = &self.settings;
+        let same_fleet = settings.prefix == old.prefix
+            && settings.heartbeat == old.heartbeat
+            && settings.silence() == old.silence();
+        Self::start(self.client, settings, same_fleet.then_some(self.fleet))
     }
 
     /// Names every key `prefix:{…}:…` (default `tsw`).

@@ -58,9 +58,6 @@ impl Outage {
         let mut down = self.down.lock();
         if !down.contains(&node) {
             crate::observe::node_down(&node);
-            // The fallback's windows are kept: the calls that timed out
-            // while the node was not yet known to be down were judged in
-            // them.
             down.push(node);
             self.any_down.store(true, Ordering::Release);
             self.went_down.notify_waiters();

@@ -137,7 +137,8 @@ pub(super) fn invocation(
     policy: &Policy,
     ask: Ask,
     name: &str,
-    (now, lease): (Option<u64>, Option<Lease>),
+    now: Option<u64>,
+    lease: Option<Lease>,
 ) -> ScriptInvocation<'static> {
     let scripts: &'static [Script; 5] = &SCRIPTS;
     let algorithm = policy.algorithm();

@@ -2,10 +2,7 @@
 //! with: each algorithm's one format, decoded as docs/design.md describes
 //! it, for a person (or a test) reading what Redis holds.
 
-use redis::RedisResult;
-
 use super::client::Connection;
-use super::errors::error;
 use super::keys;
 use crate::algorithm::leases::{Lease, Leases};
 use crate::algorithm::{Algorithm, SlidingLog};
@@ -20,11 +17,10 @@ pub(super) async fn read(
     name: &str,
     policy: &Policy,
 ) -> Result<Option<KeyState>, StoreError> {
-    let failed = |e| error("Redis read failed".into(), e);
     let mut get = redis::cmd("MGET");
     get.arg(name).arg(keys::penalty_key(name));
-    let read: RedisResult<(Option<Vec<u8>>, Option<String>)> = connection.query(&get, None).await;
-    let (stored, penalty) = read.map_err(failed)?;
+    let (stored, penalty): (Option<Vec<u8>>, Option<String>) =
+        connection.query(&get, None, "read").await?;
     let penalty_until = penalty.and_then(|until| until.parse().ok()).unwrap_or(0);
     let mut leases = Leases::default();
     if policy.in_flight().is_some() {
@@ -34,8 +30,8 @@ pub(super) async fn read(
             .arg(0)
             .arg(-1)
             .arg("WITHSCORES");
-        let held: RedisResult<Vec<(u64, f64)>> = connection.query(&range, None).await;
-        for (id, until) in held.map_err(failed)? {
+        let held: Vec<(u64, f64)> = connection.query(&range, None, "read").await?;
+        for (id, until) in held {
             let until = until as u64;
             leases.take(Lease { id, until });
         }

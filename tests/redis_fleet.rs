@@ -82,6 +82,39 @@ async fn instances_count_each_other_and_a_dropped_one_leaves() {
     until_all_see(&stores, 2).await;
 }
 
+/// A builder that leaves the heartbeat as it was keeps the store's fleet:
+/// what the heartbeats counted stands, and the set never holds a second
+/// entry for the store.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn builders_that_leave_the_heartbeat_keep_the_fleet() {
+    let server = tokio::task::spawn_blocking(Server::start).await.unwrap();
+    let prefix = unique_prefix("chain");
+    let store = RedisStore::connect(&server.url())
+        .await
+        .unwrap()
+        .with_prefix(&prefix)
+        .with_heartbeat(HEARTBEAT)
+        .with_expected_instances(4);
+    assert_eq!(store.live_instances(), 4, "expected, before any heartbeat");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while store.live_instances() != 1 {
+        assert!(Instant::now() < deadline, "three heartbeats never counted 1");
+        tokio::time::sleep(HEARTBEAT / 4).await;
+    }
+    let store = store
+        .with_failure_policy(FailurePolicy::Fallback)
+        .with_timeout(TIMEOUT / 2)
+        .with_deny_cache(16)
+        .with_lease(Duration::from_secs(5));
+    assert_eq!(store.live_instances(), 1, "the count stands");
+    let key = format!("{prefix}:instances");
+    tokio::time::sleep(HEARTBEAT * 2).await;
+    assert_eq!(server.cli(&["ZCARD", &key]).as_deref(), Some("1"));
+    // A new heartbeat is a new fleet, counted afresh.
+    let store = store.with_heartbeat(HEARTBEAT / 2);
+    assert_eq!(store.live_instances(), 4, "expected again");
+}
+
 /// The prefix a store was given, read from a key name it makes.
 fn unique_prefix_of(store: &RedisStore) -> String {
     let policy = policy(Algorithm::SlidingCounter, &[(1, 1_000)]);

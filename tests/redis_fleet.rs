@@ -98,7 +98,10 @@ async fn builders_that_leave_the_heartbeat_keep_the_fleet() {
     assert_eq!(store.live_instances(), 4, "expected, before any heartbeat");
     let deadline = Instant::now() + Duration::from_secs(10);
     while store.live_instances() != 1 {
-        assert!(Instant::now() < deadline, "three heartbeats never counted 1");
+        assert!(
+            Instant::now() < deadline,
+            "three heartbeats never counted 1"
+        );
         tokio::time::sleep(HEARTBEAT / 4).await;
     }
     let store = store

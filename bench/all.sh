@@ -18,6 +18,7 @@ cargo bench --no-run --features axum,redis -q
 skip_criterion=no-criterion-benchmark-matches-this
 BENCH_TABLES="$tables" cargo bench --bench store -- "$skip_criterion"
 BENCH_TABLES="$tables" cargo bench --bench tenants
+BENCH_TABLES="$tables" cargo bench --bench keys
 BENCH_TABLES="$tables" cargo bench --features axum --bench layer -- "$skip_criterion"
 BENCH_TABLES="$tables" cargo bench --features redis --bench redis -- "$skip_criterion"
 

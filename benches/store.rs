@@ -1,6 +1,8 @@
 //! One decision in the in-memory store, against governor's keyed limiter and
 //! a naive `Mutex<HashMap>`, in one run: a hot key and 100k keys, on one
-//! thread and on two.
+//! thread and on two. The 100k keys are visited in a scattered order, as a
+//! service's unrelated clients come, so that each call finds its key's
+//! entry away from the last one's.
 //!
 //! `cargo bench --bench store`; ratios are printed at the end.
 
@@ -150,15 +152,16 @@ fn stepping_log(keys: u64, gaps: u64) -> (Ours<SteppingClock>, SteppingClock) {
 /// `limiter`, on `clock`, its every key's log filled before anything is
 /// timed.
 ///
-/// Filled in a scattered order: keys then take their heap memory in that
-/// order, and the bench, visiting them in order, finds each key's ring
-/// far from the last one's, as a service's unrelated clients would. Filled
-/// in the order visited, a ring sat next to the last key's, and how well
-/// the processor's prefetching followed depended on the rings' sizes.
+/// Filled in counting order: keys then take their heap memory in that
+/// order, and the bench, visiting them in a scattered one, finds each
+/// key's ring far from the last one's, as a service's unrelated clients
+/// would. Filled in the order visited, a ring sat next to the last key's,
+/// and how well the processor's prefetching followed depended on the
+/// rings' sizes.
 fn filled<L: Limiter>(limiter: L, clock: &SteppingClock, keys: u64) -> MustAccept<L> {
     for _ in 0..100 {
-        for i in 0..keys {
-            assert!(limiter.check(scattered(i, keys)));
+        for key in 0..keys {
+            assert!(limiter.check(key));
         }
     }
     // A whole cycle of quiet: a key's first call in order then comes at
@@ -168,14 +171,18 @@ fn filled<L: Limiter>(limiter: L, clock: &SteppingClock, keys: u64) -> MustAccep
     MustAccept(limiter)
 }
 
-/// The `i`-th of `keys` keys in a fixed order far from counting: a
-/// multiple of a prime that divides no power of ten, so every key once.
-fn scattered(i: u64, keys: u64) -> u64 {
+/// The order the bench visits `keys` keys in: far from counting (a
+/// multiple of a prime that divides no power of ten, so every key once),
+/// so that a key's entry is seldom next to the last one's in the map or on
+/// the heap, where the processor's prefetching would find it. Read from a
+/// list, in order: working it out at each call would add a division to
+/// every contender's time.
+fn visiting_order(keys: u64) -> Arc<[u64]> {
     debug_assert!(
         !keys.is_multiple_of(7_919),
         "the step must be prime to the keys"
     );
-    i * 7_919 % keys
+    (0..keys).map(|i| i * 7_919 % keys).collect()
 }
 
 /// A limiter that stops the bench if it refuses: a refusal writes nothing
@@ -333,15 +340,16 @@ const IDS: [&str; 13] = [
 fn single_thread(c: &mut Criterion, group_name: &str, keys: u64) {
     let mut group = c.benchmark_group(group_name);
     group.throughput(Throughput::Elements(1));
+    let order = visiting_order(keys);
     for (name, limiter) in contenders(keys, 1) {
         for key in 0..keys {
             limiter.check(key);
         }
-        let mut key = 0;
+        let mut at = 0;
         group.bench_function(name, |b| {
             b.iter(|| {
-                key = if key + 1 == keys { 0 } else { key + 1 };
-                black_box(limiter.check(black_box(key)))
+                at = if at + 1 == order.len() { 0 } else { at + 1 };
+                black_box(limiter.check(black_box(order[at])))
             })
         });
     }
@@ -356,26 +364,28 @@ fn two_threads(c: &mut Criterion, group_name: &str, keys: u64) {
         for key in 0..keys {
             limiter.check(key);
         }
+        let order = visiting_order(keys);
         group.bench_function(name, |b| {
             // Time per decision with both threads working.
-            b.iter_custom(|iters| timed_batch(&limiter, keys, 2, iters) / 2)
+            b.iter_custom(|iters| timed_batch(&limiter, &order, 2, iters) / 2)
         });
     }
     group.finish();
 }
 
 /// One batch of `iters` decisions spread over `threads` threads, each
-/// walking its own run of keys.
-fn timed_batch(limiter: &Arc<dyn Limiter>, keys: u64, threads: u64, iters: u64) -> Duration {
+/// walking its own run of the keys in `order`.
+fn timed_batch(limiter: &Arc<dyn Limiter>, order: &[u64], threads: u64, iters: u64) -> Duration {
+    let keys = order.len();
     let start = Instant::now();
     std::thread::scope(|scope| {
-        for thread in 0..threads {
+        for thread in 0..threads as usize {
             let limiter = Arc::clone(limiter);
             scope.spawn(move || {
-                let mut key = thread * (keys / threads);
+                let mut at = thread * (keys / threads as usize);
                 for _ in 0..iters / threads {
-                    key = if key + 1 >= keys { 0 } else { key + 1 };
-                    black_box(limiter.check(black_box(key)));
+                    at = if at + 1 >= keys { 0 } else { at + 1 };
+                    black_box(limiter.check(black_box(order[at])));
                 }
             });
         }
@@ -396,20 +406,21 @@ fn paired(title: &str, keys: u64, threads: u64) {
             for key in 0..keys {
                 limiter.check(key);
             }
+            let order = visiting_order(keys);
             let run: report::Batch = if threads == 1 {
                 // No thread to start: a bare loop, as criterion times it.
-                let mut key = 0;
+                let mut at = 0;
                 Box::new(move |iters| {
                     let start = Instant::now();
                     for _ in 0..iters {
-                        key = if key + 1 == keys { 0 } else { key + 1 };
-                        black_box(limiter.check(black_box(key)));
+                        at = if at + 1 == order.len() { 0 } else { at + 1 };
+                        black_box(limiter.check(black_box(order[at])));
                     }
                     start.elapsed()
                 })
             } else {
                 // Time per decision with every thread working.
-                Box::new(move |iters| timed_batch(limiter, keys, threads, iters) / threads as u32)
+                Box::new(move |iters| timed_batch(limiter, &order, threads, iters) / threads as u32)
             };
             (*name, run)
         })

@@ -9,6 +9,8 @@ use crate::algorithm::{
     Algorithm, Decision, FixedWindow, Origin, Settlement, SlidingCounter, SlidingLog, TokenBucket,
 };
 use crate::clock::micros;
+#[cfg(feature = "redis")]
+use crate::limit::Limit;
 use crate::policy::{Policy, Weighed};
 use crate::store::{StoreError, StoreErrorKind};
 
@@ -164,6 +166,26 @@ impl Counts {
                 Counts::Log(SlidingLog::holding(&stamps, stamps.len() as u32))
             }
         })
+    }
+
+    /// Whether every record is one a store writes under `limits`: whole
+    /// numbers below 2^53 (what Lua's doubles hold exactly), counts at
+    /// most their limit's max, a remainder below it. A log always is.
+    #[cfg(feature = "redis")]
+    pub(crate) fn fits(&self, limits: &[Limit]) -> bool {
+        const WHOLE: u64 = 1 << 53;
+        let max = |i: usize| limits.get(i).map_or(0, Limit::max);
+        match self {
+            Counts::Counter(counter) => counter
+                .parts()
+                .enumerate()
+                .all(|(i, (w, p, c))| w < WHOLE && p <= max(i) && c <= max(i)),
+            Counts::Fixed(fixed) => (fixed.parts().enumerate())
+                .all(|(i, (window, count))| window < WHOLE && count <= max(i)),
+            Counts::Bucket(bucket) => (bucket.parts().enumerate())
+                .all(|(i, (micros, rem))| micros < WHOLE && rem < max(i)),
+            Counts::Log(_) => true,
+        }
     }
 
     /// Judges a request of `cost` units at `now` under every limit of

@@ -87,7 +87,8 @@ impl Fleet {
 
     /// Starts the heartbeat, unless it runs: when the store is built in a
     /// tokio runtime, else at its first call, in the runtime that makes it
-    /// (every builder makes a new fleet).
+    /// (a builder that changes the prefix or the heartbeat makes a new
+    /// fleet).
     pub(super) fn join(self: &Arc<Self>) {
         if self.joined.load(Ordering::Relaxed) {
             return;

@@ -78,26 +78,27 @@ fn judged(policy: &Policy, numbers: &[i64], now: u64) -> Option<Counts> {
     if numbers.len() != 2 * limits.len() {
         return None;
     }
-    let mut counter = Vec::with_capacity(limits.len());
-    let mut pairs = Vec::with_capacity(limits.len());
+    let mut parts = Vec::with_capacity(limits.len());
     for (pair, limit) in numbers.chunks_exact(2).zip(limits) {
-        let max = u64::from(limit.max());
-        let (first, second) = (u64::try_from(pair[0]).ok()?, u64::try_from(pair[1]).ok()?);
-        if algorithm == Algorithm::TokenBucket {
-            (second < max).then_some(())?;
-            pairs.push((now.checked_add(first)?, second as u32));
-        } else {
-            (first <= max && second <= max).then_some(())?;
-            let window = now / limit.window_micros();
-            counter.push((window, first as u32, second as u32));
-            pairs.push((window, second as u32));
-        }
+        let (first, second) = (u64::try_from(pair[0]).ok()?, u32::try_from(pair[1]).ok()?);
+        parts.push(match algorithm {
+            Algorithm::TokenBucket => (now.checked_add(first)?, 0, second),
+            _ => (
+                now / limit.window_micros(),
+                u32::try_from(first).ok()?,
+                second,
+            ),
+        });
     }
-    Some(match algorithm {
-        Algorithm::SlidingCounter => Counts::Counter(SlidingCounter::from_parts(counter)),
+    let pairs = parts.iter().map(|&(word, _, last)| (word, last));
+    let counts = match algorithm {
+        Algorithm::SlidingCounter => {
+            Counts::Counter(SlidingCounter::from_parts(parts.iter().copied()))
+        }
         Algorithm::FixedWindow => Counts::Fixed(FixedWindow::from_parts(pairs)),
         _ => Counts::Bucket(TokenBucket::from_parts(pairs)),
-    })
+    };
+    counts.fits(limits).then_some(counts)
 }
 
 /// The log scripts' verdict. Refused: `{0, now, then per limit the stamp

@@ -11,30 +11,26 @@ use super::keys;
 use crate::algorithm::Algorithm;
 use crate::policy::Policy;
 
+/// A judging script: `lease.lua` (the time and the in-flight cap) and
+/// `state.lua` (the arguments and the key's penalty), the algorithm's own
+/// file, and `tail.lua` (the state written, the reply).
+macro_rules! judging {
+    ($file:literal) => {
+        concat!(
+            include_str!("lua/lease.lua"),
+            include_str!("lua/state.lua"),
+            include_str!(concat!("lua/", $file)),
+            include_str!("lua/tail.lua")
+        )
+    };
+}
+
 /// The sliding counter and the fixed window: judging, peeking, settling.
-/// Each judging script starts with `lease.lua` (the time and the in-flight
-/// cap) and `state.lua` (the arguments and the key's penalty), and ends
-/// with `tail.lua` (the state written, the reply).
-const WINDOW: &str = concat!(
-    include_str!("lua/lease.lua"),
-    include_str!("lua/state.lua"),
-    include_str!("lua/window.lua"),
-    include_str!("lua/tail.lua")
-);
+const WINDOW: &str = judging!("window.lua");
 /// The sliding log: judging, peeking, settling.
-const LOG: &str = concat!(
-    include_str!("lua/lease.lua"),
-    include_str!("lua/state.lua"),
-    include_str!("lua/log.lua"),
-    include_str!("lua/tail.lua")
-);
+const LOG: &str = judging!("log.lua");
 /// The token bucket: judging, peeking, settling.
-const BUCKET: &str = concat!(
-    include_str!("lua/lease.lua"),
-    include_str!("lua/state.lua"),
-    include_str!("lua/bucket.lua"),
-    include_str!("lua/tail.lua")
-);
+const BUCKET: &str = judging!("bucket.lua");
 /// An instance's heartbeat, counting the fleet (see `fleet`).
 const FLEET: &str = include_str!("lua/fleet.lua");
 /// The renewal of the in-flight slots an instance holds.

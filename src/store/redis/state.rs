@@ -64,30 +64,8 @@ fn decode(bytes: &[u8], policy: &Policy) -> Option<Counts> {
         _ if bytes.len() == 12 * limits.len() => Counts::from_body(algorithm, bytes)?,
         _ => return None,
     };
-    // Read as the scripts read them: whole numbers below 2^53, counts at
-    // most their max, a remainder below it.
-    const WHOLE: u64 = 1 << 53;
-    let max = |i: usize| limits[i].max();
-    let fits = match &counts {
-        Counts::Counter(counter) => {
-            counter
-                .parts()
-                .enumerate()
-                .all(|(i, (window, previous, current))| {
-                    window < WHOLE && previous <= max(i) && current <= max(i)
-                })
-        }
-        Counts::Fixed(fixed) => fixed
-            .parts()
-            .enumerate()
-            .all(|(i, (window, count))| window < WHOLE && count <= max(i)),
-        Counts::Bucket(bucket) => bucket
-            .parts()
-            .enumerate()
-            .all(|(i, (micros, rem))| micros < WHOLE && rem < max(i)),
-        Counts::Log(_) => true,
-    };
-    fits.then_some(counts)
+    // Read as the scripts read them.
+    counts.fits(limits).then_some(counts)
 }
 
 /// The most stamps a log keeps as the stamps alone, as `log.lua` writes

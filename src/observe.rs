@@ -255,7 +255,7 @@ pub(crate) fn slot_call_failed(err: &StoreError) {
 /// failure that lasts meets every request: a failure of configuration
 /// (credentials, TLS) as an error event, any other as a warning. An
 /// outage's start and end are said by [`node_down`] and [`node_up`], and
-/// the requests answered meanwhile by [`failure_counted`].
+/// the requests answered meanwhile by [`failures_summed_up`].
 #[cfg(feature = "redis")]
 pub(crate) fn store_failed(err: &StoreError, failure: crate::store::FailurePolicy) {
     #[cfg(feature = "metrics")]
@@ -274,25 +274,21 @@ pub(crate) fn store_failed(err: &StoreError, failure: crate::store::FailurePolic
     let _ = (err, failure);
 }
 
-/// One more request answered by the failure policy, counted in `failed`;
-/// at most once a turn (`turn`, every 10 s) the count since the last one
-/// is said, never a line per request.
+/// How many requests the failure policy answered (`failed`, then reset)
+/// since this was last said, at most once a turn (`turn`, every 10 s):
+/// never a line per request.
 #[cfg(feature = "redis")]
-pub(crate) fn failure_counted(
+pub(crate) fn failures_summed_up(
     failed: &std::sync::atomic::AtomicU64,
     turn: &std::sync::atomic::AtomicU64,
 ) {
     #[cfg(feature = "tracing")]
-    {
-        use std::sync::atomic::Ordering;
-        failed.fetch_add(1, Ordering::Relaxed);
-        if loud_turn(turn) {
-            let requests = failed.swap(0, Ordering::Relaxed);
-            tracing::warn!(
-                requests,
-                "rate-limit store: requests answered by the failure policy since the last such line"
-            );
-        }
+    if loud_turn(turn) {
+        let requests = failed.swap(0, std::sync::atomic::Ordering::Relaxed);
+        tracing::warn!(
+            requests,
+            "rate-limit store: requests answered by the failure policy since the last such line"
+        );
     }
     #[cfg(not(feature = "tracing"))]
     let _ = (failed, turn);

@@ -41,15 +41,10 @@ const TRUSTED_AFTER: usize = 3;
 
 impl Fleet {
     /// The fleet of the instances sharing `prefix`, beating every
-    /// `interval` with calls bounded by `timeout` (a heartbeat is no
-    /// request: it may wait longer than one); it joins at
-    /// [`join`](Self::join).
-    pub(super) fn new(
-        client: Arc<Client>,
-        prefix: &str,
-        interval: Duration,
-        timeout: Duration,
-    ) -> Arc<Self> {
+    /// `interval`, each call bounded by the interval too (a heartbeat is
+    /// no request: it may wait longer than one, but not past the next);
+    /// it joins at [`join`](Self::join).
+    pub(super) fn new(client: Arc<Client>, prefix: &str, interval: Duration) -> Arc<Self> {
         let (alive, dropped) = oneshot::channel();
         Arc::new(Self {
             live: AtomicUsize::new(0),
@@ -63,7 +58,7 @@ impl Fleet {
                 key: Arc::from(format!("{prefix}:instances")),
                 prefix: Arc::from(prefix),
                 interval,
-                timeout,
+                timeout: interval,
             },
         })
     }

@@ -201,7 +201,8 @@ impl Guard {
         outage: u64,
     ) -> Result<Decision, StoreError> {
         crate::observe::store_failed(&err, self.failure);
-        crate::observe::failure_counted(&self.failed, &self.summary_turn);
+        self.failed.fetch_add(1, Ordering::Relaxed);
+        crate::observe::failures_summed_up(&self.failed, &self.summary_turn);
         match self.failure {
             FailurePolicy::FailOpen => {
                 Ok(policy.stand_in(Decision::allow(policy.first_limit(), Duration::ZERO)))
@@ -245,12 +246,20 @@ impl Guard {
 
     /// Drops the fallback windows of an outage over: `ended` have ended.
     pub(super) fn outage_ended(&self, ended: u64) {
+        if self.failed.load(Ordering::Relaxed) > 0 {
+            // Failures that stopped are summed up too, once a turn is due.
+            crate::observe::failures_summed_up(&self.failed, &self.summary_turn);
+        }
+        if !self.holds_fallback.load(Ordering::Relaxed) {
+            return;
+        }
         let mut fallback = self.fallback.lock();
         if fallback
             .as_ref()
             .is_some_and(|(made_in, _)| *made_in < ended)
         {
             *fallback = None;
+            self.holds_fallback.store(false, Ordering::Relaxed);
         }
     }
 

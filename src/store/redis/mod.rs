@@ -172,7 +172,7 @@ struct Settings {
 impl Settings {
     /// How long a node may leave a call with no reply at all, to it or any
     /// other, before it is taken for down: a heartbeat would have found it
-    /// by then. The heartbeat's own calls wait as long.
+    /// by then.
     fn silence(&self) -> Duration {
         self.timeout.max(self.heartbeat)
     }
@@ -315,12 +315,7 @@ impl RedisStore {
             settings.deny_cache,
         ));
         let fleet = fleet.unwrap_or_else(|| {
-            let fleet = Fleet::new(
-                Arc::clone(&client),
-                &settings.prefix,
-                settings.heartbeat,
-                settings.silence(),
-            );
+            let fleet = Fleet::new(Arc::clone(&client), &settings.prefix, settings.heartbeat);
             fleet.join();
             fleet
         });
@@ -349,9 +344,7 @@ impl RedisStore {
         let mut settings = self.settings.clone();
         change(&mut settings);
         let old = &self.settings;
-        let same_fleet = settings.prefix == old.prefix
-            && settings.heartbeat == old.heartbeat
-            && settings.silence() == old.silence();
+        let same_fleet = settings.prefix == old.prefix && settings.heartbeat == old.heartbeat;
         Self::start(self.client, settings, same_fleet.then_some(self.fleet))
     }
 

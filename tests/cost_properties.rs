@@ -7,7 +7,7 @@ use std::collections::HashMap;
 use std::time::Duration;
 
 use proptest::prelude::*;
-use tower_sliding_window::{Algorithm, Decision, Limit, ManualClock, MemoryStore, Policy};
+use tower_sliding_window::{Algorithm, Decision, Limit, ManualClock, MemoryStore, Policy, Store};
 
 /// One step: time passes, a request of some cost arrives, and if it is
 /// accepted its response may settle it at some other use.
@@ -206,7 +206,7 @@ proptest! {
         for step in steps {
             now += step.advance;
             clock.set(Duration::from_micros(now));
-            let decision: Decision = store.decide_cost_bound_now("k", &binding, step.cost);
+            let decision: Decision = store.decide_cost_bound("k", &binding, step.cost).into_inner().unwrap();
             let (fits, wait) = model.fits(algorithm, &limits, now, step.cost);
             let expected = step.cost == 0 || (step.cost <= smallest && fits);
             prop_assert_eq!(decision.is_allowed(), expected, "at {} cost {}", now, step.cost);
@@ -223,7 +223,7 @@ proptest! {
             if let Some(used) = step.settle {
                 now += step.settle_after;
                 clock.set(Duration::from_micros(now));
-                store.settle_bound_now("k", &binding, &decision, step.cost, used);
+                store.settle_bound("k", &binding, &decision, step.cost, used).into_inner().unwrap();
                 if used < step.cost {
                     model.give_back(algorithm, &limits, now - step.settle_after, now, step.cost - used);
                 } else if used > step.cost {

@@ -250,7 +250,12 @@ impl Store<&'static str> for Late {
         cost: u32,
     ) -> LateFuture {
         LateFuture(
-            Some(self.0.decide_cost_bound_now(key, binding, cost)),
+            Some(
+                self.0
+                    .decide_cost_bound(key, binding, cost)
+                    .into_inner()
+                    .unwrap(),
+            ),
             false,
         )
     }
@@ -264,13 +269,21 @@ impl Store<&'static str> for Late {
         used: u32,
     ) -> LateFuture {
         LateFuture(
-            Some(self.0.settle_bound_now(key, binding, admitted, cost, used)),
+            Some(
+                self.0
+                    .settle_bound(key, binding, admitted, cost, used)
+                    .into_inner()
+                    .unwrap(),
+            ),
             false,
         )
     }
 
     fn peek_bound(&self, key: &'static str, binding: &Self::Binding) -> LateFuture {
-        LateFuture(Some(self.0.peek_bound_now(&key, binding)), false)
+        LateFuture(
+            Some(self.0.peek_bound(key, binding).into_inner().unwrap()),
+            false,
+        )
     }
 }
 

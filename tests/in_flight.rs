@@ -244,7 +244,11 @@ impl Store<String> for Later {
     }
 
     fn decide_cost_bound(&self, key: String, binding: &Self::Binding, cost: u32) -> Pending {
-        let decided = self.0.decide_cost_bound_now(key, binding, cost);
+        let decided = self
+            .0
+            .decide_cost_bound(key, binding, cost)
+            .into_inner()
+            .unwrap();
         Box::pin(async move {
             tokio::task::yield_now().await;
             Ok(decided)
@@ -259,12 +263,16 @@ impl Store<String> for Later {
         cost: u32,
         used: u32,
     ) -> Pending {
-        let settled = self.0.settle_bound_now(key, binding, admitted, cost, used);
+        let settled = self
+            .0
+            .settle_bound(key, binding, admitted, cost, used)
+            .into_inner()
+            .unwrap();
         Box::pin(async move { Ok(settled) })
     }
 
     fn peek_bound(&self, key: String, binding: &Self::Binding) -> Pending {
-        let peeked = self.0.peek_bound_now(&key, binding);
+        let peeked = self.0.peek_bound(key, binding).into_inner().unwrap();
         Box::pin(async move { Ok(peeked) })
     }
 

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use proptest::prelude::*;
 use tower_sliding_window::{
-    Algorithm, Decision, KeyState, Limit, ManualClock, MemoryStore, Policy, StoreErrorKind,
+    Algorithm, Decision, KeyState, Limit, ManualClock, MemoryStore, Policy, Store, StoreErrorKind,
 };
 
 fn algorithm() -> impl Strategy<Value = Algorithm> {
@@ -99,7 +99,7 @@ proptest! {
                     let mut core = state(&key, &bytes);
                     let expected = core.decide(&policy, at, cost);
                     bytes.insert(key, core.to_bytes());
-                    let decided = store.decide_cost_bound_now(key, &binding, cost);
+                    let decided = store.decide_cost_bound(key, &binding, cost).into_inner().unwrap();
                     prop_assert_eq!(decided, expected, "{:?} at {}", policy, now);
                     if decided.is_allowed() {
                         admitted.insert(key, (decided, cost));
@@ -115,12 +115,12 @@ proptest! {
                     }
                     let expected = core.settle(&policy, at, &decision, cost, used);
                     bytes.insert(key, core.to_bytes());
-                    let settled = store.settle_bound_now(key, &binding, &decision, cost, used);
+                    let settled = store.settle_bound(key, &binding, &decision, cost, used).into_inner().unwrap();
                     prop_assert_eq!(settled, expected, "{:?} at {}", policy, now);
                 }
                 Step::Peek { key } => {
                     let expected = state(&key, &bytes).peek(&policy, at);
-                    prop_assert_eq!(store.peek_bound_now(&key, &binding), expected, "{:?} at {}", policy, now);
+                    prop_assert_eq!(store.peek_bound(key, &binding).into_inner().unwrap(), expected, "{:?} at {}", policy, now);
                 }
                 Step::Forward(by) => now += by,
                 Step::Back(by) => now = now.saturating_sub(by).max(latest.saturating_sub(GRACE - 1)),

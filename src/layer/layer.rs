@@ -428,11 +428,6 @@ impl<E, St, P, M, W> SlidingWindowLayer<E, St, P, M, W> {
         &self.config.own.policy
     }
 
-    /// The store holding the windows.
-    pub fn store_ref(&self) -> &St {
-        &self.store
-    }
-
     fn replace_policy(mut self, policy: Policy) -> Self {
         let config = Arc::make_mut(&mut self.config);
         config.own = Arc::new(PolicyView::own(policy, config.quota_unit));

@@ -173,15 +173,6 @@ impl<C: Clock> MemoryStore<C> {
         self.decide_bound_now(key, &self.bind(policy))
     }
 
-    /// Judges a request of `cost` units for `key` under `policy` right
-    /// now, as [`Store::decide_cost`] describes.
-    pub fn decide_cost_now<K>(&self, key: K, policy: &Policy, cost: u32) -> Decision
-    where
-        K: Hash + Eq + Send + Sync + 'static,
-    {
-        self.decide_cost_bound_now(key, &self.bind(policy), cost)
-    }
-
     /// Judges a request for `key` under the policy `binding` holds.
     #[inline]
     pub fn decide_bound_now<K>(&self, key: K, binding: &MemoryBinding<K>) -> Decision
@@ -192,9 +183,10 @@ impl<C: Clock> MemoryStore<C> {
     }
 
     /// Judges a request of `cost` units for `key` under the policy
-    /// `binding` holds, as [`Store::decide_cost_bound`] describes.
+    /// `binding` holds, as [`Store::decide_cost_bound`] describes: what
+    /// that future holds, ready.
     #[inline]
-    pub fn decide_cost_bound_now<K>(
+    pub(crate) fn decide_cost_bound_now<K>(
         &self,
         key: K,
         binding: &MemoryBinding<K>,
@@ -228,7 +220,7 @@ impl<C: Clock> MemoryStore<C> {
     }
 
     /// Settles a request as [`Store::settle_bound`] describes, right now.
-    pub fn settle_bound_now<K>(
+    pub(crate) fn settle_bound_now<K>(
         &self,
         key: K,
         binding: &MemoryBinding<K>,
@@ -260,7 +252,7 @@ impl<C: Clock> MemoryStore<C> {
     }
 
     /// [`peek_now`](MemoryStore::peek_now) under the policy `binding` holds.
-    pub fn peek_bound_now<K>(&self, key: &K, binding: &MemoryBinding<K>) -> Decision
+    pub(crate) fn peek_bound_now<K>(&self, key: &K, binding: &MemoryBinding<K>) -> Decision
     where
         K: Hash + Eq + Send + Sync + 'static,
     {

@@ -3,7 +3,7 @@
 use std::time::Duration;
 
 use super::decision::{Decision, Quota, Settlement};
-use super::refusal::{accepted, refused, tightest, Verdict};
+use super::refusal::{accepted, refused, tightest, Tally};
 use super::slots::Slots;
 use crate::clock::micros;
 use crate::limit::Limit;
@@ -182,13 +182,13 @@ pub(crate) fn decide(slots: &mut [Tat], now: u64, limits: &[Limit], cost: u32) -
     if let ([slot], [limit]) = (&mut *slots, limits) {
         return decide_one(slot, now, limit, cost);
     }
-    let mut verdict = Verdict::default();
+    let mut tally = Tally::default();
     for (index, (tat, limit)) in slots.iter().zip(limits).enumerate() {
         if let Some(wait) = wait(charged(*tat, now, cost, limit), now, limit) {
-            verdict.refuse(index, wait);
+            tally.refuse(index, wait);
         }
     }
-    if let Some(refusal) = verdict.refusal(limits, now) {
+    if let Some(refusal) = tally.refusal(limits, now) {
         return refusal;
     }
     for (tat, limit) in slots.iter_mut().zip(limits) {

@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use super::decision::{Decision, Origin, Quota, Settlement};
-use super::refusal::{accepted, refused, tightest, Verdict};
+use super::refusal::{accepted, refused, tightest, Tally};
 use super::slots::Slots;
 use crate::clock::micros;
 use crate::limit::Limit;
@@ -176,16 +176,16 @@ fn decide<const N: usize>(slots: &mut [Slot], now: u64, limits: &[Limit], cost: 
         spilled.resize(limits.len(), 0);
         &mut spilled
     };
-    let mut verdict = Verdict::default();
+    let mut tally = Tally::default();
     for (index, (slot, limit)) in slots.iter_mut().zip(limits).enumerate() {
         let (k, e) = split(slot, now, limit.window_micros());
         slot.roll_to(k);
         if !fits(slot, limit, e, cost) {
-            verdict.refuse(index, wait_for(slot, limit, e, cost));
+            tally.refuse(index, wait_for(slot, limit, e, cost));
         }
         elapsed[index] = e;
     }
-    if let Some(refusal) = verdict.refusal(limits, now) {
+    if let Some(refusal) = tally.refusal(limits, now) {
         return refusal;
     }
     for slot in slots.iter_mut() {

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use super::counter::counted_since;
 use super::decision::{Decision, Quota, Settlement};
-use super::refusal::{accepted, refused, tightest, Verdict};
+use super::refusal::{accepted, refused, tightest, Tally};
 use super::slots::Slots;
 use crate::clock::micros;
 use crate::limit::Limit;
@@ -118,7 +118,7 @@ pub(crate) fn decide(slots: &mut [Slot], now: u64, limits: &[Limit], cost: u32) 
     }
     // A clock that stepped back is judged in the latest block counted in.
     let now = now.max(counted_since(slots.iter().map(|s| s.window), limits));
-    let mut verdict = Verdict::default();
+    let mut tally = Tally::default();
     for (index, (slot, limit)) in slots.iter_mut().zip(limits).enumerate() {
         let w = limit.window_micros();
         // Still in the slot's window, mostly: settled without a division.
@@ -134,10 +134,10 @@ pub(crate) fn decide(slots: &mut [Slot], now: u64, limits: &[Limit], cost: u32) 
             };
         }
         if !fits(slot.count, limit, cost) {
-            verdict.refuse(index, until_next_window(now, limit));
+            tally.refuse(index, until_next_window(now, limit));
         }
     }
-    if let Some(refusal) = verdict.refusal(limits, now) {
+    if let Some(refusal) = tally.refusal(limits, now) {
         return refusal;
     }
     for slot in slots.iter_mut() {

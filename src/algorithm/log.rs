@@ -4,7 +4,7 @@ use std::collections::VecDeque;
 use std::time::Duration;
 
 use super::decision::{Decision, Quota, Settlement};
-use super::refusal::{accepted, refused, tightest_known, Verdict};
+use super::refusal::{accepted, refused, tightest_known, Tally};
 use crate::clock::micros;
 use crate::limit::Limit;
 
@@ -151,13 +151,13 @@ impl SlidingLog {
             };
             return accepted(limits, now, 0, quota);
         }
-        let mut verdict = Verdict::default();
+        let mut tally = Tally::default();
         for (index, limit) in limits.iter().enumerate() {
             if let Some(wait) = self.blocking(now, limit, cost) {
-                verdict.refuse(index, wait);
+                tally.refuse(index, wait);
             }
         }
-        if let Some(refusal) = verdict.refusal(limits, now) {
+        if let Some(refusal) = tally.refusal(limits, now) {
             return refusal;
         }
         self.record_units(now, capacity, forget_after, cost);

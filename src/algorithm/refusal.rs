@@ -3,14 +3,14 @@
 use super::decision::{Decision, Origin, Quota};
 use crate::limit::Limit;
 
-/// Collects per-limit verdicts: a refusal names the longest wait, an
+/// The tally of per-limit verdicts: a refusal names the longest wait, an
 /// acceptance the limit with the least quota left.
 #[derive(Default)]
-pub(crate) struct Verdict {
+pub(crate) struct Tally {
     refusal: Option<(usize, u64)>,
 }
 
-impl Verdict {
+impl Tally {
     /// Notes that limit `index` refuses until `retry_after` has passed.
     pub(crate) fn refuse(&mut self, index: usize, retry_after: u64) {
         if self

@@ -14,20 +14,20 @@ use crate::algorithm::{Decision, Origin};
 
 /// Refusals by Redis key name, at most `capacity` of them.
 pub(super) struct DenyCache {
-    held: Mutex<HashMap<Box<str>, Refusal, RandomState>>,
+    held: Mutex<HashMap<Box<str>, Remembered, RandomState>>,
     capacity: usize,
 }
 
-/// A refusal, placed on the store's local clock.
+/// A refusal remembered, placed on the store's local clock.
 #[derive(Clone, Copy)]
-struct Refusal {
+struct Remembered {
     decision: Decision,
     /// The local time the decision stands for: no later than the moment
     /// Redis judged it, so the refusal never outlasts Redis's own.
     from: u64,
 }
 
-impl Refusal {
+impl Remembered {
     fn until(&self) -> u64 {
         self.from.saturating_add(self.decision.retry_after_micros)
     }
@@ -62,7 +62,7 @@ impl DenyCache {
     /// Remembers Redis's `decision` on `name`, a refusal standing for local
     /// time `from`.
     pub(super) fn remember(&self, name: String, decision: Decision, from: u64) {
-        let refusal = Refusal { decision, from };
+        let refusal = Remembered { decision, from };
         let mut held = self.held.lock();
         if held.len() >= self.capacity && !held.contains_key(name.as_str()) {
             // Refusals that have run out go first; if that frees too little

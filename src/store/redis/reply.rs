@@ -8,7 +8,7 @@
 
 use crate::algorithm::leases::free_after_taking;
 use crate::algorithm::log::{blocked_for, quota};
-use crate::algorithm::refusal::{tightest_known, Verdict};
+use crate::algorithm::refusal::{tightest_known, Tally};
 use crate::algorithm::{Algorithm, Decision, FixedWindow, SlidingCounter, TokenBucket};
 use crate::policy::Policy;
 use crate::state::Counts;
@@ -110,17 +110,17 @@ fn log_decision(policy: &Policy, reply: &[i64], now: u64) -> Option<Decision> {
         if reply.len() != 2 + limits.len() {
             return None;
         }
-        let mut verdict = Verdict::default();
+        let mut tally = Tally::default();
         for (index, limit) in limits.iter().enumerate() {
             let blocking = match reply[2 + index] {
                 -1 => None,
                 stamp => Some(u64::try_from(stamp).ok()?),
             };
             if let Some(wait) = blocking.and_then(|stamp| blocked_for(stamp, now, limit)) {
-                verdict.refuse(index, wait);
+                tally.refuse(index, wait);
             }
         }
-        return verdict.refusal(limits, now);
+        return tally.refusal(limits, now);
     }
     if reply.len() != 2 + 2 * limits.len() {
         return None;

@@ -170,3 +170,8 @@ impl<B: From<Bytes>> BodyMode<B> for InnerBody {
         B::from(data)
     }
 }
+
+/// The mode of a layer whose refusals fail the call with an error, set by
+/// [`SlidingWindowLayer::refuse_with_error`](crate::SlidingWindowLayer::refuse_with_error).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct RefuseWithError;

@@ -11,11 +11,9 @@ use bytes::Bytes;
 use http::{Request, Response};
 use tower::{BoxError, Service};
 
-use super::body::{BodyMode, HttpMode};
-use super::error_mode::RefuseWithError;
+use super::body::{BodyMode, HttpMode, RefuseWithError};
+use super::config::{Chosen, LayerConfig};
 use super::errors::{MissingKeyError, RateLimited};
-use super::future::Chosen;
-use super::layer::LayerConfig;
 use super::response::{is_grpc, missing_key, rejection, store_unavailable};
 use super::slot::Slot;
 use crate::algorithm::Decision;

@@ -4,17 +4,13 @@ use std::task::{Context, Poll};
 
 use tower::{BoxError, Service};
 
+use super::body::RefuseWithError;
 use super::future::ResponseFuture;
 use super::key::KeyExtractor;
 use super::plan::Plan;
 use super::service::SlidingWindow;
 use super::weights::Weigh;
 use crate::store::Store;
-
-/// The mode of a layer whose refusals fail the call with an error, set by
-/// [`SlidingWindowLayer::refuse_with_error`](crate::SlidingWindowLayer::refuse_with_error).
-#[derive(Clone, Copy, Debug, Default)]
-pub struct RefuseWithError;
 
 impl<S, E, St, P, W, R> Service<R> for SlidingWindow<S, E, St, P, RefuseWithError, W>
 where

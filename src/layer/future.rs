@@ -13,10 +13,9 @@ use pin_project_lite::pin_project;
 use tower::Service;
 
 use super::body::WrapBody;
+use super::config::{Chosen, LayerConfig};
 use super::ending::{Ending, Refusal};
-use super::layer::LayerConfig;
 use super::slot::Hold;
-use super::view::PolicyView;
 use super::wait::Admission;
 use crate::algorithm::{Decision, Origin};
 use crate::clock::micros;
@@ -30,23 +29,6 @@ pub(crate) type Settler<R, F> = Box<dyn FnOnce(&R, &Decision) -> Option<F> + Sen
 /// What a request leaves to do once it is admitted: settle from its
 /// response, and free its in-flight slot once the response is over.
 pub(crate) type After<R, F> = (Option<Settler<R, F>>, Hold);
-
-/// The policy a request was judged by: the layer's own (no extra reference
-/// count on the hot path), or one a plan picked, viewed for this request.
-#[derive(Debug)]
-pub(crate) enum Chosen {
-    Layer,
-    Plan(Box<PolicyView>),
-}
-
-impl Chosen {
-    pub(crate) fn get<'a>(&'a self, config: &'a LayerConfig) -> &'a PolicyView {
-        match self {
-            Self::Layer => &config.own,
-            Self::Plan(view) => view,
-        }
-    }
-}
 
 pin_project! {
     /// Response future of [`SlidingWindow`](crate::SlidingWindow) for a

@@ -9,28 +9,11 @@ use std::sync::Arc;
 use http::{HeaderMap, StatusCode};
 
 use super::body::{HttpMode, InnerBody};
+use super::config::CountOnly;
 use super::layer::SlidingWindowLayer;
 use super::rejection::Rejection;
 use super::response::QuotaUnit;
 use super::view::PolicyView;
-
-type ResponseMatches = dyn Fn(StatusCode, &HeaderMap) -> bool + Send + Sync;
-
-/// The predicate of [`SlidingWindowLayer::count_only`].
-#[derive(Clone)]
-pub(crate) struct CountOnly(Arc<ResponseMatches>);
-
-impl CountOnly {
-    pub(crate) fn matches(&self, status: StatusCode, headers: &HeaderMap) -> bool {
-        (self.0)(status, headers)
-    }
-}
-
-impl std::fmt::Debug for CountOnly {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("CountOnly(..)")
-    }
-}
 
 impl<E, St, P, M: HttpMode, W> SlidingWindowLayer<E, St, P, M, W> {
     /// Answers in the inner service's own body type instead of a

@@ -5,9 +5,9 @@ use std::time::Duration;
 
 use tower_layer::Layer;
 
+use super::body::RefuseWithError;
 use super::body::WrapBody;
-use super::error_mode::RefuseWithError;
-use super::http_options::CountOnly;
+use super::config::LayerConfig;
 use super::key::MissingKey;
 use super::plan::{PlanByKey, PlanByRequest, SinglePolicy};
 use super::rejection::Rejection;
@@ -52,47 +52,6 @@ pub struct SlidingWindowLayer<E, St = MemoryStore, P = SinglePolicy, M = WrapBod
     pub(super) bindings: Arc<Bindings>,
     pub(super) body: M,
     pub(super) weights: W,
-}
-
-/// What every service of one layer shares, behind one `Arc`.
-#[derive(Clone, Debug)]
-pub(crate) struct LayerConfig {
-    /// The layer's own policy, and what the layer derives from it.
-    pub(crate) own: Arc<PolicyView>,
-    /// Whether accepted responses carry the headers: as asked, else unless
-    /// in shadow mode.
-    pub(crate) headers_on_success: bool,
-    pub(super) headers_asked: Option<bool>,
-    /// Judge and record, but let every request through.
-    pub(crate) shadow: bool,
-    /// Whether accepted requests carry their decision: as asked, else only
-    /// in shadow mode, where it is how a handler learns what would happen.
-    pub(crate) decision_extension: bool,
-    pub(super) extension_asked: Option<bool>,
-    pub(crate) missing_key: MissingKey,
-    pub(crate) rejection: Rejection,
-    pub(crate) count_only: Option<CountOnly>,
-    pub(crate) quota_unit: QuotaUnit,
-    /// How far ahead a refused request waits for its turn, if at all.
-    pub(crate) wait: Option<Duration>,
-    /// What `Retry-After` a refusal for requests in flight names.
-    pub(crate) in_flight_retry: Duration,
-}
-
-impl LayerConfig {
-    /// Whether the future of an accepted request reads this configuration
-    /// once the inner service has answered, for the RateLimit headers.
-    /// Otherwise the future does without it, and the request takes no
-    /// reference count.
-    pub(crate) fn read_after_response(&self) -> bool {
-        self.headers_on_success
-    }
-
-    /// How far ahead a refused request waits for its turn: never in
-    /// shadow mode, which delays nothing.
-    pub(crate) fn waits(&self) -> Option<Duration> {
-        self.wait.filter(|_| !self.shadow)
-    }
 }
 
 impl<E> SlidingWindowLayer<E> {

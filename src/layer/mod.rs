@@ -4,6 +4,7 @@
 //! calls with in error mode.
 
 mod body;
+mod config;
 mod ending;
 mod error_mode;
 mod errors;
@@ -22,8 +23,8 @@ mod view;
 mod wait;
 mod weights;
 
-pub use self::body::{BodyMode, HttpMode, InnerBody, ResponseBody, WrapBody};
-pub use self::error_mode::{ErrorFuture, RefuseWithError};
+pub use self::body::{BodyMode, HttpMode, InnerBody, RefuseWithError, ResponseBody, WrapBody};
+pub use self::error_mode::ErrorFuture;
 pub use self::errors::{MissingKeyError, RateLimited};
 pub use self::future::ResponseFuture;
 pub use self::key::{KeyExtractor, MissingKey};

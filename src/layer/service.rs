@@ -12,10 +12,10 @@ use http::{Request, Response};
 use tower::Service;
 
 use super::body::{BodyMode, HttpMode, WrapBody};
+use super::config::{Chosen, LayerConfig};
 use super::ending::Ending;
-use super::future::{admit, After, Chosen, ResponseFuture, Settler};
+use super::future::{admit, After, ResponseFuture, Settler};
 use super::key::{KeyExtractor, MissingKey};
-use super::layer::LayerConfig;
 use super::plan::{Plan, SinglePolicy};
 use super::slot::Hold;
 use super::view::PolicyView;

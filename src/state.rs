@@ -287,7 +287,7 @@ impl KeyState {
         lease_until: u64,
     ) -> Decision {
         if let Some(cap) = policy.in_flight() {
-            return self.decide_capped(policy, now, cost, (cap, lease_until));
+            return self.decide_capped(policy, now, cost, cap, lease_until);
         }
         match policy.weigh(cost) {
             Weighed::Judged => {
@@ -309,7 +309,8 @@ impl KeyState {
         policy: &Policy,
         now: u64,
         cost: u32,
-        (cap, lease_until): (u32, u64),
+        cap: u32,
+        lease_until: u64,
     ) -> Decision {
         let weighed = policy.weigh(cost);
         if weighed == Weighed::TooCostly {

@@ -28,7 +28,10 @@ pub(crate) type Settler<R, F> = Box<dyn FnOnce(&R, &Decision) -> Option<F> + Sen
 
 /// What a request leaves to do once it is admitted: settle from its
 /// response, and free its in-flight slot once the response is over.
-pub(crate) type After<R, F> = (Option<Settler<R, F>>, Hold);
+pub(crate) struct After<R, F> {
+    pub(crate) settler: Option<Settler<R, F>>,
+    pub(crate) hold: Hold,
+}
 
 pin_project! {
     /// Response future of [`SlidingWindow`](crate::SlidingWindow) for a
@@ -125,7 +128,7 @@ where
         state: State<F, S, R, M::Answer>,
         config: Option<Arc<LayerConfig>>,
         chosen: Chosen,
-        (settler, hold): (Option<Settler<S::Response, F>>, Hold),
+        After { settler, hold }: After<S::Response, F>,
     ) -> Self {
         Self {
             kind: Kind::Full {
@@ -184,9 +187,9 @@ where
         decision: Decision,
         config: &Arc<LayerConfig>,
         chosen: Chosen,
-        (settler, hold): After<S::Response, F>,
+        after: After<S::Response, F>,
     ) -> Self {
-        if !config.read_after_response() && settler.is_none() && hold.is_none() {
+        if !config.read_after_response() && after.settler.is_none() && after.hold.is_none() {
             return Self::pass(call);
         }
         let state = State::Call {
@@ -194,7 +197,7 @@ where
             decision: Some(decision),
         };
         let config = config.read_after_response().then(|| Arc::clone(config));
-        Self::full(state, config, chosen, (settler, hold))
+        Self::full(state, config, chosen, after)
     }
 
     pub(crate) fn pass(call: S::Future) -> Self {
@@ -210,7 +213,11 @@ where
         let state = State::Answer {
             answer: Some(answer),
         };
-        Self::full(state, None, Chosen::Layer, (None, Hold::None))
+        let after = After {
+            settler: None,
+            hold: Hold::None,
+        };
+        Self::full(state, None, Chosen::Layer, after)
     }
 }
 
@@ -330,7 +337,7 @@ where
                 chosen,
                 settler,
                 hold,
-            } => poll_full::<F, S, R, M>(state, config, chosen, (settler, hold), cx),
+            } => poll_full::<F, S, R, M>(state, config, chosen, settler, hold, cx),
         }
     }
 }
@@ -342,7 +349,8 @@ fn poll_full<F, S, R, M>(
     mut state: Pin<&mut State<F, S, R, M::Answer>>,
     config: &Option<Arc<LayerConfig>>,
     chosen: &Chosen,
-    (settler, hold): (&mut Option<Settler<S::Response, F>>, &mut Hold),
+    settler: &mut Option<Settler<S::Response, F>>,
+    hold: &mut Hold,
     cx: &mut Context<'_>,
 ) -> Poll<Result<M::Output, M::Error>>
 where
@@ -357,8 +365,9 @@ where
                 let Some(config) = config.as_deref() else {
                     unreachable!("a pending check keeps the layer's configuration")
                 };
-                let judged = (config, chosen, &mut *hold);
-                let next = ready!(poll_check::<F, S, R, M>(check, pending, judged, cx))?;
+                let next = ready!(poll_check::<F, S, R, M>(
+                    check, pending, config, chosen, &mut *hold, cx
+                ))?;
                 state.set(next);
             }
             StateProj::Call { call, decision } => {
@@ -409,7 +418,9 @@ type Next<F, S, R, M> =
 fn poll_check<F, S, R, M>(
     mut check: Pin<&mut Admission<F>>,
     pending: &mut Option<Box<(S, R, Option<Verdict>)>>,
-    (config, chosen, hold): (&LayerConfig, &Chosen, &mut Hold),
+    config: &LayerConfig,
+    chosen: &Chosen,
+    hold: &mut Hold,
     cx: &mut Context<'_>,
 ) -> Poll<Next<F, S, R, M>>
 where

@@ -195,7 +195,8 @@ impl<E, St, P, W> Shared<E, St, P, W> {
         &self,
         key: K,
         binding: Cow<'_, St::Binding>,
-        (cost, capped): (u32, bool),
+        cost: u32,
+        capped: bool,
         used: Option<U>,
     ) -> Reservation<St::Future, Res>
     where
@@ -216,7 +217,13 @@ impl<E, St, P, W> Shared<E, St, P, W> {
         };
         if used.is_none() && waits.is_none() {
             let check = self.store.decide_cost_bound(key, &binding, cost);
-            return (Admission::once(check), (None, hold));
+            return (
+                Admission::once(check),
+                After {
+                    settler: None,
+                    hold,
+                },
+            );
         }
         let binding = binding.into_owned();
         let check = self.store.decide_cost_bound(key.clone(), &binding, cost);
@@ -227,7 +234,7 @@ impl<E, St, P, W> Shared<E, St, P, W> {
                 let again = move || store.decide_cost_bound(key.clone(), &binding, cost);
                 let (store, key, binding) = asked;
                 let signal = move || store.slot_freed(&key, &binding);
-                Admission::waiting(check, (Box::new(again), Box::new(signal)), bound)
+                Admission::waiting(check, Box::new(again), Box::new(signal), bound)
             }
             None => Admission::once(check),
         };
@@ -242,7 +249,7 @@ impl<E, St, P, W> Shared<E, St, P, W> {
                 });
             settle
         });
-        (admission, (settler, hold))
+        (admission, After { settler, hold })
     }
 }
 
@@ -314,7 +321,8 @@ impl<S, E, St, P, M, W> SlidingWindow<S, E, St, P, M, W> {
             return self.no_slots::<R, E::Key>(request, chosen);
         }
         let cost = shared.weights.cost(&request);
-        let (mut check, (settler, mut hold)) = shared.reserve(key, binding, (cost, capped), used);
+        let (mut check, After { settler, mut hold }) =
+            shared.reserve(key, binding, cost, capped, used);
         // A store that answers at once (the memory store always does) lets
         // the request go straight on to the service that was polled ready.
         let mut cx = Context::from_waker(Waker::noop());
@@ -328,7 +336,7 @@ impl<S, E, St, P, M, W> SlidingWindow<S, E, St, P, M, W> {
                     // Held before the call: a call that panics frees it.
                     hold.arm(&decision);
                     let call = self.inner.call(request);
-                    let after = (settler, hold);
+                    let after = After { settler, hold };
                     return ResponseFuture::called(call, decision, config, chosen, after);
                 }
             }
@@ -338,11 +346,11 @@ impl<S, E, St, P, M, W> SlidingWindow<S, E, St, P, M, W> {
                 request,
                 Arc::clone(config),
                 chosen,
-                (settler, hold),
+                After { settler, hold },
             );
         }
         let inner = for_later(&mut self.inner, config.waits().is_some());
-        let after = (settler, hold);
+        let after = After { settler, hold };
         ResponseFuture::check(check, inner, request, Arc::clone(config), chosen, after)
     }
 }
@@ -364,7 +372,10 @@ impl<S, E, St, P, M, W> SlidingWindow<S, E, St, P, M, W> {
         )
         .with_kind(StoreErrorKind::Config);
         let config = Arc::clone(&self.shared.config);
-        let after = (None, Hold::None);
+        let after = After {
+            settler: None,
+            hold: Hold::None,
+        };
         ResponseFuture::decided(Err(error), &mut self.inner, request, config, chosen, after)
     }
 }

@@ -51,7 +51,8 @@ impl<F> Admission<F> {
     /// The store's decision, waited on for up to `bound` from now.
     pub(crate) fn waiting(
         check: F,
-        (again, signal): (AskAgain<F>, SlotSignal),
+        again: AskAgain<F>,
+        signal: SlotSignal,
         bound: Duration,
     ) -> Self {
         let wait = Wait {

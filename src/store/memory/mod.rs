@@ -235,10 +235,9 @@ impl<C: Clock> MemoryStore<C> {
             return *admitted;
         }
         let now = self.inner.clock.now_micros();
-        let amounts = (cost, used);
         binding
             .shards
-            .settle(key, &binding.policy, now, admitted, amounts);
+            .settle(key, &binding.policy, now, admitted, cost, used);
         admitted.settled(cost, used)
     }
 

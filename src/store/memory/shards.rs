@@ -230,7 +230,8 @@ impl<K: Hash + Eq> Shards<K> {
         policy: &Policy,
         now: u64,
         admitted: &Decision,
-        (cost, used): (u32, u32),
+        cost: u32,
+        used: u32,
     ) {
         let (hash, mut guard) = self.shard_for(&key, policy, now);
         let shard = &mut *guard;

@@ -158,7 +158,7 @@ impl Counts {
             Algorithm::FixedWindow => Counts::Fixed(FixedWindow::from_parts(read_pairs(body)?)),
             Algorithm::TokenBucket => Counts::Bucket(TokenBucket::from_parts(read_pairs(body)?)),
             Algorithm::SlidingLog => {
-                let records = records::<8>(body, crate::algorithm::log::MAX_SLOTS)?;
+                let records = records::<8>(body, crate::algorithm::log::MAX_STAMPS)?;
                 let stamps: Vec<u64> = records.map(|r| le(&r)).collect();
                 if stamps.windows(2).any(|pair| pair[0] > pair[1]) {
                     return None;
@@ -461,11 +461,11 @@ impl KeyState {
             .max(self.held.leases().last_until())
     }
 
-    /// Lets a log give back ring slots that stamps outside `policy`'s
+    /// Lets a log give back the room that stamps outside `policy`'s
     /// longest window no longer need, for a store that keeps states long.
     pub(crate) fn shed(&mut self, policy: &Policy) {
         if let Counts::Log(log) = &mut self.counts {
-            log.shed_slots(policy.longest_window_micros());
+            log.shed_room(policy.longest_window_micros());
         }
     }
 

@@ -3,8 +3,8 @@
 use std::time::Duration;
 
 use super::decision::{Decision, Quota, Settlement};
+use super::per_limit::PerLimit;
 use super::refusal::{accepted, refused, tightest, Tally};
-use super::slots::Slots;
 use crate::clock::micros;
 use crate::limit::Limit;
 
@@ -123,7 +123,7 @@ fn wait(next: Tat, now: u64, limit: &Limit) -> Option<u64> {
 /// never move back as it judges, so an earlier time only judges more strictly.
 #[derive(Clone, Debug, Default)]
 pub struct TokenBucket {
-    slots: Slots<Tat>,
+    records: PerLimit<Tat>,
 }
 
 impl TokenBucket {
@@ -134,9 +134,9 @@ impl TokenBucket {
 
     /// A bucket holding one `(micros, rem)` arrival time per limit, as a
     /// stored state reports them.
-    pub(crate) fn from_parts(slots: impl IntoIterator<Item = (u64, u32)>) -> Self {
+    pub(crate) fn from_parts(records: impl IntoIterator<Item = (u64, u32)>) -> Self {
         Self {
-            slots: slots
+            records: records
                 .into_iter()
                 .map(|(micros, rem)| Tat { micros, rem })
                 .collect(),
@@ -145,7 +145,7 @@ impl TokenBucket {
 
     /// One `(micros, rem)` per limit, as [`from_parts`](Self::from_parts) takes them.
     pub(crate) fn parts(&self) -> impl Iterator<Item = (u64, u32)> + '_ {
-        self.slots.iter().map(|tat| (tat.micros, tat.rem))
+        self.records.iter().map(|tat| (tat.micros, tat.rem))
     }
 
     /// Judges a request at `now` (since the clock's zero) against every
@@ -162,28 +162,28 @@ impl TokenBucket {
 
     /// Judges a request of `cost` units, from 1 to every limit's `max`.
     pub(crate) fn decide_micros(&mut self, now: u64, limits: &[Limit], cost: u32) -> Decision {
-        decide(self.slots.fit(limits.len()), now, limits, cost)
+        decide(self.records.fit(limits.len()), now, limits, cost)
     }
 
     pub(crate) fn idle_from_micros(&self, _limits: &[Limit]) -> u64 {
-        idle_from(&self.slots)
+        idle_from(&self.records)
     }
 
     /// Settles a request as [`settle`] does.
     pub(crate) fn settle_micros(&mut self, settled: &Settlement, limits: &[Limit]) {
-        settle(self.slots.fit(limits.len()), settled, limits);
+        settle(self.records.fit(limits.len()), settled, limits);
     }
 }
 
 /// Judges a request of `cost` units at `now` against every limit, and
 /// takes the tokens from every bucket if all hold them; a refusal changes
 /// nothing.
-pub(crate) fn decide(slots: &mut [Tat], now: u64, limits: &[Limit], cost: u32) -> Decision {
-    if let ([slot], [limit]) = (&mut *slots, limits) {
-        return decide_one(slot, now, limit, cost);
+pub(crate) fn decide(records: &mut [Tat], now: u64, limits: &[Limit], cost: u32) -> Decision {
+    if let ([record], [limit]) = (&mut *records, limits) {
+        return decide_one(record, now, limit, cost);
     }
     let mut tally = Tally::default();
-    for (index, (tat, limit)) in slots.iter().zip(limits).enumerate() {
+    for (index, (tat, limit)) in records.iter().zip(limits).enumerate() {
         if let Some(wait) = wait(charged(*tat, now, cost, limit), now, limit) {
             tally.refuse(index, wait);
         }
@@ -191,10 +191,10 @@ pub(crate) fn decide(slots: &mut [Tat], now: u64, limits: &[Limit], cost: u32) -
     if let Some(refusal) = tally.refusal(limits, now) {
         return refusal;
     }
-    for (tat, limit) in slots.iter_mut().zip(limits) {
+    for (tat, limit) in records.iter_mut().zip(limits) {
         *tat = charged(*tat, now, cost, limit);
     }
-    let quota_of = |index: usize| quota_ahead(slots[index], now);
+    let quota_of = |index: usize| quota_ahead(records[index], now);
     tightest(
         limits,
         now,
@@ -247,9 +247,9 @@ pub(crate) fn quota(micros: u64, rem: u32, limit: &Limit) -> (u32, u64) {
 /// never the part of the request's charge that time has refilled already
 /// (`min((c − u)·T, max(0, at + c·T − now))`); or charges the excess from
 /// the later of the arrival time and now, never past an empty bucket.
-pub(crate) fn settle(slots: &mut [Tat], settled: &Settlement, limits: &[Limit]) {
+pub(crate) fn settle(records: &mut [Tat], settled: &Settlement, limits: &[Limit]) {
     let (cost, used, now) = (settled.cost, settled.used, settled.now);
-    for (tat, limit) in slots.iter_mut().zip(limits) {
+    for (tat, limit) in records.iter_mut().zip(limits) {
         let current = tat.normalized(limit);
         *tat = if used < cost {
             let unused = Tat::default().plus(cost - used, limit);
@@ -267,6 +267,6 @@ pub(crate) fn settle(slots: &mut [Tat], settled: &Settlement, limits: &[Limit]) 
 }
 
 /// From when (µs) every bucket is full again, judging as a fresh one.
-pub(crate) fn idle_from(slots: &[Tat]) -> u64 {
-    slots.iter().map(|tat| tat.ceil()).max().unwrap_or(0)
+pub(crate) fn idle_from(records: &[Tat]) -> u64 {
+    records.iter().map(|tat| tat.ceil()).max().unwrap_or(0)
 }

@@ -4,22 +4,22 @@
 use std::time::Duration;
 
 use super::decision::{Decision, Origin, Quota, Settlement};
+use super::per_limit::PerLimit;
 use super::refusal::{accepted, refused, tightest, Tally};
-use super::slots::Slots;
 use crate::clock::micros;
 use crate::limit::Limit;
 
 /// Counts for one limit: accepted requests in the fixed window `window` and
 /// in the one before it.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub(crate) struct Slot {
+pub(crate) struct Record {
     pub(crate) window: u64,
     pub(crate) previous: u32,
     pub(crate) current: u32,
 }
 
-impl Slot {
-    /// Moves the slot to fixed window `k` (never backwards).
+impl Record {
+    /// Moves the record to fixed window `k` (never backwards).
     fn roll_to(&mut self, k: u64) {
         if k == self.window {
             return;
@@ -35,19 +35,19 @@ impl Slot {
 }
 
 /// Where `now` falls for a window of `w` microseconds: the fixed window's
-/// index and the time elapsed in it. Callers clamp `now` to the slot's
+/// index and the time elapsed in it. Callers clamp `now` to the record's
 /// window first; a time before it would take the division.
 ///
-/// Requests mostly land in the slot's own window or the next, which a
+/// Requests mostly land in the record's own window or the next, which a
 /// multiplication settles; only a longer gap pays for a division.
-fn split(slot: &Slot, now: u64, w: u64) -> (u64, u64) {
-    if let Some(start) = slot.window.checked_mul(w) {
+fn split(record: &Record, now: u64, w: u64) -> (u64, u64) {
+    if let Some(start) = record.window.checked_mul(w) {
         let since = now.wrapping_sub(start);
         if now >= start && since < w {
-            return (slot.window, since);
+            return (record.window, since);
         }
         if now >= start && since - w < w {
-            return (slot.window + 1, since - w);
+            return (record.window + 1, since - w);
         }
     }
     (now / w, now % w)
@@ -67,7 +67,7 @@ fn split(slot: &Slot, now: u64, w: u64) -> (u64, u64) {
 /// one window an earlier time only weighs the previous count more.
 #[derive(Clone, Debug, Default)]
 pub struct SlidingCounter {
-    slots: Slots<Slot>,
+    records: PerLimit<Record>,
 }
 
 impl SlidingCounter {
@@ -78,11 +78,11 @@ impl SlidingCounter {
 
     /// A counter holding one `(window, previous, current)` per limit, as a
     /// remote store reports them.
-    pub(crate) fn from_parts(slots: impl IntoIterator<Item = (u64, u32, u32)>) -> Self {
+    pub(crate) fn from_parts(records: impl IntoIterator<Item = (u64, u32, u32)>) -> Self {
         Self {
-            slots: slots
+            records: records
                 .into_iter()
-                .map(|(window, previous, current)| Slot {
+                .map(|(window, previous, current)| Record {
                     window,
                     previous,
                     current,
@@ -93,9 +93,9 @@ impl SlidingCounter {
 
     /// One `(window, previous, current)` per limit, as [`from_parts`](Self::from_parts) takes them.
     pub(crate) fn parts(&self) -> impl Iterator<Item = (u64, u32, u32)> + '_ {
-        self.slots
+        self.records
             .iter()
-            .map(|slot| (slot.window, slot.previous, slot.current))
+            .map(|record| (record.window, record.previous, record.current))
     }
 
     /// Judges a request at `now` (since the clock's zero) against every limit,
@@ -112,61 +112,66 @@ impl SlidingCounter {
 
     /// Judges a request of `cost` units, from 1 to every limit's `max`.
     pub(crate) fn decide_micros(&mut self, now: u64, limits: &[Limit], cost: u32) -> Decision {
-        self.slots
-            .fit(limits.len())
-            .unless_refused(|slots| decide::<{ super::INLINE_LIMITS }>(slots, now, limits, cost))
+        self.records.fit(limits.len()).unless_refused(|records| {
+            decide::<{ super::INLINE_LIMITS }>(records, now, limits, cost)
+        })
     }
 
     pub(crate) fn idle_from_micros(&self, limits: &[Limit]) -> u64 {
-        idle_from(&self.slots, limits)
+        idle_from(&self.records, limits)
     }
 
     /// Settles a request as [`settle`] does.
     /// A different number of limits than last time starts the counts
     /// afresh, as a decision would.
     pub(crate) fn settle_micros(&mut self, settled: &Settlement, limits: &[Limit]) {
-        settle(self.slots.fit(limits.len()), settled, limits);
+        settle(self.records.fit(limits.len()), settled, limits);
     }
 }
 
 /// Settles a request counted at `settled.at` for `settled.cost` units
-/// that really used `settled.used`, with the slots rolled to
+/// that really used `settled.used`, with the records rolled to
 /// `settled.now` as a decision there would roll them: gives the
 /// difference back to the window it was counted in, if that is still the
 /// current or the previous one; or charges the excess to the current
 /// window, as far as the limit.
-pub(crate) fn settle(slots: &mut [Slot], settled: &Settlement, limits: &[Limit]) {
+pub(crate) fn settle(records: &mut [Record], settled: &Settlement, limits: &[Limit]) {
     let (cost, used) = (settled.cost, settled.used);
     let now = settled
         .now
-        .max(counted_since(slots.iter().map(|s| s.window), limits));
-    for (slot, limit) in slots.iter_mut().zip(limits) {
-        let (k, _) = split(slot, now, limit.window_micros());
-        slot.roll_to(k);
+        .max(counted_since(records.iter().map(|s| s.window), limits));
+    for (record, limit) in records.iter_mut().zip(limits) {
+        let (k, _) = split(record, now, limit.window_micros());
+        record.roll_to(k);
         let counted_in = settled.at / limit.window_micros();
         if used > cost {
-            slot.current = slot.current.saturating_add(used - cost).min(limit.max());
-        } else if slot.window == counted_in {
-            slot.current = slot.current.saturating_sub(cost - used);
-        } else if counted_in.checked_add(1) == Some(slot.window) {
-            slot.previous = slot.previous.saturating_sub(cost - used);
+            record.current = record.current.saturating_add(used - cost).min(limit.max());
+        } else if record.window == counted_in {
+            record.current = record.current.saturating_sub(cost - used);
+        } else if counted_in.checked_add(1) == Some(record.window) {
+            record.previous = record.previous.saturating_sub(cost - used);
         }
     }
 }
 
 /// `N` is the most limits judged on the stack; more spill to the heap.
 ///
-/// Rolls the slots in place even when it refuses: callers that keep state
-/// judge on a copy, or restore it (see [`Slots::unless_refused`]).
+/// Rolls the records in place even when it refuses: callers that keep state
+/// judge on a copy, or restore it (see [`PerLimit::unless_refused`]).
 ///
 /// Out of line, so that the one-limit path stays as small as the single
 /// limit needs.
 #[inline(never)]
-fn decide<const N: usize>(slots: &mut [Slot], now: u64, limits: &[Limit], cost: u32) -> Decision {
-    if let ([slot], [limit]) = (&mut *slots, limits) {
-        return decide_one(slot, now, limit, cost);
+fn decide<const N: usize>(
+    records: &mut [Record],
+    now: u64,
+    limits: &[Limit],
+    cost: u32,
+) -> Decision {
+    if let ([record], [limit]) = (&mut *records, limits) {
+        return decide_one(record, now, limit, cost);
     }
-    let now = now.max(counted_since(slots.iter().map(|s| s.window), limits));
+    let now = now.max(counted_since(records.iter().map(|s| s.window), limits));
     // Per limit: the time into its window, kept for the decision.
     let mut inline = [0; N];
     let mut spilled = Vec::new();
@@ -177,32 +182,32 @@ fn decide<const N: usize>(slots: &mut [Slot], now: u64, limits: &[Limit], cost: 
         &mut spilled
     };
     let mut tally = Tally::default();
-    for (index, (slot, limit)) in slots.iter_mut().zip(limits).enumerate() {
-        let (k, e) = split(slot, now, limit.window_micros());
-        slot.roll_to(k);
-        if !fits(slot, limit, e, cost) {
-            tally.refuse(index, wait_for(slot, limit, e, cost));
+    for (index, (record, limit)) in records.iter_mut().zip(limits).enumerate() {
+        let (k, e) = split(record, now, limit.window_micros());
+        record.roll_to(k);
+        if !fits(record, limit, e, cost) {
+            tally.refuse(index, wait_for(record, limit, e, cost));
         }
         elapsed[index] = e;
     }
     if let Some(refusal) = tally.refusal(limits, now) {
         return refusal;
     }
-    for slot in slots.iter_mut() {
-        slot.current = slot.current.saturating_add(cost);
+    for record in records.iter_mut() {
+        record.current = record.current.saturating_add(cost);
     }
     let sliding = |index: usize| Quota::Sliding {
-        previous: slots[index].previous,
-        current: slots[index].current,
+        previous: records[index].previous,
+        current: records[index].current,
         elapsed: elapsed[index],
     };
-    if let Some(index) = clearly_tightest(slots, limits) {
+    if let Some(index) = clearly_tightest(records, limits) {
         return accepted(limits, now, index, sliding(index));
     }
     tightest(
         limits,
         now,
-        |index| remaining(&slots[index], &limits[index], elapsed[index]),
+        |index| remaining(&records[index], &limits[index], elapsed[index]),
         sliding,
     )
 }
@@ -216,15 +221,15 @@ fn decide<const N: usize>(slots: &mut [Slot], now: u64, limits: &[Limit], cost: 
 /// it is strictly the tightest, with no tie to break. A per-second limit
 /// beside a per-minute one is usually that far apart.
 #[inline]
-fn clearly_tightest(slots: &[Slot], limits: &[Limit]) -> Option<usize> {
-    let bounds = |slot: &Slot, limit: &Limit| {
-        let most = limit.max().saturating_sub(slot.current);
-        (most.saturating_sub(slot.previous), most)
+fn clearly_tightest(records: &[Record], limits: &[Limit]) -> Option<usize> {
+    let bounds = |record: &Record, limit: &Limit| {
+        let most = limit.max().saturating_sub(record.current);
+        (most.saturating_sub(record.previous), most)
     };
-    let (mut best, (mut best_least, mut best_most)) = (0, bounds(&slots[0], &limits[0]));
+    let (mut best, (mut best_least, mut best_most)) = (0, bounds(&records[0], &limits[0]));
     let mut others_least = u32::MAX;
-    for (index, (slot, limit)) in (1..).zip(slots[1..].iter().zip(&limits[1..])) {
-        let (least, most) = bounds(slot, limit);
+    for (index, (record, limit)) in (1..).zip(records[1..].iter().zip(&limits[1..])) {
+        let (least, most) = bounds(record, limit);
         if most < best_most {
             others_least = others_least.min(best_least);
             (best, best_least, best_most) = (index, least, most);
@@ -237,26 +242,26 @@ fn clearly_tightest(slots: &[Slot], limits: &[Limit]) -> Option<usize> {
 
 /// [`decide`] for the commonest policy, a single limit: no choosing
 /// between limits, and the quota left to be worked out if it is read.
-fn decide_one(slot: &mut Slot, now: u64, limit: &Limit, cost: u32) -> Decision {
+fn decide_one(record: &mut Record, now: u64, limit: &Limit, cost: u32) -> Decision {
     let w = limit.window_micros();
-    let now = now.max(slot.window.saturating_mul(w));
-    let (k, elapsed) = split(slot, now, w);
+    let now = now.max(record.window.saturating_mul(w));
+    let (k, elapsed) = split(record, now, w);
     // Judged on a copy: a refusal leaves the state as it was (see
-    // `Slots::unless_refused`).
-    let mut rolled = *slot;
+    // `PerLimit::unless_refused`).
+    let mut rolled = *record;
     rolled.roll_to(k);
     if !fits(&rolled, limit, elapsed, cost) {
         return refuse_one(&rolled, now, limit, elapsed, cost);
     }
     rolled.current = rolled.current.saturating_add(cost);
-    *slot = rolled;
+    *record = rolled;
     Decision {
         allowed: true,
         limit_index: 0,
         limit: *limit,
         quota: Quota::Sliding {
-            previous: slot.previous,
-            current: slot.current,
+            previous: record.previous,
+            current: record.current,
             elapsed,
         },
         retry_after_micros: 0,
@@ -271,7 +276,7 @@ fn decide_one(slot: &mut Slot, now: u64, limit: &Limit, cost: u32) -> Decision {
 /// which nearly every request takes, carries none of the wait's work.
 #[cold]
 #[inline(never)]
-fn refuse_one(rolled: &Slot, now: u64, limit: &Limit, elapsed: u64, cost: u32) -> Decision {
+fn refuse_one(rolled: &Record, now: u64, limit: &Limit, elapsed: u64, cost: u32) -> Decision {
     let wait = wait_for(rolled, limit, elapsed, cost);
     refused(std::slice::from_ref(limit), now, 0, wait)
 }
@@ -279,65 +284,66 @@ fn refuse_one(rolled: &Slot, now: u64, limit: &Limit, elapsed: u64, cost: u32) -
 /// Whether `cost` more units fit: `previous * (W - e) + (current + cost) *
 /// W <= max * W`, multiplied out rather than divided, since multiplying is
 /// cheaper and every request asks.
-fn fits(slot: &Slot, limit: &Limit, elapsed: u64, cost: u32) -> bool {
+fn fits(record: &Record, limit: &Limit, elapsed: u64, cost: u32) -> bool {
     let Some(room) = limit
         .max()
-        .checked_sub(slot.current)
+        .checked_sub(record.current)
         .and_then(|r| r.checked_sub(cost))
     else {
         return false;
     };
-    if slot.previous == 0 {
+    if record.previous == 0 {
         return true;
     }
     let w = limit.window_micros();
-    let carried = u128::from(slot.previous) * u128::from(w - elapsed);
+    let carried = u128::from(record.previous) * u128::from(w - elapsed);
     carried <= u128::from(room) * u128::from(w)
 }
 
-/// Requests the slot still accepts `elapsed` into its window:
+/// Requests the record still accepts `elapsed` into its window:
 /// `max - current - ceil(previous * (W - e) / W)`, or 0.
-fn remaining(slot: &Slot, limit: &Limit, elapsed: u64) -> u32 {
-    let left = limit.max().saturating_sub(slot.current);
-    if slot.previous == 0 {
+fn remaining(record: &Record, limit: &Limit, elapsed: u64) -> u32 {
+    let left = limit.max().saturating_sub(record.current);
+    if record.previous == 0 {
         return left;
     }
     let w = limit.window_micros();
     // At most `previous`, since `w - elapsed <= w`: it fits in a u32.
-    let carried = mul_div(u64::from(slot.previous), w - elapsed, w, true);
+    let carried = mul_div(u64::from(record.previous), w - elapsed, w, true);
     left.saturating_sub(u32::try_from(carried).unwrap_or(u32::MAX))
 }
 
 /// Remaining quota and time until it grows, for counts `previous` and
 /// `current` (this request included) `elapsed` into the window.
 pub(crate) fn quota(previous: u32, current: u32, elapsed: u64, limit: &Limit) -> (u32, u64) {
-    let slot = Slot {
+    let record = Record {
         window: 0,
         previous,
         current,
     };
-    let left = remaining(&slot, limit, elapsed);
+    let left = remaining(&record, limit, elapsed);
     let replenish = if left >= limit.max() {
         0
     } else {
-        wait_for(&slot, limit, elapsed, left + 1)
+        wait_for(&record, limit, elapsed, left + 1)
     };
     (left, replenish)
 }
 
-pub(crate) fn idle_from(slots: &[Slot], limits: &[Limit]) -> u64 {
-    slots
+pub(crate) fn idle_from(records: &[Record], limits: &[Limit]) -> u64 {
+    records
         .iter()
         .zip(limits)
-        .map(|(slot, limit)| {
-            let windows_left = if slot.current > 0 {
+        .map(|(record, limit)| {
+            let windows_left = if record.current > 0 {
                 2
-            } else if slot.previous > 0 {
+            } else if record.previous > 0 {
                 1
             } else {
                 0
             };
-            slot.window
+            record
+                .window
                 .saturating_add(windows_left)
                 .saturating_mul(limit.window_micros())
         })
@@ -374,11 +380,11 @@ fn mul_div(a: u64, b: u64, d: u64, round_up: bool) -> u128 {
     }
 }
 
-/// Time from `elapsed` into the slot's window until `n` more requests fit
+/// Time from `elapsed` into the record's window until `n` more requests fit
 /// (`1 <= n <= max`): later in this window as the previous count fades, in
 /// the next one (where this window's count is the one fading), or at the
 /// latest two windows on, when both counts have gone.
-fn wait_for(slot: &Slot, limit: &Limit, elapsed: u64, n: u32) -> u64 {
+fn wait_for(record: &Record, limit: &Limit, elapsed: u64, n: u32) -> u64 {
     let w = limit.window_micros();
     // previous * (w - e) <= slack * w  <=>  e >= w - floor(slack * w / previous)
     let earliest_in = |previous: u32, current: u32| -> Option<u64> {
@@ -390,11 +396,11 @@ fn wait_for(slot: &Slot, limit: &Limit, elapsed: u64, n: u32) -> u64 {
         let earliest = u128::from(w).saturating_sub(fade) as u64;
         (earliest < w).then_some(earliest)
     };
-    if let Some(e) = earliest_in(slot.previous, slot.current) {
+    if let Some(e) = earliest_in(record.previous, record.current) {
         return e.saturating_sub(elapsed);
     }
     let to_next = w - elapsed;
-    match earliest_in(slot.current, 0) {
+    match earliest_in(record.current, 0) {
         Some(e) => to_next + e,
         None => to_next + w,
     }

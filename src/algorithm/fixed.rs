@@ -5,14 +5,14 @@ use std::time::Duration;
 
 use super::counter::counted_since;
 use super::decision::{Decision, Quota, Settlement};
+use super::per_limit::PerLimit;
 use super::refusal::{accepted, refused, tightest, Tally};
-use super::slots::Slots;
 use crate::clock::micros;
 use crate::limit::Limit;
 
 /// The count for one limit: accepted requests in the fixed window `window`.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub(crate) struct Slot {
+pub(crate) struct Record {
     pub(crate) window: u64,
     pub(crate) count: u32,
 }
@@ -26,7 +26,7 @@ pub(crate) struct Slot {
 /// is what the sliding algorithms exist to prevent.
 #[derive(Clone, Debug, Default)]
 pub struct FixedWindow {
-    slots: Slots<Slot>,
+    records: PerLimit<Record>,
 }
 
 impl FixedWindow {
@@ -37,18 +37,20 @@ impl FixedWindow {
 
     /// A fixed window holding one `(window, count)` per limit, as a remote
     /// store reports them.
-    pub(crate) fn from_parts(slots: impl IntoIterator<Item = (u64, u32)>) -> Self {
+    pub(crate) fn from_parts(records: impl IntoIterator<Item = (u64, u32)>) -> Self {
         Self {
-            slots: slots
+            records: records
                 .into_iter()
-                .map(|(window, count)| Slot { window, count })
+                .map(|(window, count)| Record { window, count })
                 .collect(),
         }
     }
 
     /// One `(window, count)` per limit, as [`from_parts`](Self::from_parts) takes them.
     pub(crate) fn parts(&self) -> impl Iterator<Item = (u64, u32)> + '_ {
-        self.slots.iter().map(|slot| (slot.window, slot.count))
+        self.records
+            .iter()
+            .map(|record| (record.window, record.count))
     }
 
     /// Judges a request at `now` (since the clock's zero) against every limit,
@@ -66,113 +68,113 @@ impl FixedWindow {
     /// Judges a request of `cost` units, from 1 to every limit's `max`.
     #[inline]
     pub(crate) fn decide_micros(&mut self, now: u64, limits: &[Limit], cost: u32) -> Decision {
-        self.slots
+        self.records
             .fit(limits.len())
-            .unless_refused(|slots| decide(slots, now, limits, cost))
+            .unless_refused(|records| decide(records, now, limits, cost))
     }
 
     pub(crate) fn idle_from_micros(&self, limits: &[Limit]) -> u64 {
-        idle_from(&self.slots, limits)
+        idle_from(&self.records, limits)
     }
 
     /// Settles a request as [`settle`] does.
     /// A different number of limits than last time starts the counts
     /// afresh, as a decision would.
     pub(crate) fn settle_micros(&mut self, settled: &Settlement, limits: &[Limit]) {
-        settle(self.slots.fit(limits.len()), settled, limits);
+        settle(self.records.fit(limits.len()), settled, limits);
     }
 }
 
-/// Settles a request counted at `settled.at`, with the slots moved to the
+/// Settles a request counted at `settled.at`, with the records moved to the
 /// blocks of `settled.now` as a decision there would move them: gives the
 /// difference back if its block is still the current one, or charges the
 /// excess to the current block, as far as the limit.
-pub(crate) fn settle(slots: &mut [Slot], settled: &Settlement, limits: &[Limit]) {
+pub(crate) fn settle(records: &mut [Record], settled: &Settlement, limits: &[Limit]) {
     let (cost, used) = (settled.cost, settled.used);
     let now = settled
         .now
-        .max(counted_since(slots.iter().map(|s| s.window), limits));
-    for (slot, limit) in slots.iter_mut().zip(limits) {
+        .max(counted_since(records.iter().map(|s| s.window), limits));
+    for (record, limit) in records.iter_mut().zip(limits) {
         let k = now / limit.window_micros();
-        if slot.window != k {
-            *slot = Slot {
+        if record.window != k {
+            *record = Record {
                 window: k,
                 count: 0,
             };
         }
         if used > cost {
-            slot.count = slot.count.saturating_add(used - cost).min(limit.max());
+            record.count = record.count.saturating_add(used - cost).min(limit.max());
         } else if k == settled.at / limit.window_micros() {
-            slot.count = slot.count.saturating_sub(cost - used);
+            record.count = record.count.saturating_sub(cost - used);
         }
     }
 }
 
-/// Moves the slots to `now`'s windows in place even when it refuses:
+/// Moves the records to `now`'s windows in place even when it refuses:
 /// callers that keep state judge on a copy, or restore it (see
-/// [`Slots::unless_refused`]).
+/// [`PerLimit::unless_refused`]).
 #[inline]
-pub(crate) fn decide(slots: &mut [Slot], now: u64, limits: &[Limit], cost: u32) -> Decision {
-    if let ([slot], [limit]) = (&mut *slots, limits) {
-        return decide_one(slot, now, limit, cost);
+pub(crate) fn decide(records: &mut [Record], now: u64, limits: &[Limit], cost: u32) -> Decision {
+    if let ([record], [limit]) = (&mut *records, limits) {
+        return decide_one(record, now, limit, cost);
     }
     // A clock that stepped back is judged in the latest block counted in.
-    let now = now.max(counted_since(slots.iter().map(|s| s.window), limits));
+    let now = now.max(counted_since(records.iter().map(|s| s.window), limits));
     let mut tally = Tally::default();
-    for (index, (slot, limit)) in slots.iter_mut().zip(limits).enumerate() {
+    for (index, (record, limit)) in records.iter_mut().zip(limits).enumerate() {
         let w = limit.window_micros();
-        // Still in the slot's window, mostly: settled without a division.
-        let same = slot
+        // Still in the record's window, mostly: settled without a division.
+        let same = record
             .window
             .checked_mul(w)
             .is_some_and(|start| now >= start && now - start < w);
-        let k = if same { slot.window } else { now / w };
-        if slot.window != k {
-            *slot = Slot {
+        let k = if same { record.window } else { now / w };
+        if record.window != k {
+            *record = Record {
                 window: k,
                 count: 0,
             };
         }
-        if !fits(slot.count, limit, cost) {
+        if !fits(record.count, limit, cost) {
             tally.refuse(index, until_next_window(now, limit));
         }
     }
     if let Some(refusal) = tally.refusal(limits, now) {
         return refusal;
     }
-    for slot in slots.iter_mut() {
-        slot.count += cost;
+    for record in records.iter_mut() {
+        record.count += cost;
     }
     tightest(
         limits,
         now,
-        |index| limits[index].max() - slots[index].count,
+        |index| limits[index].max() - records[index].count,
         |index| Quota::Fixed {
-            count: slots[index].count,
+            count: records[index].count,
         },
     )
 }
 
 /// [`decide`] for one limit, the common case, without the bookkeeping that
-/// picks one limit among several. It moves the slot only when it accepts.
-fn decide_one(slot: &mut Slot, now: u64, limit: &Limit, cost: u32) -> Decision {
+/// picks one limit among several. It moves the record only when it accepts.
+fn decide_one(record: &mut Record, now: u64, limit: &Limit, cost: u32) -> Decision {
     let limits = std::slice::from_ref(limit);
     let w = limit.window_micros();
     // A clock that stepped back is judged in the latest block counted in.
-    let now = now.max(slot.window.saturating_mul(w));
-    let same = slot
+    let now = now.max(record.window.saturating_mul(w));
+    let same = record
         .window
         .checked_mul(w)
         .is_some_and(|start| now - start < w);
     let (window, count) = if same {
-        (slot.window, slot.count)
+        (record.window, record.count)
     } else {
         (now / w, 0)
     };
     if !fits(count, limit, cost) {
         return refused(limits, now, 0, until_next_window(now, limit));
     }
-    *slot = Slot {
+    *record = Record {
         window,
         count: count + cost,
     };
@@ -204,13 +206,14 @@ pub(crate) fn quota(count: u32, at: u64, limit: &Limit) -> (u32, u64) {
     (remaining, replenish)
 }
 
-pub(crate) fn idle_from(slots: &[Slot], limits: &[Limit]) -> u64 {
-    slots
+pub(crate) fn idle_from(records: &[Record], limits: &[Limit]) -> u64 {
+    records
         .iter()
         .zip(limits)
-        .filter(|(slot, _)| slot.count > 0)
-        .map(|(slot, limit)| {
-            slot.window
+        .filter(|(record, _)| record.count > 0)
+        .map(|(record, limit)| {
+            record
+                .window
                 .saturating_add(1)
                 .saturating_mul(limit.window_micros())
         })

@@ -41,17 +41,17 @@ pub struct SlidingLog {
 
 /// The most stamps a log holds: 16 GiB of them, for one key. A limit with
 /// a larger `max` never refuses; no machine would hold such a log anyway.
-pub(crate) const MAX_SLOTS: usize = 1 << 31;
+pub(crate) const MAX_STAMPS: usize = 1 << 31;
 
 /// The most stamps a log judged under `limits` keeps: the largest `max`,
-/// up to [`MAX_SLOTS`].
+/// up to [`MAX_STAMPS`].
 pub(crate) fn capacity_for(limits: &[Limit]) -> u32 {
     let largest = limits.iter().map(Limit::max).max().unwrap_or(0);
-    largest.min(MAX_SLOTS as u32)
+    largest.min(MAX_STAMPS as u32)
 }
 
 /// Room a log starts with.
-const FIRST_SLOTS: usize = 4;
+const FIRST_ROOM: usize = 4;
 
 /// A `forget_after` under which no stamp is ever too old to keep.
 pub(crate) const KEEP_EVERY_STAMP: u64 = u64::MAX;
@@ -225,8 +225,8 @@ impl SlidingLog {
         if self.stamps.len() > capacity {
             self.stamps.drain(..self.stamps.len() - capacity);
         }
-        if self.stamps.capacity() > capacity.max(FIRST_SLOTS) {
-            self.stamps.shrink_to(capacity.max(FIRST_SLOTS));
+        if self.stamps.capacity() > capacity.max(FIRST_ROOM) {
+            self.stamps.shrink_to(capacity.max(FIRST_ROOM));
         }
     }
 
@@ -246,7 +246,7 @@ impl SlidingLog {
         }
         let len = stamps.len();
         if len == stamps.capacity() {
-            let room = (2 * len).max(FIRST_SLOTS).min(capacity.max(len + 1));
+            let room = (2 * len).max(FIRST_ROOM).min(capacity.max(len + 1));
             stamps.reserve_exact(room - len);
         }
         stamps.push_back(now);
@@ -260,26 +260,26 @@ impl SlidingLog {
         }
     }
 
-    /// Gives back the room of a log of at least four times [`FIRST_SLOTS`],
+    /// Gives back the room of a log of at least four times [`FIRST_ROOM`],
     /// a quarter of it or less holding stamps inside the longest window
     /// (`longest` µs) as measured from its newest stamp: a store's sweep
     /// calls it, so that a key that once reached its limit does not keep
     /// its room once its traffic falls. Every later decision is judged at
     /// the newest stamp or after it, so a stamp outside the window then
     /// never counts again.
-    pub(crate) fn shed_slots(&mut self, longest: u64) {
+    pub(crate) fn shed_room(&mut self, longest: u64) {
         let quarter = self.stamps.capacity() / 4;
         let Some(newest) = self.newest() else {
             return;
         };
-        if quarter < FIRST_SLOTS {
+        if quarter < FIRST_ROOM {
             return;
         }
         let outside = self.count_before(newest.saturating_sub(longest));
         if self.stamps.len() - outside <= quarter {
             self.stamps.drain(..outside);
             self.stamps
-                .shrink_to((2 * self.stamps.len()).max(FIRST_SLOTS));
+                .shrink_to((2 * self.stamps.len()).max(FIRST_ROOM));
         }
     }
 
@@ -376,11 +376,11 @@ pub(crate) mod tests {
         (capacity, longest)
     }
 
-    /// A log's capacity stops at [`MAX_SLOTS`], whatever the limit.
+    /// A log's capacity stops at [`MAX_STAMPS`], whatever the limit.
     #[test]
     fn a_log_is_bounded() {
         let huge = [Limit::new(u32::MAX, Duration::from_secs(1)).unwrap()];
-        assert_eq!(capacity_for(&huge) as usize, MAX_SLOTS);
+        assert_eq!(capacity_for(&huge) as usize, MAX_STAMPS);
         let mut log = SlidingLog::new();
         assert!(log.decide(Duration::ZERO, &huge).is_allowed());
         assert_eq!(log.len(), 1);
@@ -398,7 +398,7 @@ pub(crate) mod tests {
             assert!(decide(&mut log, now).is_allowed());
         }
         let mut shed = log.clone();
-        shed.shed_slots(1_000);
+        shed.shed_room(1_000);
         assert_eq!(shed.len(), 2, "kept the stamps at 1,000 and 2,000 µs");
         assert!(shed.stamps.capacity() < log.stamps.capacity());
         for now in [2_000, 2_000, 2_500, 3_000, 3_001] {
@@ -457,7 +457,7 @@ pub(crate) mod tests {
                 log.decide_micros(now, &limits, capacity, longest, 1);
             }
             let mut shed = log.clone();
-            shed.shed_slots(longest);
+            shed.shed_room(longest);
             for step in after {
                 now = now.saturating_add_signed(step);
                 prop_assert_eq!(
@@ -494,7 +494,7 @@ pub(crate) mod tests {
             log.decide_micros(now, &limits, 100, 1_000, 1);
         }
         let before = log.stamps.clone();
-        log.shed_slots(1_000);
+        log.shed_room(1_000);
         assert_eq!(log.stamps, before);
     }
 }

@@ -28,8 +28,8 @@ mod decision;
 pub(crate) mod fixed;
 pub(crate) mod leases;
 pub(crate) mod log;
+mod per_limit;
 pub(crate) mod refusal;
-mod slots;
 
 pub use self::bucket::TokenBucket;
 pub use self::counter::SlidingCounter;

@@ -33,7 +33,7 @@ use tokio::sync::Semaphore;
 
 use super::errors::{error, said_by_server};
 use super::outage::{whole, Node, Outage};
-use super::slots::Slots;
+use super::slot_map::SlotMap;
 use crate::store::{StoreError, StoreErrorKind};
 
 /// A connection to one server or a Cluster; clones share it.
@@ -131,8 +131,8 @@ pub(super) struct Client {
     nodes: Mutex<HashMap<Node, Arc<NodeCalls>>>,
     /// The nodes found down.
     pub(super) outage: Outage,
-    /// A Cluster's slots, as the heartbeat last read them.
-    slots: Mutex<Option<Slots>>,
+    /// A Cluster's slot map, as the heartbeat last read it.
+    slot_map: Mutex<Option<SlotMap>>,
 }
 
 /// A node's permits, and when a reply from it last arrived.
@@ -177,28 +177,28 @@ impl Client {
             opener,
             nodes: Mutex::default(),
             outage: Outage::default(),
-            slots: Mutex::default(),
+            slot_map: Mutex::default(),
         }
     }
 
     /// The node holding the key `name`.
     pub(super) fn node_of(&self, name: &str) -> Node {
-        match &*self.slots.lock() {
-            Some(slots) => slots.node(name),
+        match &*self.slot_map.lock() {
+            Some(map) => map.node(name),
             None => whole(),
         }
     }
 
-    /// Judges every later call's node by `slots`. A node down that the
+    /// Judges every later call's node by `map`. A node down that the
     /// map no longer names (replaced in a failover) will not answer
     /// again: its keys are on another node now.
-    pub(super) fn read_slots(&self, slots: Slots) {
+    pub(super) fn read_slot_map(&self, map: SlotMap) {
         for node in self.outage.down_nodes() {
-            if !node.is_empty() && !slots.names(&node) {
+            if !node.is_empty() && !map.names(&node) {
                 self.outage.answered(&node);
             }
         }
-        *self.slots.lock() = Some(slots);
+        *self.slot_map.lock() = Some(map);
     }
 
     pub(super) fn connection(&self) -> Connection {

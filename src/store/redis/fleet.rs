@@ -17,7 +17,7 @@ use super::client::{within, Client, Watch};
 use super::errors::said_by_server;
 use super::outage::Node;
 use super::scripts;
-use super::slots::{self, Slots};
+use super::slot_map::{self, SlotMap};
 use crate::store::{StoreError, StoreErrorKind};
 
 /// The fleet as one instance sees it, and the heartbeat that keeps it.
@@ -213,7 +213,7 @@ impl Heart {
             Err(err) => crate::observe::heartbeat_failed(&err),
         }
         if !single {
-            self.read_slots().await;
+            self.read_slot_map().await;
             for node in outage.down_nodes() {
                 if self.ping(&node).await {
                     outage.answered(&node);
@@ -233,15 +233,15 @@ impl Heart {
         Watch::new(&self.client, &self.key).note(counted.await)
     }
 
-    async fn read_slots(&self) {
+    async fn read_slot_map(&self) {
         let mut command = redis::cmd("CLUSTER");
         command.arg("SLOTS");
         let random = RoutingInfo::SingleNode(SingleNodeRoutingInfo::Random);
         let connection = self.client.connection();
         let slots = connection.query(&command, Some(random), "CLUSTER SLOTS");
         let reply = within(self.timeout, slots).await;
-        if let Some(slots) = reply.ok().as_ref().and_then(Slots::read) {
-            self.client.read_slots(slots);
+        if let Some(map) = reply.ok().as_ref().and_then(SlotMap::read) {
+            self.client.read_slot_map(map);
         }
     }
 
@@ -249,7 +249,7 @@ impl Heart {
     /// with an error of its own: one the client makes up (no connection
     /// to that address) is no answer.
     async fn ping(&self, node: &Node) -> bool {
-        let routing = match slots::address(node) {
+        let routing = match slot_map::address(node) {
             Some((host, port)) => SingleNodeRoutingInfo::ByAddress { host, port },
             None => SingleNodeRoutingInfo::Random,
         };

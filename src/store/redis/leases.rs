@@ -9,7 +9,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::client::{within, Client, ClientClock, Watch};
-use super::{scripts, slots};
+use super::{scripts, slot_map};
 use crate::store::lease_book::Renew;
 
 /// The most keys one renewal call renews: a script blocks Redis while it
@@ -37,19 +37,19 @@ impl Renew for Renewal {
             by_key.entry(leases).or_default().push(id);
         }
         let cluster = self.client.is_cluster();
-        let mut by_slot: HashMap<u16, Vec<KeySlots>> = HashMap::new();
+        let mut by_hash_slot: HashMap<u16, Vec<KeySlots>> = HashMap::new();
         for (leases, ids) in by_key {
             let slot = if cluster {
-                slots::slot(leases.as_bytes())
+                slot_map::hash_slot(leases.as_bytes())
             } else {
                 0
             };
-            by_slot.entry(slot).or_default().push((leases, ids));
+            by_hash_slot.entry(slot).or_default().push((leases, ids));
         }
         let lease = crate::clock::micros(self.lease);
         let now = self.clock.as_ref().map(|clock| clock());
         let mut calls = tokio::task::JoinSet::new();
-        for held in by_slot
+        for held in by_hash_slot
             .values()
             .flat_map(|keys| keys.chunks(RENEWED_PER_CALL))
         {

@@ -5,7 +5,7 @@
 //! responsibility:
 //! * the client: `client` (the connection, each node's pending calls, when
 //!   a node is down), `connect`, `errors` (what kind a failure is), `outage`,
-//!   `slots` (a Cluster's slot map);
+//!   `slot_map` (a Cluster's slot map);
 //! * the judge: `call` (one decision), `scripts` (the Lua scripts and
 //!   their arguments), `reply` (their replies read into decisions), `keys`
 //!   (the key names), `state` (a key's stored state read back);
@@ -27,7 +27,7 @@ mod leases;
 mod outage;
 mod reply;
 mod scripts;
-mod slots;
+mod slot_map;
 mod state;
 
 use std::fmt::Display;

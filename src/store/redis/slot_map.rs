@@ -7,14 +7,14 @@ use super::outage::{whole, Node};
 
 /// The primary serving each range of slots.
 #[derive(Debug, Default)]
-pub(super) struct Slots {
+pub(super) struct SlotMap {
     ranges: Vec<(u16, u16, Node)>,
 }
 
-impl Slots {
+impl SlotMap {
     /// The node holding the key `name`: `""` for a slot no range covers.
     pub(super) fn node(&self, name: &str) -> Node {
-        let slot = slot(name.as_bytes());
+        let slot = hash_slot(name.as_bytes());
         self.ranges
             .iter()
             .find(|(first, last, _)| (*first..=*last).contains(&slot))
@@ -61,7 +61,7 @@ pub(super) fn address(node: &Node) -> Option<(String, u16)> {
 /// A key's hash slot as Redis Cluster computes it: CRC16 (XMODEM) of the
 /// name's hash tag (between its first `{` and the next `}`, if not empty),
 /// else of the whole name, modulo 16384.
-pub(super) fn slot(name: &[u8]) -> u16 {
+pub(super) fn hash_slot(name: &[u8]) -> u16 {
     let tag = name.iter().position(|&b| b == b'{').and_then(|open| {
         let rest = &name[open + 1..];
         let close = rest.iter().position(|&b| b == b'}')?;
@@ -77,11 +77,11 @@ mod tests {
     #[test]
     fn slots_follow_the_hash_tag_as_redis_computes_them() {
         // Values from `CLUSTER KEYSLOT`.
-        assert_eq!(slot(b"foo"), 12_182);
-        assert_eq!(slot(b"user-2"), 157);
-        assert_eq!(slot(b"tsw:{user-2}:v5:l5/1s"), 157);
+        assert_eq!(hash_slot(b"foo"), 12_182);
+        assert_eq!(hash_slot(b"user-2"), 157);
+        assert_eq!(hash_slot(b"tsw:{user-2}:v5:l5/1s"), 157);
         // An empty tag is no tag: the whole name is hashed.
-        assert_eq!(slot(b"{}foo"), 9_500);
+        assert_eq!(hash_slot(b"{}foo"), 9_500);
     }
 
     #[test]
@@ -97,10 +97,10 @@ mod tests {
             ])
         };
         let reply = Value::Array(vec![range(0, 8191, 7000), range(8192, 16383, 7001)]);
-        let slots = Slots::read(&reply).unwrap();
+        let slots = SlotMap::read(&reply).unwrap();
         assert_eq!(&*slots.node("foo"), "10.0.0.1:7001");
         assert_eq!(&*slots.node("tsw:{user-2}:v5:l5/1s"), "10.0.0.1:7000");
-        assert!(Slots::read(&Value::Int(1)).is_none());
+        assert!(SlotMap::read(&Value::Int(1)).is_none());
         assert_eq!(
             address(&Node::from("10.0.0.1:7001")),
             Some(("10.0.0.1".into(), 7001))

@@ -7,13 +7,13 @@ use super::decision::Decision;
 
 /// A fixed-length list of `T`, stored inline up to two items.
 #[derive(Clone, Debug)]
-pub(crate) enum Slots<T> {
+pub(crate) enum PerLimit<T> {
     Inline { len: u8, items: [T; 2] },
     Heap(Box<[T]>),
 }
 
-impl<T: Copy + Default> Slots<T> {
-    /// The slots, started afresh if they are not `len`: a state judged
+impl<T: Copy + Default> PerLimit<T> {
+    /// The records, started afresh if they are not `len`: a state judged
     /// under another number of limits than before.
     #[inline]
     pub(crate) fn fit(&mut self, len: usize) -> &mut Self {
@@ -40,13 +40,13 @@ impl<T: Copy + Default> Slots<T> {
 /// forward on a refusal would move the time that a clock stepping back is
 /// judged at, which the Redis scripts, writing nothing on a refusal, could
 /// not follow; and a refusal that writes nothing is cheaper.
-impl<T: Copy + Default> Slots<T> {
-    /// Runs `decide` on the slots, then puts them back as they were unless
+impl<T: Copy + Default> PerLimit<T> {
+    /// Runs `decide` on the records, then puts them back as they were unless
     /// the request was accepted.
     #[inline]
     pub(crate) fn unless_refused(&mut self, decide: impl FnOnce(&mut [T]) -> Decision) -> Decision {
         if let Self::Inline { len, items } = self {
-            // Saved whole: a copy the size of the slots, no more.
+            // Saved whole: a copy the size of the records, no more.
             let (len, items) = (*len, *items);
             let decision = decide(self);
             if !decision.is_allowed() {
@@ -74,22 +74,22 @@ impl<T: Copy + Default> Slots<T> {
     }
 }
 
-impl<T: Copy + Default> Default for Slots<T> {
+impl<T: Copy + Default> Default for PerLimit<T> {
     fn default() -> Self {
         Self::new(0)
     }
 }
 
-impl<T: Copy + Default> FromIterator<T> for Slots<T> {
+impl<T: Copy + Default> FromIterator<T> for PerLimit<T> {
     fn from_iter<I: IntoIterator<Item = T>>(iter: I) -> Self {
         let items: Vec<T> = iter.into_iter().collect();
-        let mut slots = Self::new(items.len());
-        slots.copy_from_slice(&items);
-        slots
+        let mut records = Self::new(items.len());
+        records.copy_from_slice(&items);
+        records
     }
 }
 
-impl<T> Deref for Slots<T> {
+impl<T> Deref for PerLimit<T> {
     type Target = [T];
 
     fn deref(&self) -> &[T] {
@@ -100,7 +100,7 @@ impl<T> Deref for Slots<T> {
     }
 }
 
-impl<T> DerefMut for Slots<T> {
+impl<T> DerefMut for PerLimit<T> {
     fn deref_mut(&mut self) -> &mut [T] {
         match self {
             Self::Inline { len, items } => &mut items[..usize::from(*len)],

@@ -73,7 +73,7 @@ fn decode(bytes: &[u8], policy: &Policy) -> Option<Counts> {
 const LOG_PLAIN_STAMPS: usize = 128;
 
 /// The log's stamps, oldest first: 8 little-endian bytes each, up to
-/// [`LOG_PLAIN_STAMPS`] of them alone, more in a ring behind the head's slot
+/// [`LOG_PLAIN_STAMPS`] of them alone, more in a ring behind the oldest's place
 /// and the count (4 bytes each); at most the log's capacity, in order.
 fn log_stamps(bytes: &[u8], capacity: u32) -> Option<Vec<u64>> {
     let (head, len, ring) = if bytes.len() <= 8 * LOG_PLAIN_STAMPS {

@@ -3,7 +3,7 @@
 -- KEYS[1]  the stamps of accepted requests, struct.pack('<i8', stamp) each
 --          (µs), at most the largest max: up to 128 oldest first; more in a
 --          ring, as log.rs's VecDeque, behind struct.pack('<I4I4', head,
---          len): the oldest's slot and how many are held
+--          len): the oldest's place and how many are held
 -- ARGV  as lease.lua and state.lua, joined before it, read them. Takes their
 --       `now` (raised for a clock that stepped back), `units`, `settle_at`
 --       and `n`; sets `reply`, `refused`, `state` and `span` for tail.lua

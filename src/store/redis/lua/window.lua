@@ -24,13 +24,13 @@ if sliding then layout, size = '<i8I4I4', 16 end
 local raw = redis.call('GET', KEYS[1])
 local fresh = not raw or #raw ~= size * n
 
--- Each limit's slot, rolled to now's window: the request fits if current +
+-- Each limit's record, rolled to now's window: the request fits if current +
 -- cost <= max and previous · (w - elapsed) / w <= max - cost - current, the
 -- previous window weighted by how much of it the sliding window still
--- covers. The slots a recording request leaves are packed as it goes; a
+-- covers. The records a recording request leaves are packed as it goes; a
 -- refusal writes none of them.
 --
--- A slot is read as it was written: a whole window index at most 2^31
+-- A record is read as it was written: a whole window index at most 2^31
 -- windows ahead of the time asked's (a clock that stepped back as far),
 -- counts no larger than their limit, and no previous count for the fixed
 -- window. Anything else under the key reads as fresh, judged at the time

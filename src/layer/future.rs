@@ -5,6 +5,7 @@
 
 use std::future::Future;
 use std::marker::PhantomData;
+use std::ops::ControlFlow;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{ready, Context, Poll};
@@ -358,7 +359,6 @@ where
     S: Service<R>,
     M: Ending<R, S>,
 {
-    let judged = |decision| config.as_deref().map(|config| (decision, config, chosen));
     loop {
         match state.as_mut().project() {
             StateProj::Check { check, pending } => {
@@ -372,20 +372,11 @@ where
             }
             StateProj::Call { call, decision } => {
                 let response = ready!(call.poll(cx)).map_err(M::failed)?;
-                let Some(decision) = decision.take() else {
-                    return Poll::Ready(Ok(M::respond(response, None, hold.take())));
-                };
-                let settling = settler
-                    .take()
-                    .and_then(|settle| settle(&response, &decision));
-                let Some(settling) = settling else {
-                    return Poll::Ready(Ok(M::respond(response, judged(&decision), hold.take())));
-                };
-                state.set(State::Settle {
-                    settling,
-                    response: Some(response),
-                    reserved: decision,
-                });
+                let reserved = decision.take();
+                match responded::<F, S, R, M>(response, reserved, settler, config, chosen, hold) {
+                    ControlFlow::Break(output) => return Poll::Ready(Ok(output)),
+                    ControlFlow::Continue(settle) => state.set(settle),
+                }
             }
             StateProj::Settle {
                 settling,
@@ -397,8 +388,8 @@ where
                     .inspect_err(observe::settle_failed)
                     .unwrap_or(*reserved);
                 let response = response.take().expect("polled after completion");
-                let slot = hold.take();
-                return Poll::Ready(Ok(M::respond(response, judged(&decision), slot)));
+                let output = respond::<S, R, M>(response, Some(&decision), config, chosen, hold);
+                return Poll::Ready(Ok(output));
             }
             StateProj::Answer { answer } => {
                 let answer = answer.take().expect("polled after completion");
@@ -406,6 +397,56 @@ where
             }
         }
     }
+}
+
+/// The inner service's response is in: handed on at once, or, for a
+/// request `reserved` whose response changes what it cost, the settling
+/// to wait for first.
+fn responded<F, S, R, M>(
+    response: S::Response,
+    reserved: Option<Decision>,
+    settler: &mut Option<Settler<S::Response, F>>,
+    config: &Option<Arc<LayerConfig>>,
+    chosen: &Chosen,
+    hold: &mut Hold,
+) -> ControlFlow<M::Output, State<F, S, R, M::Answer>>
+where
+    S: Service<R>,
+    M: Ending<R, S>,
+{
+    let settle = reserved.as_ref().zip(settler.take());
+    let settling = settle.and_then(|(decision, settle)| settle(&response, decision));
+    match (settling, reserved) {
+        (Some(settling), Some(reserved)) => ControlFlow::Continue(State::Settle {
+            settling,
+            response: Some(response),
+            reserved,
+        }),
+        (_, reserved) => {
+            let decision = reserved.as_ref();
+            ControlFlow::Break(respond::<S, R, M>(response, decision, config, chosen, hold))
+        }
+    }
+}
+
+/// The inner service's response handed on, with what the layer adds for
+/// the `decision` that let it through (nothing without one, or where the
+/// future kept no configuration), and the request's slot, freed with it.
+fn respond<S, R, M>(
+    response: S::Response,
+    decision: Option<&Decision>,
+    config: &Option<Arc<LayerConfig>>,
+    chosen: &Chosen,
+    hold: &mut Hold,
+) -> M::Output
+where
+    S: Service<R>,
+    M: Ending<R, S>,
+{
+    let judged = decision
+        .zip(config.as_deref())
+        .map(|(decision, config)| (decision, config, chosen));
+    M::respond(response, judged, hold.take())
 }
 
 /// The state a pending check leads to, or the inner service's error.

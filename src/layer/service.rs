@@ -310,10 +310,7 @@ impl<S, E, St, P, M, W> SlidingWindow<S, E, St, P, M, W> {
         let shared = &*self.shared;
         let config = &shared.config;
         let Some(key) = shared.extractor.extract(&request) else {
-            return match config.missing_key {
-                MissingKey::Allow => ResponseFuture::pass(self.inner.call(request)),
-                MissingKey::Reject => ResponseFuture::no_key(&request, config),
-            };
+            return self.keyless(request);
         };
         let (binding, chosen) = shared.choose(&request, &key);
         let capped = chosen.get(config).policy.in_flight().is_some();
@@ -349,8 +346,39 @@ impl<S, E, St, P, M, W> SlidingWindow<S, E, St, P, M, W> {
                 After { settler, hold },
             );
         }
+        self.pending(check, request, chosen, After { settler, hold })
+    }
+
+    /// A request that carries no key: passed on, or answered, as the layer
+    /// was told.
+    #[cold]
+    fn keyless<R, F>(&mut self, request: R) -> ResponseFuture<F, S, R, M>
+    where
+        S: Service<R>,
+        M: Ending<R, S>,
+    {
+        let config = &self.shared.config;
+        match config.missing_key {
+            MissingKey::Allow => ResponseFuture::pass(self.inner.call(request)),
+            MissingKey::Reject => ResponseFuture::no_key(&request, config),
+        }
+    }
+
+    /// A request whose store has not answered yet: its future waits for the
+    /// answer, then for the inner service (see `for_later`).
+    fn pending<R, F>(
+        &mut self,
+        check: Admission<F>,
+        request: R,
+        chosen: Chosen,
+        after: After<S::Response, F>,
+    ) -> ResponseFuture<F, S, R, M>
+    where
+        S: Service<R> + Clone,
+        M: Ending<R, S>,
+    {
+        let config = &self.shared.config;
         let inner = for_later(&mut self.inner, config.waits().is_some());
-        let after = After { settler, hold };
         ResponseFuture::check(check, inner, request, Arc::clone(config), chosen, after)
     }
 }

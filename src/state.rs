@@ -2,6 +2,8 @@
 //! On Redis, `store/redis/lua/state.lua` follows its part above the
 //! algorithms (the arguments every script reads, and the penalty).
 
+mod packed;
+
 use std::time::Duration;
 
 use crate::algorithm::leases::{free_after_taking, fresh_id, Lease, Leases};
@@ -13,6 +15,8 @@ use crate::clock::micros;
 use crate::limit::Limit;
 use crate::policy::{Policy, Weighed};
 use crate::store::{StoreError, StoreErrorKind};
+
+pub(crate) use self::packed::PackedRecord;
 
 /// Everything one key's state holds under one [`Policy`]: its
 /// algorithm's counts or stamps and the end of any penalty, judged on

@@ -80,12 +80,25 @@ impl<T: Copy + Default> Default for PerLimit<T> {
     }
 }
 
+/// Up to two items are collected in place: a store that keeps records
+/// packed builds its state from them on every call.
 impl<T: Copy + Default> FromIterator<T> for PerLimit<T> {
     fn from_iter<I: IntoIterator<Item = T>>(iter: I) -> Self {
-        let items: Vec<T> = iter.into_iter().collect();
-        let mut records = Self::new(items.len());
-        records.copy_from_slice(&items);
-        records
+        let mut iter = iter.into_iter();
+        let mut items = [T::default(); 2];
+        let mut len = 0;
+        while len < items.len() {
+            let Some(item) = iter.next() else {
+                let len = len as u8;
+                return Self::Inline { len, items };
+            };
+            items[len] = item;
+            len += 1;
+        }
+        match iter.next() {
+            None => Self::Inline { len: 2, items },
+            Some(item) => Self::Heap(items.into_iter().chain([item]).chain(iter).collect()),
+        }
     }
 }
 

@@ -3,14 +3,14 @@
 mod cap;
 mod registry;
 mod shards;
+mod stored;
 mod waiters;
 
 use std::future::{ready, Ready};
 use std::hash::Hash;
 use std::sync::Arc;
 
-use self::registry::Registry;
-use self::shards::Shards;
+use self::registry::{Registry, Table};
 use self::waiters::Waiters;
 use super::{SlotFreed, Store, StoreError};
 use crate::algorithm::Decision;
@@ -76,14 +76,26 @@ struct Inner<C> {
 /// live in, found once (see [`Store::bind`]). Cheap to clone; use it with
 /// the store that made it.
 pub struct MemoryBinding<K> {
-    shards: Arc<Shards<K>>,
+    table: Table<K>,
     policy: Policy,
+}
+
+/// Runs `$body` with `$shards` bound to the map of `$binding`'s table,
+/// whichever form its states are kept in.
+macro_rules! in_table {
+    ($binding:expr, $shards:ident => $body:expr) => {
+        match &$binding.table {
+            Table::Whole($shards) => $body,
+            Table::One($shards) => $body,
+            Table::Two($shards) => $body,
+        }
+    };
 }
 
 impl<K> Clone for MemoryBinding<K> {
     fn clone(&self) -> Self {
         Self {
-            shards: Arc::clone(&self.shards),
+            table: self.table.clone(),
             policy: self.policy.clone(),
         }
     }
@@ -160,7 +172,7 @@ impl<C: Clock> MemoryStore<C> {
         K: Hash + Eq + Send + Sync + 'static,
     {
         MemoryBinding {
-            shards: self.inner.maps.shards(),
+            table: self.inner.maps.maps().table(policy),
             policy: policy.clone(),
         }
     }
@@ -197,9 +209,7 @@ impl<C: Clock> MemoryStore<C> {
     {
         let clock = || self.inner.clock.now_micros();
         let full = |key, now| self.make_room(key, now, binding, cost);
-        binding
-            .shards
-            .decide(key, &binding.policy, clock, cost, full)
+        in_table!(binding, shards => shards.decide(key, &binding.policy, clock, cost, full))
     }
 
     /// A new key found the store full: sweeps the whole store if that is
@@ -209,14 +219,16 @@ impl<C: Clock> MemoryStore<C> {
     where
         K: Hash + Eq + Send + Sync + 'static,
     {
-        let (shards, policy) = (&binding.shards, &binding.policy);
+        let policy = &binding.policy;
         let maps = &self.inner.maps;
-        if !maps.cap().claim_full_sweep(now) {
-            return shards.no_room(policy, now);
-        }
-        maps.sweep_all(now);
-        let no_room = |_, now| shards.no_room(policy, now);
-        shards.decide(key, policy, || now, cost, no_room)
+        in_table!(binding, shards => {
+            if !maps.cap().claim_full_sweep(now) {
+                return shards.no_room(policy, now);
+            }
+            maps.sweep_all(now);
+            let no_room = |_, now| shards.no_room(policy, now);
+            shards.decide(key, policy, || now, cost, no_room)
+        })
     }
 
     /// Settles a request as [`Store::settle_bound`] describes, right now.
@@ -235,9 +247,8 @@ impl<C: Clock> MemoryStore<C> {
             return *admitted;
         }
         let now = self.inner.clock.now_micros();
-        binding
-            .shards
-            .settle(key, &binding.policy, now, admitted, cost, used);
+        let policy = &binding.policy;
+        in_table!(binding, shards => shards.settle(key, policy, now, admitted, cost, used));
         admitted.settled(cost, used)
     }
 
@@ -256,7 +267,7 @@ impl<C: Clock> MemoryStore<C> {
         K: Hash + Eq + Send + Sync + 'static,
     {
         let now = self.inner.clock.now_micros();
-        binding.shards.peek(key, &binding.policy, now)
+        in_table!(binding, shards => shards.peek(key, &binding.policy, now))
     }
 
     /// The number of keys of type `K` held, live or not yet swept.
@@ -307,14 +318,17 @@ where
     fn release_bound(&self, key: K, binding: &MemoryBinding<K>, admitted: &Decision) {
         if admitted.holds_slot() {
             let now = self.inner.clock.now_micros();
-            binding.shards.release(&key, &binding.policy, now, admitted);
-            let hash = binding.shards.hash(&key, &binding.policy);
+            let policy = &binding.policy;
+            let hash = in_table!(binding, shards => {
+                shards.release(&key, policy, now, admitted);
+                shards.hash(&key, policy)
+            });
             self.inner.waiters.wake_one(hash);
         }
     }
 
     fn slot_freed(&self, key: &K, binding: &MemoryBinding<K>) -> Option<SlotFreed> {
-        let hash = binding.shards.hash(key, &binding.policy);
+        let hash = in_table!(binding, shards => shards.hash(key, &binding.policy));
         Some(self.inner.waiters.wait(hash))
     }
 }

@@ -1,4 +1,5 @@
-//! A sharded map from (policy, key) to the key's [`KeyState`], with idle
+//! A sharded map from (policy, key) to the key's state, kept whole or as
+//! its records (see `stored`), with idle
 //! eviction under the store's cap on live keys.
 
 use std::hash::{BuildHasher, Hash};
@@ -9,6 +10,7 @@ use hashbrown::HashTable;
 use parking_lot::{Mutex, MutexGuard};
 
 use super::cap::KeyCap;
+use super::stored::Stored;
 use crate::algorithm::{Decision, Origin};
 use crate::policy::{Policy, Weighed};
 use crate::state::KeyState;
@@ -32,16 +34,16 @@ fn droppable_from(state: &KeyState, policy: &Policy) -> u64 {
         .saturating_add(IDLE_GRACE_MICROS)
 }
 
-/// One key's state under one policy. The policy is the entry's own, so
-/// that tenants with limits of their own share a map; it is also how a
-/// sweep knows when the state goes idle.
-struct Entry<K> {
+/// One key's state under one policy, kept as `V`. The policy is the
+/// entry's own, so that tenants with limits of their own share a map; it
+/// is also how a sweep knows when the state goes idle.
+struct Entry<K, V> {
     key: K,
     policy: Policy,
-    state: KeyState,
+    state: V,
 }
 
-impl<K: Eq> Entry<K> {
+impl<K: Eq, V> Entry<K, V> {
     /// Whether this is `key`'s entry under `policy`: the policy known by
     /// its address first, as a bound one is, else by its value.
     #[inline(always)]
@@ -50,8 +52,8 @@ impl<K: Eq> Entry<K> {
     }
 }
 
-struct Shard<K> {
-    table: HashTable<Entry<K>>,
+struct Shard<K, V> {
+    table: HashTable<Entry<K, V>>,
     /// The policy of the key added last, whose value a new key under an
     /// equal policy shares: a plan that builds its policy on every request
     /// then costs one copy of it, not one per key.
@@ -59,7 +61,7 @@ struct Shard<K> {
     next_sweep: u64,
 }
 
-impl<K> Shard<K> {
+impl<K, V: Stored> Shard<K, V> {
     /// Drops entries idle for the grace period, lets the others give back
     /// memory they no longer need, and tells the cap when the earliest
     /// remaining one may be dropped.
@@ -69,11 +71,14 @@ impl<K> Shard<K> {
         let before = self.table.len();
         let mut earliest = u64::MAX;
         self.table.retain(|entry| {
-            let drop_from = droppable_from(&entry.state, &entry.policy);
+            let policy = &entry.policy;
+            let drop_from = entry
+                .state
+                .read(policy, |state| droppable_from(state, policy));
             let kept = drop_from > now || drop_from == u64::MAX;
             if kept {
                 earliest = earliest.min(drop_from);
-                entry.state.shed(&entry.policy);
+                entry.state.shed(policy);
             }
             kept
         });
@@ -83,19 +88,20 @@ impl<K> Shard<K> {
     }
 }
 
-/// Cache-line alignment keeps two shards' locks from sharing a line, so
-/// threads working on different shards do not slow each other down.
+/// A shard and its lock, aligned to a cache line so that two shards' locks
+/// never share one: threads working on different shards do not slow each
+/// other down.
 #[repr(align(64))]
-struct Padded<T>(T);
+struct Padded<K, V>(Mutex<Shard<K, V>>);
 
-/// Every key's state, under any policy, for keys of type `K`.
-pub(super) struct Shards<K> {
-    shards: Box<[Padded<Mutex<Shard<K>>>]>,
+/// Every key's state, for keys of type `K`, kept as `V`.
+pub(super) struct Shards<K, V> {
+    shards: Box<[Padded<K, V>]>,
     hasher: RandomState,
     cap: Arc<KeyCap>,
 }
 
-impl<K: Hash + Eq> Shards<K> {
+impl<K: Hash + Eq, V: Stored> Shards<K, V> {
     /// Enough shards for the cap's keys (at most 64).
     pub(super) fn new(cap: Arc<KeyCap>) -> Self {
         let count = (cap.max() / 16).clamp(1, 64).next_power_of_two();
@@ -143,7 +149,8 @@ impl<K: Hash + Eq> Shards<K> {
             found = shard.table.find_mut(hash, |e| e.is(&key, policy));
         }
         if let Some(entry) = found {
-            return entry.state.decide_micros(policy, now, cost, FOREVER);
+            let decide = |state: &mut KeyState| state.decide_micros(policy, now, cost, FOREVER);
+            return entry.state.change(policy, decide);
         }
         let mut state = KeyState::new(policy.algorithm());
         let decision = state.decide_micros(policy, now, cost, FOREVER);
@@ -173,7 +180,7 @@ impl<K: Hash + Eq> Shards<K> {
     }
 
     /// `key`'s hash and its shard, locked and swept if that is due at `now`.
-    fn shard_for(&self, key: &K, policy: &Policy, now: u64) -> (u64, MutexGuard<'_, Shard<K>>) {
+    fn shard_for(&self, key: &K, policy: &Policy, now: u64) -> (u64, MutexGuard<'_, Shard<K, V>>) {
         let hash = self.hash(key, policy);
         let mut shard = self.shard(hash).lock();
         if now >= shard.next_sweep {
@@ -189,7 +196,7 @@ impl<K: Hash + Eq> Shards<K> {
     /// not poison, which is sound here: a panic while holding it cannot
     /// leave a shard half-updated (every update is a plain store).
     #[inline(always)]
-    fn shard(&self, hash: u64) -> &Mutex<Shard<K>> {
+    fn shard(&self, hash: u64) -> &Mutex<Shard<K, V>> {
         // The middle bits pick the shard: the table itself uses the low bits
         // for buckets and the top seven as tags.
         &self.shards[(hash >> 32) as usize & (self.shards.len() - 1)].0
@@ -199,7 +206,7 @@ impl<K: Hash + Eq> Shards<K> {
     /// else gives the key back.
     fn insert(
         &self,
-        shard: &mut Shard<K>,
+        shard: &mut Shard<K, V>,
         hash: u64,
         key: K,
         policy: &Policy,
@@ -212,6 +219,7 @@ impl<K: Hash + Eq> Shards<K> {
             Some(last) if last == policy => last.clone(),
             _ => shard.last_policy.insert(policy.clone()).clone(),
         };
+        let state = V::keep(state);
         let entry = Entry { key, policy, state };
         let hasher = &self.hasher;
         shard.table.insert_unique(hash, entry, |entry| {
@@ -236,7 +244,9 @@ impl<K: Hash + Eq> Shards<K> {
         let (hash, mut guard) = self.shard_for(&key, policy, now);
         let shard = &mut *guard;
         if let Some(entry) = shard.table.find_mut(hash, |e| e.is(&key, policy)) {
-            entry.state.settle_micros(policy, now, admitted, cost, used);
+            entry.state.change(policy, |state| {
+                state.settle_micros(policy, now, admitted, cost, used)
+            });
             return;
         }
         let mut state = KeyState::new(policy.algorithm());
@@ -252,7 +262,7 @@ impl<K: Hash + Eq> Shards<K> {
     pub(super) fn release(&self, key: &K, policy: &Policy, now: u64, admitted: &Decision) {
         let (hash, mut shard) = self.shard_for(key, policy, now);
         if let Some(entry) = shard.table.find_mut(hash, |e| e.is(key, policy)) {
-            entry.state.release(admitted);
+            entry.state.change(policy, |state| state.release(admitted));
         }
     }
 
@@ -264,7 +274,7 @@ impl<K: Hash + Eq> Shards<K> {
     pub(super) fn peek(&self, key: &K, policy: &Policy, now: u64) -> Decision {
         let (hash, shard) = self.shard_for(key, policy, now);
         match shard.table.find(hash, |e| e.is(key, policy)) {
-            Some(entry) => entry.state.peek_at(policy, now),
+            Some(entry) => entry.state.read(policy, |state| state.peek_at(policy, now)),
             None if self.cap.is_full() => self.no_room(policy, now),
             None => KeyState::new(policy.algorithm()).peek_at(policy, now),
         }

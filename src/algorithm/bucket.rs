@@ -143,6 +143,18 @@ impl TokenBucket {
         }
     }
 
+    /// A bucket holding `records`, one arrival time per limit.
+    pub(crate) fn from_records(records: impl IntoIterator<Item = Tat>) -> Self {
+        Self {
+            records: records.into_iter().collect(),
+        }
+    }
+
+    /// Its arrival times, one per limit.
+    pub(crate) fn records(&self) -> &[Tat] {
+        &self.records
+    }
+
     /// One `(micros, rem)` per limit, as [`from_parts`](Self::from_parts) takes them.
     pub(crate) fn parts(&self) -> impl Iterator<Item = (u64, u32)> + '_ {
         self.records.iter().map(|tat| (tat.micros, tat.rem))

@@ -91,6 +91,18 @@ impl SlidingCounter {
         }
     }
 
+    /// A counter holding `records`, one per limit.
+    pub(crate) fn from_records(records: impl IntoIterator<Item = Record>) -> Self {
+        Self {
+            records: records.into_iter().collect(),
+        }
+    }
+
+    /// Its records, one per limit.
+    pub(crate) fn records(&self) -> &[Record] {
+        &self.records
+    }
+
     /// One `(window, previous, current)` per limit, as [`from_parts`](Self::from_parts) takes them.
     pub(crate) fn parts(&self) -> impl Iterator<Item = (u64, u32, u32)> + '_ {
         self.records
@@ -162,7 +174,7 @@ pub(crate) fn settle(records: &mut [Record], settled: &Settlement, limits: &[Lim
 /// Out of line, so that the one-limit path stays as small as the single
 /// limit needs.
 #[inline(never)]
-fn decide<const N: usize>(
+pub(crate) fn decide<const N: usize>(
     records: &mut [Record],
     now: u64,
     limits: &[Limit],

@@ -46,6 +46,18 @@ impl FixedWindow {
         }
     }
 
+    /// A fixed window holding `records`, one per limit.
+    pub(crate) fn from_records(records: impl IntoIterator<Item = Record>) -> Self {
+        Self {
+            records: records.into_iter().collect(),
+        }
+    }
+
+    /// Its records, one per limit.
+    pub(crate) fn records(&self) -> &[Record] {
+        &self.records
+    }
+
     /// One `(window, count)` per limit, as [`from_parts`](Self::from_parts) takes them.
     pub(crate) fn parts(&self) -> impl Iterator<Item = (u64, u32)> + '_ {
         self.records

@@ -4,14 +4,96 @@
 //! says which algorithm and how many limits.
 
 use super::{Counts, Held, KeyState};
+use crate::algorithm::bucket::{self, Tat};
+use crate::algorithm::{counter, fixed, Decision};
 use crate::algorithm::{Algorithm, FixedWindow, SlidingCounter, SlidingLog, TokenBucket};
-use crate::policy::Policy;
+use crate::policy::{Policy, Weighed};
 
 /// One limit's record in two words: the counter's window index and its
 /// two counts (the previous one in the high half), the fixed window's
 /// index and count, or the bucket's arrival time (µs, and the remainder).
 /// All zeros is a record that has seen nothing.
 pub(crate) type PackedRecord = [u64; 2];
+
+/// The most limits whose records are packed.
+const MOST_LIMITS: usize = 2;
+
+/// An algorithm's record for one limit, packed and unpacked.
+trait Packs: Copy + Default {
+    fn unpacked(words: PackedRecord) -> Self;
+    fn packed(self) -> PackedRecord;
+}
+
+impl Packs for counter::Record {
+    fn unpacked([window, counts]: PackedRecord) -> Self {
+        let (previous, current) = ((counts >> 32) as u32, counts as u32);
+        Self {
+            window,
+            previous,
+            current,
+        }
+    }
+
+    fn packed(self) -> PackedRecord {
+        let counts = u64::from(self.previous) << 32 | u64::from(self.current);
+        [self.window, counts]
+    }
+}
+
+impl Packs for fixed::Record {
+    fn unpacked([window, count]: PackedRecord) -> Self {
+        let count = count as u32;
+        Self { window, count }
+    }
+
+    fn packed(self) -> PackedRecord {
+        [self.window, u64::from(self.count)]
+    }
+}
+
+impl Packs for Tat {
+    fn unpacked([micros, rem]: PackedRecord) -> Self {
+        let rem = rem as u32;
+        Self { micros, rem }
+    }
+
+    fn packed(self) -> PackedRecord {
+        [self.micros, u64::from(self.rem)]
+    }
+}
+
+fn unpacked<R: Packs>(words: &[PackedRecord]) -> impl Iterator<Item = R> + '_ {
+    words.iter().map(|&words| R::unpacked(words))
+}
+
+/// Writes `records` into `words`, and records that have seen nothing
+/// past them.
+fn pack<R: Packs>(records: &[R], words: &mut [PackedRecord]) {
+    words.fill([0, 0]);
+    for (words, record) in words.iter_mut().zip(records) {
+        *words = record.packed();
+    }
+}
+
+/// Runs an algorithm's `decide` on the records in `words`, unpacked on
+/// the stack, and packs them back only if the request was accepted: a
+/// refusal leaves a state as it was.
+#[inline(always)]
+fn judge<R: Packs>(
+    words: &mut [PackedRecord],
+    decide: impl FnOnce(&mut [R]) -> Decision,
+) -> Decision {
+    let mut records = [R::default(); MOST_LIMITS];
+    let records = &mut records[..words.len()];
+    for (record, &words) in records.iter_mut().zip(words.iter()) {
+        *record = R::unpacked(words);
+    }
+    let decision = decide(records);
+    if decision.is_allowed() {
+        pack(records, words);
+    }
+    decision
+}
 
 impl KeyState {
     /// How many records tell a state under `policy` whole, if they do: one
@@ -23,25 +105,18 @@ impl KeyState {
             && policy.penalty_micros() == 0
             && policy.in_flight().is_none();
         let limits = policy.limits().len();
-        (plain && (1..=2).contains(&limits)).then_some(limits)
+        (plain && (1..=MOST_LIMITS).contains(&limits)).then_some(limits)
     }
 
     /// The state `records` tell under `policy`, a policy the state
     /// [`packs`](Self::packs) for.
-    #[inline]
     pub(crate) fn unpack(policy: &Policy, records: &[PackedRecord]) -> KeyState {
-        let low = |word: u64| word as u32;
         let counts = match policy.algorithm() {
-            Algorithm::SlidingCounter => Counts::Counter(SlidingCounter::from_parts(
-                (records.iter())
-                    .map(|&[window, counts]| (window, (counts >> 32) as u32, low(counts))),
-            )),
-            Algorithm::FixedWindow => Counts::Fixed(FixedWindow::from_parts(
-                (records.iter()).map(|&[window, count]| (window, low(count))),
-            )),
-            Algorithm::TokenBucket => Counts::Bucket(TokenBucket::from_parts(
-                (records.iter()).map(|&[micros, rem]| (micros, low(rem))),
-            )),
+            Algorithm::SlidingCounter => {
+                Counts::Counter(SlidingCounter::from_records(unpacked(records)))
+            }
+            Algorithm::FixedWindow => Counts::Fixed(FixedWindow::from_records(unpacked(records))),
+            Algorithm::TokenBucket => Counts::Bucket(TokenBucket::from_records(unpacked(records))),
             Algorithm::SlidingLog => Counts::Log(SlidingLog::new()),
         };
         KeyState {
@@ -52,27 +127,45 @@ impl KeyState {
 
     /// Writes the state's records into `records`; those it does not hold
     /// are written as records that have seen nothing.
-    #[inline]
     pub(crate) fn pack(&self, records: &mut [PackedRecord]) {
-        records.fill([0, 0]);
-        let pairs = records.iter_mut();
         match &self.counts {
-            Counts::Counter(counter) => {
-                for (record, (window, previous, current)) in pairs.zip(counter.parts()) {
-                    *record = [window, u64::from(previous) << 32 | u64::from(current)];
-                }
+            Counts::Counter(counter) => pack(counter.records(), records),
+            Counts::Fixed(fixed) => pack(fixed.records(), records),
+            Counts::Bucket(bucket) => pack(bucket.records(), records),
+            Counts::Log(_) => records.fill([0, 0]),
+        }
+    }
+
+    /// Judges a request of `cost` units at `now` on the packed `records`
+    /// of a state under `policy`, as [`decide_micros`](Self::decide_micros)
+    /// would on the state they tell. A request the windows judge goes
+    /// straight to its algorithm's rule, as `decide_micros` sends it there
+    /// for a policy with no penalty and no cap; any other (of no cost, or
+    /// too costly) goes through the whole state.
+    #[inline]
+    pub(crate) fn decide_packed(
+        policy: &Policy,
+        records: &mut [PackedRecord],
+        now: u64,
+        cost: u32,
+    ) -> Decision {
+        let limits = policy.limits();
+        match (policy.weigh(cost), policy.algorithm()) {
+            (Weighed::Judged, Algorithm::SlidingCounter) => judge(records, |records| {
+                counter::decide::<MOST_LIMITS>(records, now, limits, cost)
+            }),
+            (Weighed::Judged, Algorithm::FixedWindow) => {
+                judge(records, |records| fixed::decide(records, now, limits, cost))
             }
-            Counts::Fixed(fixed) => {
-                for (record, (window, count)) in pairs.zip(fixed.parts()) {
-                    *record = [window, u64::from(count)];
-                }
+            (Weighed::Judged, Algorithm::TokenBucket) => judge(records, |records| {
+                bucket::decide(records, now, limits, cost)
+            }),
+            _ => {
+                let mut state = Self::unpack(policy, records);
+                let decision = state.decide_micros(policy, now, cost, now);
+                state.pack(records);
+                decision
             }
-            Counts::Bucket(bucket) => {
-                for (record, (micros, rem)) in pairs.zip(bucket.parts()) {
-                    *record = [micros, u64::from(rem)];
-                }
-            }
-            Counts::Log(_) => {}
         }
     }
 }
@@ -85,7 +178,7 @@ mod tests {
     use crate::limit::Limit;
 
     #[test]
-    fn packed_records_tell_the_state_whole() {
+    fn packed_records_judge_as_the_whole_state() {
         let limits = [Limit::per_second(3), Limit::per_minute(5)];
         for algorithm in [
             Algorithm::SlidingCounter,
@@ -96,21 +189,20 @@ mod tests {
             assert_eq!(KeyState::packs(&policy), Some(2));
             let mut whole = KeyState::new(algorithm);
             let mut records = [[0; 2]; 2];
-            for step in 0..40u64 {
+            // Costs of one and two units, of none, and too costly.
+            for (step, cost) in (0..60u64).zip([1, 2, 1, 0, 1, 9].into_iter().cycle()) {
                 let now = Duration::from_millis(step * 450);
-                let cost = 1 + (step % 2) as u32;
-                let mut packed = KeyState::unpack(&policy, &records);
                 let expected = whole.decide(&policy, now, cost);
-                let decision = packed.decide(&policy, now, cost);
-                assert_eq!(
-                    decision.is_allowed(),
-                    expected.is_allowed(),
-                    "{algorithm:?} {step}"
-                );
-                assert_eq!(decision.remaining(), expected.remaining());
-                assert_eq!(decision.retry_after(), expected.retry_after());
-                packed.pack(&mut records);
-                assert_eq!(packed.to_bytes(), whole.to_bytes(), "{algorithm:?} {step}");
+                let micros = now.as_micros() as u64;
+                let decision = KeyState::decide_packed(&policy, &mut records, micros, cost);
+                let said =
+                    |d: &Decision| (d.is_allowed(), d.origin(), d.remaining(), d.retry_after());
+                assert_eq!(said(&decision), said(&expected), "{algorithm:?} {step}");
+                let state = KeyState::unpack(&policy, &records);
+                assert_eq!(state.to_bytes(), whole.to_bytes(), "{algorithm:?} {step}");
+                let mut again = [[0; 2]; 2];
+                state.pack(&mut again);
+                assert_eq!(again, records);
             }
         }
     }

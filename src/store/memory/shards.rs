@@ -149,8 +149,7 @@ impl<K: Hash + Eq, V: Stored> Shards<K, V> {
             found = shard.table.find_mut(hash, |e| e.is(&key, policy));
         }
         if let Some(entry) = found {
-            let decide = |state: &mut KeyState| state.decide_micros(policy, now, cost, FOREVER);
-            return entry.state.change(policy, decide);
+            return entry.state.decide(policy, now, cost, FOREVER);
         }
         let mut state = KeyState::new(policy.algorithm());
         let decision = state.decide_micros(policy, now, cost, FOREVER);

@@ -4,6 +4,7 @@
 //! numbers cost. The policy an entry holds says which, and the rule that
 //! judges is [`KeyState`]'s either way.
 
+use crate::algorithm::Decision;
 use crate::policy::Policy;
 use crate::state::{KeyState, PackedRecord};
 
@@ -11,6 +12,11 @@ use crate::state::{KeyState, PackedRecord};
 pub(super) trait Stored: Send + Sync + 'static {
     /// Keeps `state`, a state under a policy this form suits.
     fn keep(state: KeyState) -> Self;
+
+    /// Judges a request of `cost` units at `now` under `policy`, as
+    /// [`KeyState::decide_micros`] does, a slot it takes lasting until
+    /// `lease_until`.
+    fn decide(&mut self, policy: &Policy, now: u64, cost: u32, lease_until: u64) -> Decision;
 
     /// Runs `change` on the state under `policy`, and keeps what it leaves.
     fn change<T>(&mut self, policy: &Policy, change: impl FnOnce(&mut KeyState) -> T) -> T;
@@ -25,6 +31,11 @@ pub(super) trait Stored: Send + Sync + 'static {
 impl Stored for KeyState {
     fn keep(state: KeyState) -> Self {
         state
+    }
+
+    #[inline(always)]
+    fn decide(&mut self, policy: &Policy, now: u64, cost: u32, lease_until: u64) -> Decision {
+        self.decide_micros(policy, now, cost, lease_until)
     }
 
     #[inline(always)]
@@ -54,7 +65,12 @@ impl<const N: usize> Stored for Packed<N> {
         Self(records)
     }
 
+    /// No slot is taken: the policy has no cap.
     #[inline(always)]
+    fn decide(&mut self, policy: &Policy, now: u64, cost: u32, _: u64) -> Decision {
+        KeyState::decide_packed(policy, &mut self.0, now, cost)
+    }
+
     fn change<T>(&mut self, policy: &Policy, change: impl FnOnce(&mut KeyState) -> T) -> T {
         let mut state = KeyState::unpack(policy, &self.0);
         let outcome = change(&mut state);
@@ -62,7 +78,6 @@ impl<const N: usize> Stored for Packed<N> {
         outcome
     }
 
-    #[inline(always)]
     fn read<T>(&self, policy: &Policy, read: impl FnOnce(&KeyState) -> T) -> T {
         read(&KeyState::unpack(policy, &self.0))
     }

@@ -69,9 +69,8 @@ fn unpacked<R: Packs>(words: &[PackedRecord]) -> impl Iterator<Item = R> + '_ {
 /// Writes `records` into `words`, and records that have seen nothing
 /// past them.
 fn pack<R: Packs>(records: &[R], words: &mut [PackedRecord]) {
-    words.fill([0, 0]);
-    for (words, record) in words.iter_mut().zip(records) {
-        *words = record.packed();
+    for (at, words) in words.iter_mut().enumerate() {
+        *words = records.get(at).map_or([0, 0], |record| record.packed());
     }
 }
 

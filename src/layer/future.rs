@@ -90,15 +90,9 @@ pin_project! {
         S: Service<R>,
     {
         /// Waiting for a store that could not answer at once (or for a
-        /// turn), then for the inner service to be ready; holds what is
-        /// needed to go on either way, boxed so that the common states keep
-        /// the future small.
+        /// turn), then for the inner service to be ready.
         Check {
-            #[pin]
-            check: Admission<F>,
-            // With the verdict, once the store has answered, while the
-            // service gets ready.
-            pending: Option<Box<(S, R, Option<Verdict>)>>,
+            check: Checking<F, S, R>,
         },
         /// The request was let through; waiting for the inner service.
         Call {
@@ -143,62 +137,54 @@ where
         }
     }
 
+    /// A future for a request whose store has not answered: it waits for
+    /// the answer, then, for a request that may pass, for `inner`.
     pub(crate) fn check(
-        check: Admission<F>,
+        admission: Admission<F>,
         inner: S,
         request: R,
         config: Arc<LayerConfig>,
         chosen: Chosen,
         after: After<S::Response, F>,
     ) -> Self {
-        let state = State::Check {
-            check,
-            pending: Some(Box::new((inner, request, None))),
+        let check = Checking {
+            admission,
+            phase: Phase::Judging(Box::new(Parked { inner, request })),
+            config,
         };
-        Self::full(state, Some(config), chosen, after)
+        Self::full(State::Check { check }, None, chosen, after)
     }
 
-    /// A future for a request whose decision is already known: the inner
-    /// service (polled ready) is called now if the request may pass. The
-    /// service's `call` passes accepted requests on itself (see
-    /// [`called`](Self::called)), so refusals and store errors come here.
-    // Forced inline with `next_state`, so that the request, passed by
-    // value, is not copied into a call's frame on the way.
+    /// A future for a request whose store answered at once: the inner
+    /// service (polled ready) is called now if the request may pass. It
+    /// keeps the decision and the layer's configuration only if the
+    /// response needs them, and the request's in-flight slot, held since
+    /// before the call, if it took one.
+    // Forced inline, so that the request, passed by value, is not copied
+    // into a call's frame on the way.
     #[inline(always)]
     pub(crate) fn decided(
         outcome: Result<Decision, StoreError>,
         inner: &mut S,
         request: R,
-        config: Arc<LayerConfig>,
-        chosen: Chosen,
-        after: After<S::Response, F>,
-    ) -> Self {
-        let verdict = judge(outcome, &config, &chosen);
-        let state = next_state::<F, S, R, M>(verdict, inner, request, &config, &chosen);
-        Self::full(state, Some(config), chosen, after)
-    }
-
-    /// A future for a request the limits let through, already passed on.
-    /// It keeps the decision and the layer's configuration only if the
-    /// response needs them, and the request's in-flight slot, held since
-    /// before the call, if it took one.
-    #[inline(always)]
-    pub(crate) fn called(
-        call: S::Future,
-        decision: Decision,
         config: &Arc<LayerConfig>,
         chosen: Chosen,
-        after: After<S::Response, F>,
+        mut after: After<S::Response, F>,
     ) -> Self {
-        if !config.read_after_response() && after.settler.is_none() && after.hold.is_none() {
-            return Self::pass(call);
+        // Held before the call: a call that panics frees it.
+        let verdict = judge(outcome, config, &chosen, &mut after.hold);
+        let state = next_state::<F, S, R, M>(verdict, inner, request, config, &chosen);
+        // Only a response reads the configuration: the layer's answers
+        // are made whole.
+        let reads = config.read_after_response();
+        match state {
+            State::Call { call, .. }
+                if !reads && after.settler.is_none() && after.hold.is_none() =>
+            {
+                Self::pass(call)
+            }
+            state => Self::full(state, reads.then(|| Arc::clone(config)), chosen, after),
         }
-        let state = State::Call {
-            call,
-            decision: Some(decision),
-        };
-        let config = config.read_after_response().then(|| Arc::clone(config));
-        Self::full(state, config, chosen, after)
     }
 
     pub(crate) fn pass(call: S::Future) -> Self {
@@ -222,22 +208,6 @@ where
     }
 }
 
-/// Readies a request the limits let through (or, in shadow mode, judged
-/// at all) for the inner service: counted, then marked for it.
-#[inline(always)]
-pub(crate) fn admit<R, S, M>(
-    request: &mut R,
-    decision: &mut Decision,
-    config: &LayerConfig,
-    chosen: &Chosen,
-) where
-    S: Service<R>,
-    M: Ending<R, S>,
-{
-    record(decision, config, chosen);
-    M::admit(request, decision, config);
-}
-
 /// Marks a decision the store made as judged in shadow mode or not, and
 /// counts it in events and metrics.
 #[inline(always)]
@@ -254,8 +224,15 @@ enum Verdict {
     Answer(Refusal),
 }
 
-/// Judges the store's answer for a request under the layer's `config`.
-fn judge(outcome: Result<Decision, StoreError>, config: &LayerConfig, chosen: &Chosen) -> Verdict {
+/// Judges the store's answer for a request under the layer's `config`,
+/// holding the in-flight slot of a request that may pass from here on.
+#[inline(always)]
+fn judge(
+    outcome: Result<Decision, StoreError>,
+    config: &LayerConfig,
+    chosen: &Chosen,
+    hold: &mut Hold,
+) -> Verdict {
     match outcome {
         Ok(mut decision) => {
             record(&mut decision, config, chosen);
@@ -263,6 +240,7 @@ fn judge(outcome: Result<Decision, StoreError>, config: &LayerConfig, chosen: &C
                 decision.retry_after_micros = micros(config.in_flight_retry);
             }
             if decision.is_allowed() || config.shadow {
+                hold.arm(&decision);
                 Verdict::Pass(Some(decision))
             } else {
                 Verdict::Answer(Refusal::Limited(decision))
@@ -348,7 +326,7 @@ where
 #[inline(never)]
 fn poll_full<F, S, R, M>(
     mut state: Pin<&mut State<F, S, R, M::Answer>>,
-    config: &Option<Arc<LayerConfig>>,
+    config: &mut Option<Arc<LayerConfig>>,
     chosen: &Chosen,
     settler: &mut Option<Settler<S::Response, F>>,
     hold: &mut Hold,
@@ -361,13 +339,13 @@ where
 {
     loop {
         match state.as_mut().project() {
-            StateProj::Check { check, pending } => {
-                let Some(config) = config.as_deref() else {
-                    unreachable!("a pending check keeps the layer's configuration")
-                };
-                let next = ready!(poll_check::<F, S, R, M>(
-                    check, pending, config, chosen, &mut *hold, cx
-                ))?;
+            StateProj::Check { check } => {
+                let (verdict, parked) =
+                    ready!(check.poll_verdict(chosen, hold, cx)).map_err(M::failed)?;
+                let Parked { mut inner, request } = *parked;
+                let layer = Arc::clone(&check.config);
+                let next = next_state::<F, S, R, M>(verdict, &mut inner, request, &layer, chosen);
+                *config = layer.read_after_response().then_some(layer);
                 state.set(next);
             }
             StateProj::Call { call, decision } => {
@@ -449,49 +427,77 @@ where
     M::respond(response, judged, hold.take())
 }
 
-/// The state a pending check leads to, or the inner service's error.
-type Next<F, S, R, M> =
-    Result<State<F, S, R, <M as Ending<R, S>>::Answer>, <M as Ending<R, S>>::Error>;
+/// A request whose store has not answered yet: the store's pending
+/// verdict, then, for a request that may pass, the inner service made
+/// ready. What it parks is boxed, so that the common states keep the
+/// future small.
+struct Checking<F, S, R> {
+    admission: Admission<F>,
+    phase: Phase<S, R>,
+    config: Arc<LayerConfig>,
+}
 
-/// A pending check: the store's verdict (the request's slot held as soon
-/// as it is in), then, for a request that may pass, the inner service made
-/// ready; what comes next once both are in.
-fn poll_check<F, S, R, M>(
-    mut check: Pin<&mut Admission<F>>,
-    pending: &mut Option<Box<(S, R, Option<Verdict>)>>,
-    config: &LayerConfig,
-    chosen: &Chosen,
-    hold: &mut Hold,
-    cx: &mut Context<'_>,
-) -> Poll<Next<F, S, R, M>>
+/// The inner service and the request, parked until the verdict is in.
+struct Parked<S, R> {
+    inner: S,
+    request: R,
+}
+
+/// What a check hands on: its verdict, and what it parked.
+type Handed<S, R> = (Verdict, Box<Parked<S, R>>);
+
+enum Phase<S, R> {
+    /// Waiting for the store.
+    Judging(Box<Parked<S, R>>),
+    /// The verdict is in; a request that may pass waits for the inner
+    /// service to be ready.
+    Readying(Box<Parked<S, R>>, Verdict),
+    /// Handed on to the next state.
+    Over,
+}
+
+impl<F, S, R> Checking<F, S, R>
 where
     F: Future<Output = Result<Decision, StoreError>> + Unpin,
     S: Service<R>,
-    M: Ending<R, S>,
 {
-    let Some((inner, _, verdict)) = pending.as_deref_mut() else {
-        unreachable!("a pending check holds its request until it is left")
-    };
-    if verdict.is_none() {
-        let outcome = ready!(check.as_mut().poll(cx));
-        waited(&check, config, chosen);
-        let judged = verdict.insert(judge(outcome, config, chosen));
-        // Held from here: a service that then fails to get ready, or a
-        // future dropped meanwhile, frees it.
-        if let Verdict::Pass(Some(decision)) = judged {
-            hold.arm(decision);
+    /// The verdict and what was parked, once the store has answered and,
+    /// for a request that may pass, the inner service is ready. The
+    /// request's slot is held as soon as the verdict is in: a service that
+    /// then fails to get ready, or a future dropped meanwhile, frees it.
+    fn poll_verdict(
+        &mut self,
+        chosen: &Chosen,
+        hold: &mut Hold,
+        cx: &mut Context<'_>,
+    ) -> Poll<Result<Handed<S, R>, S::Error>> {
+        loop {
+            match std::mem::replace(&mut self.phase, Phase::Over) {
+                Phase::Judging(parked) => {
+                    let Poll::Ready(outcome) = Pin::new(&mut self.admission).poll(cx) else {
+                        self.phase = Phase::Judging(parked);
+                        return Poll::Pending;
+                    };
+                    waited(&self.admission, &self.config, chosen);
+                    let verdict = judge(outcome, &self.config, chosen, hold);
+                    self.phase = Phase::Readying(parked, verdict);
+                }
+                // Under a layer that waits, the service came unpolled (see
+                // `for_later`): it is made ready only for a request that
+                // will be passed on. A ready one is ready again at once.
+                Phase::Readying(mut parked, verdict @ Verdict::Pass(_)) => {
+                    match parked.inner.poll_ready(cx) {
+                        Poll::Ready(Ok(())) => return Poll::Ready(Ok((verdict, parked))),
+                        Poll::Ready(Err(err)) => return Poll::Ready(Err(err)),
+                        Poll::Pending => {
+                            self.phase = Phase::Readying(parked, verdict);
+                            return Poll::Pending;
+                        }
+                    }
+                }
+                Phase::Readying(parked, verdict) => return Poll::Ready(Ok((verdict, parked))),
+                Phase::Over => panic!("a check polled after it was handed on"),
+            }
         }
     }
-    // Under a layer that waits, the service came unpolled (see
-    // `for_later`): it is made ready only for a request that will be
-    // passed on. A ready one is ready again at once.
-    if let Some(Verdict::Pass(_)) = verdict {
-        ready!(inner.poll_ready(cx)).map_err(M::failed)?;
-    }
-    let Some((mut inner, request, Some(verdict))) = pending.take().map(|p| *p) else {
-        unreachable!("a pending check has its verdict once the store answered")
-    };
-    Poll::Ready(Ok(next_state::<F, S, R, M>(
-        verdict, &mut inner, request, config, chosen,
-    )))
 }

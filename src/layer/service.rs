@@ -14,7 +14,7 @@ use tower::Service;
 use super::body::{BodyMode, HttpMode, WrapBody};
 use super::config::{Chosen, LayerConfig};
 use super::ending::Ending;
-use super::future::{admit, After, ResponseFuture, Settler};
+use super::future::{After, ResponseFuture, Settler};
 use super::key::{KeyExtractor, MissingKey};
 use super::plan::{Plan, SinglePolicy};
 use super::slot::Hold;
@@ -294,7 +294,7 @@ impl<S, E, St, P, M, W> SlidingWindow<S, E, St, P, M, W> {
     #[inline(always)]
     pub(super) fn limit<R, U>(
         &mut self,
-        mut request: R,
+        request: R,
         used: Option<U>,
     ) -> ResponseFuture<St::Future, S, R, M>
     where
@@ -318,35 +318,17 @@ impl<S, E, St, P, M, W> SlidingWindow<S, E, St, P, M, W> {
             return self.no_slots::<R, E::Key>(request, chosen);
         }
         let cost = shared.weights.cost(&request);
-        let (mut check, After { settler, mut hold }) =
-            shared.reserve(key, binding, cost, capped, used);
+        let (mut check, after) = shared.reserve(key, binding, cost, capped, used);
         // A store that answers at once (the memory store always does) lets
         // the request go straight on to the service that was polled ready.
         let mut cx = Context::from_waker(Waker::noop());
-        if let Poll::Ready(outcome) = Pin::new(&mut check).poll(&mut cx) {
-            // The inner service is called here rather than in a helper,
-            // and `request` is a `mut` parameter rather than rebound: both
-            // spare copies of the request on the accepted path.
-            if let Ok(mut decision) = outcome {
-                if decision.is_allowed() || config.shadow {
-                    admit::<R, S, M>(&mut request, &mut decision, config, &chosen);
-                    // Held before the call: a call that panics frees it.
-                    hold.arm(&decision);
-                    let call = self.inner.call(request);
-                    let after = After { settler, hold };
-                    return ResponseFuture::called(call, decision, config, chosen, after);
-                }
+        let inner = &mut self.inner;
+        match Pin::new(&mut check).poll(&mut cx) {
+            Poll::Ready(outcome) => {
+                ResponseFuture::decided(outcome, inner, request, config, chosen, after)
             }
-            return ResponseFuture::decided(
-                outcome,
-                &mut self.inner,
-                request,
-                Arc::clone(config),
-                chosen,
-                After { settler, hold },
-            );
+            Poll::Pending => self.pending(check, request, chosen, after),
         }
-        self.pending(check, request, chosen, After { settler, hold })
     }
 
     /// A request that carries no key: passed on, or answered, as the layer
@@ -404,7 +386,7 @@ impl<S, E, St, P, M, W> SlidingWindow<S, E, St, P, M, W> {
             settler: None,
             hold: Hold::None,
         };
-        ResponseFuture::decided(Err(error), &mut self.inner, request, config, chosen, after)
+        ResponseFuture::decided(Err(error), &mut self.inner, request, &config, chosen, after)
     }
 }
 

@@ -26,10 +26,12 @@ impl Hold {
     /// Holds the slot `decision` took, if it took one.
     pub(crate) fn arm(&mut self, decision: &Decision) {
         if let Self::Pending(_) = self {
-            let Self::Pending(release) = std::mem::replace(self, Self::None) else {
-                unreachable!("matched just above")
+            *self = match std::mem::replace(self, Self::None) {
+                Self::Pending(release) => {
+                    Slot::held(release, decision).map_or(Self::None, Self::Held)
+                }
+                held => held,
             };
-            *self = Slot::held(release, decision).map_or(Self::None, Self::Held);
         }
     }
 

@@ -172,19 +172,21 @@ where
         mut after: After<S::Response, F>,
     ) -> Self {
         // Held before the call: a call that panics frees it.
-        let verdict = judge(outcome, config, &chosen, &mut after.hold);
-        let state = next_state::<F, S, R, M>(verdict, inner, request, config, &chosen);
-        // Only a response reads the configuration: the layer's answers
-        // are made whole.
-        let reads = config.read_after_response();
-        match state {
-            State::Call { call, .. }
-                if !reads && after.settler.is_none() && after.hold.is_none() =>
-            {
-                Self::pass(call)
+        let decision = match judge(outcome, config, &chosen, &mut after.hold) {
+            Verdict::Pass(decision) => decision,
+            Verdict::Answer(refusal) => {
+                let state = answer::<F, S, R, M>(refusal, &request, config, &chosen);
+                return Self::full(state, None, chosen, after);
             }
-            state => Self::full(state, reads.then(|| Arc::clone(config)), chosen, after),
+        };
+        let call = pass_on::<S, R, M>(decision.as_ref(), inner, request, config);
+        // Only a response reads the configuration.
+        let reads = config.read_after_response();
+        if !reads && after.settler.is_none() && after.hold.is_none() {
+            return Self::pass(call);
         }
+        let state = State::Call { call, decision };
+        Self::full(state, reads.then(|| Arc::clone(config)), chosen, after)
     }
 
     pub(crate) fn pass(call: S::Future) -> Self {
@@ -272,7 +274,7 @@ fn waited<F>(admission: &Admission<F>, config: &LayerConfig, chosen: &Chosen) {
 fn next_state<F, S, R, M>(
     verdict: Verdict,
     inner: &mut S,
-    mut request: R,
+    request: R,
     config: &LayerConfig,
     chosen: &Chosen,
 ) -> State<F, S, R, M::Answer>
@@ -281,18 +283,46 @@ where
     M: Ending<R, S>,
 {
     match verdict {
-        Verdict::Pass(decision) => {
-            if let Some(decision) = &decision {
-                M::admit(&mut request, decision, config);
-            }
-            State::Call {
-                call: inner.call(request),
-                decision,
-            }
-        }
-        Verdict::Answer(refusal) => State::Answer {
-            answer: Some(M::answer(refusal, &request, config, chosen)),
+        Verdict::Pass(decision) => State::Call {
+            call: pass_on::<S, R, M>(decision.as_ref(), inner, request, config),
+            decision,
         },
+        Verdict::Answer(refusal) => answer::<F, S, R, M>(refusal, &request, config, chosen),
+    }
+}
+
+/// Calls the inner service with a request that may pass, marked with the
+/// `decision` that let it through, if any.
+#[inline(always)]
+fn pass_on<S, R, M>(
+    decision: Option<&Decision>,
+    inner: &mut S,
+    mut request: R,
+    config: &LayerConfig,
+) -> S::Future
+where
+    S: Service<R>,
+    M: Ending<R, S>,
+{
+    if let Some(decision) = decision {
+        M::admit(&mut request, decision, config);
+    }
+    inner.call(request)
+}
+
+/// The layer's answer to a request it refused.
+fn answer<F, S, R, M>(
+    refusal: Refusal,
+    request: &R,
+    config: &LayerConfig,
+    chosen: &Chosen,
+) -> State<F, S, R, M::Answer>
+where
+    S: Service<R>,
+    M: Ending<R, S>,
+{
+    State::Answer {
+        answer: Some(M::answer(refusal, request, config, chosen)),
     }
 }
 

@@ -343,7 +343,10 @@ impl KeyState {
         decision.holding(id)
     }
 
-    /// Judges a request by the policy's windows and penalty alone.
+    /// Judges a request by the policy's windows and penalty alone. Under a
+    /// policy with no penalty, this is the algorithm's rule alone, which
+    /// [`decide_packed`](Self::decide_packed) runs on packed records: a
+    /// change here that reaches such policies changes it too.
     #[inline(always)]
     fn decide_windows(&mut self, policy: &Policy, now: u64, cost: u32) -> Decision {
         let counts = &mut self.counts;

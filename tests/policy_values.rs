@@ -77,9 +77,13 @@ fn keys_of_a_policy_no_longer_used_go_once_idle_and_never_before() {
     for key in 0..100u64 {
         assert!(store.decide_now(key, &old).is_allowed());
     }
-    // A reload: every later request is judged by another policy. The old
+    // A reload: every later request is judged by another policy, whose
+    // keys the store keeps in another form (a penalty needs the whole
+    // state, where the old policy's keys are their records alone). The old
     // policy's keys are live, and stay through a sweep.
-    let new = two_per_minute().named("after the reload");
+    let new = two_per_minute()
+        .named("after the reload")
+        .with_penalty(Duration::from_secs(1));
     clock.advance(Duration::from_secs(30));
     for key in 1_000..3_000u64 {
         assert!(store.decide_now(key, &new).is_allowed());

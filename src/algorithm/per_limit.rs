@@ -80,8 +80,8 @@ impl<T: Copy + Default> Default for PerLimit<T> {
     }
 }
 
-/// Up to two items are collected in place: a store that keeps records
-/// packed builds its state from them on every call.
+/// Up to two items are collected in place, with no allocation: a store
+/// that keeps records packed builds states from them.
 impl<T: Copy + Default> FromIterator<T> for PerLimit<T> {
     fn from_iter<I: IntoIterator<Item = T>>(iter: I) -> Self {
         let mut iter = iter.into_iter();

@@ -174,8 +174,8 @@ where
         // Held before the call: a call that panics frees it.
         let decision = match judge(outcome, config, &chosen, &mut after.hold) {
             Verdict::Pass(decision) => decision,
-            Verdict::Answer(refusal) => {
-                let state = answer::<F, S, R, M>(refusal, &request, config, &chosen);
+            refused => {
+                let state = next_state::<F, S, R, M>(refused, inner, request, config, &chosen);
                 return Self::full(state, None, chosen, after);
             }
         };
@@ -287,7 +287,9 @@ where
             call: pass_on::<S, R, M>(decision.as_ref(), inner, request, config),
             decision,
         },
-        Verdict::Answer(refusal) => answer::<F, S, R, M>(refusal, &request, config, chosen),
+        Verdict::Answer(refusal) => State::Answer {
+            answer: Some(M::answer(refusal, &request, config, chosen)),
+        },
     }
 }
 
@@ -308,22 +310,6 @@ where
         M::admit(&mut request, decision, config);
     }
     inner.call(request)
-}
-
-/// The layer's answer to a request it refused.
-fn answer<F, S, R, M>(
-    refusal: Refusal,
-    request: &R,
-    config: &LayerConfig,
-    chosen: &Chosen,
-) -> State<F, S, R, M::Answer>
-where
-    S: Service<R>,
-    M: Ending<R, S>,
-{
-    State::Answer {
-        answer: Some(M::answer(refusal, request, config, chosen)),
-    }
 }
 
 impl<F, S, R, M> Future for ResponseFuture<F, S, R, M>
@@ -374,8 +360,11 @@ where
                     ready!(check.poll_verdict(chosen, hold, cx)).map_err(M::failed)?;
                 let Parked { mut inner, request } = *parked;
                 let layer = Arc::clone(&check.config);
+                // Only the response to a judged request reads it.
+                let reads =
+                    matches!(verdict, Verdict::Pass(Some(_))) && layer.read_after_response();
                 let next = next_state::<F, S, R, M>(verdict, &mut inner, request, &layer, chosen);
-                *config = layer.read_after_response().then_some(layer);
+                *config = reads.then_some(layer);
                 state.set(next);
             }
             StateProj::Call { call, decision } => {
@@ -482,7 +471,8 @@ enum Phase<S, R> {
     /// The verdict is in; a request that may pass waits for the inner
     /// service to be ready.
     Readying(Box<Parked<S, R>>, Verdict),
-    /// Handed on to the next state.
+    /// Finished: the verdict handed on, or the inner service failed to
+    /// get ready.
     Over,
 }
 
@@ -526,7 +516,7 @@ where
                     }
                 }
                 Phase::Readying(parked, verdict) => return Poll::Ready(Ok((verdict, parked))),
-                Phase::Over => panic!("a check polled after it was handed on"),
+                Phase::Over => panic!("a check polled after it finished"),
             }
         }
     }

@@ -381,12 +381,12 @@ impl<S, E, St, P, M, W> SlidingWindow<S, E, St, P, M, W> {
             None,
         )
         .with_kind(StoreErrorKind::Config);
-        let config = Arc::clone(&self.shared.config);
+        let config = &self.shared.config;
         let after = After {
             settler: None,
             hold: Hold::None,
         };
-        ResponseFuture::decided(Err(error), &mut self.inner, request, &config, chosen, after)
+        ResponseFuture::decided(Err(error), &mut self.inner, request, config, chosen, after)
     }
 }
 

@@ -25,14 +25,10 @@ pub(crate) enum Hold {
 impl Hold {
     /// Holds the slot `decision` took, if it took one.
     pub(crate) fn arm(&mut self, decision: &Decision) {
-        if let Self::Pending(_) = self {
-            *self = match std::mem::replace(self, Self::None) {
-                Self::Pending(release) => {
-                    Slot::held(release, decision).map_or(Self::None, Self::Held)
-                }
-                held => held,
-            };
-        }
+        *self = match std::mem::replace(self, Self::None) {
+            Self::Pending(release) => Slot::held(release, decision).map_or(Self::None, Self::Held),
+            unchanged => unchanged,
+        };
     }
 
     /// The slot held, for the response to carry.

@@ -62,13 +62,13 @@ impl Packs for Tat {
     }
 }
 
-fn unpacked<R: Packs>(words: &[PackedRecord]) -> impl Iterator<Item = R> + '_ {
+fn read_records<R: Packs>(words: &[PackedRecord]) -> impl Iterator<Item = R> + '_ {
     words.iter().map(|&words| R::unpacked(words))
 }
 
 /// Writes `records` into `words`, and records that have seen nothing
 /// past them.
-fn pack<R: Packs>(records: &[R], words: &mut [PackedRecord]) {
+fn write_records<R: Packs>(records: &[R], words: &mut [PackedRecord]) {
     for (at, words) in words.iter_mut().enumerate() {
         *words = records.get(at).map_or([0, 0], |record| record.packed());
     }
@@ -89,7 +89,7 @@ fn judge<R: Packs>(
     }
     let decision = decide(records);
     if decision.is_allowed() {
-        pack(records, words);
+        write_records(records, words);
     }
     decision
 }
@@ -99,23 +99,29 @@ impl KeyState {
     /// or two limits of the counter, the fixed window or the bucket, with no
     /// penalty and no cap, so that the state never holds anything else. A
     /// log's stamps are no records.
-    pub(crate) fn packs(policy: &Policy) -> Option<usize> {
-        let plain = policy.algorithm() != Algorithm::SlidingLog
-            && policy.penalty_micros() == 0
-            && policy.in_flight().is_none();
+    pub(crate) fn packed_limits(policy: &Policy) -> Option<usize> {
+        let records_only = matches!(
+            policy.algorithm(),
+            Algorithm::SlidingCounter | Algorithm::FixedWindow | Algorithm::TokenBucket
+        );
+        let plain = records_only && policy.penalty_micros() == 0 && policy.in_flight().is_none();
         let limits = policy.limits().len();
         (plain && (1..=MOST_LIMITS).contains(&limits)).then_some(limits)
     }
 
     /// The state `records` tell under `policy`, a policy the state
-    /// [`packs`](Self::packs) for.
+    /// [`packed_limits`](Self::packed_limits) for.
     pub(crate) fn unpack(policy: &Policy, records: &[PackedRecord]) -> KeyState {
         let counts = match policy.algorithm() {
             Algorithm::SlidingCounter => {
-                Counts::Counter(SlidingCounter::from_records(unpacked(records)))
+                Counts::Counter(SlidingCounter::from_records(read_records(records)))
             }
-            Algorithm::FixedWindow => Counts::Fixed(FixedWindow::from_records(unpacked(records))),
-            Algorithm::TokenBucket => Counts::Bucket(TokenBucket::from_records(unpacked(records))),
+            Algorithm::FixedWindow => {
+                Counts::Fixed(FixedWindow::from_records(read_records(records)))
+            }
+            Algorithm::TokenBucket => {
+                Counts::Bucket(TokenBucket::from_records(read_records(records)))
+            }
             Algorithm::SlidingLog => Counts::Log(SlidingLog::new()),
         };
         KeyState {
@@ -128,9 +134,9 @@ impl KeyState {
     /// are written as records that have seen nothing.
     pub(crate) fn pack(&self, records: &mut [PackedRecord]) {
         match &self.counts {
-            Counts::Counter(counter) => pack(counter.records(), records),
-            Counts::Fixed(fixed) => pack(fixed.records(), records),
-            Counts::Bucket(bucket) => pack(bucket.records(), records),
+            Counts::Counter(counter) => write_records(counter.records(), records),
+            Counts::Fixed(fixed) => write_records(fixed.records(), records),
+            Counts::Bucket(bucket) => write_records(bucket.records(), records),
             Counts::Log(_) => records.fill([0, 0]),
         }
     }
@@ -176,21 +182,22 @@ mod tests {
     use super::*;
     use crate::limit::Limit;
 
-    #[test]
-    fn packed_records_judge_as_the_whole_state() {
-        let limits = [Limit::per_second(3), Limit::per_minute(5)];
+    /// Judges the same requests on packed records and on a whole state,
+    /// at `times` (ms), and checks that they answer and record alike.
+    fn judged_alike(limits: &[Limit], times: impl Iterator<Item = u64> + Clone) {
         for algorithm in [
             Algorithm::SlidingCounter,
             Algorithm::FixedWindow,
             Algorithm::TokenBucket,
         ] {
-            let policy = Policy::new(algorithm, limits).unwrap();
-            assert_eq!(KeyState::packs(&policy), Some(2));
+            let policy = Policy::new(algorithm, limits.iter().copied()).unwrap();
+            assert_eq!(KeyState::packed_limits(&policy), Some(limits.len()));
             let mut whole = KeyState::new(algorithm);
-            let mut records = [[0; 2]; 2];
+            let mut records = vec![[0; 2]; limits.len()];
             // Costs of one and two units, of none, and too costly.
-            for (step, cost) in (0..60u64).zip([1, 2, 1, 0, 1, 9].into_iter().cycle()) {
-                let now = Duration::from_millis(step * 450);
+            let costs = [1, 2, 1, 0, 1, 9].into_iter().cycle();
+            for (step, (millis, cost)) in times.clone().zip(costs).enumerate() {
+                let now = Duration::from_millis(millis);
                 let expected = whole.decide(&policy, now, cost);
                 let micros = now.as_micros() as u64;
                 let decision = KeyState::decide_packed(&policy, &mut records, micros, cost);
@@ -199,7 +206,7 @@ mod tests {
                 assert_eq!(said(&decision), said(&expected), "{algorithm:?} {step}");
                 let state = KeyState::unpack(&policy, &records);
                 assert_eq!(state.to_bytes(), whole.to_bytes(), "{algorithm:?} {step}");
-                let mut again = [[0; 2]; 2];
+                let mut again = vec![[0; 2]; limits.len()];
                 state.pack(&mut again);
                 assert_eq!(again, records);
             }
@@ -207,20 +214,38 @@ mod tests {
     }
 
     #[test]
+    fn packed_records_judge_as_the_whole_state() {
+        let forward = (0..60).map(|step| step * 450);
+        // A clock that steps back a window's length now and then.
+        let stepping_back =
+            (0..60).map(|step: u64| (step * 450).saturating_sub(1_000 * (step % 7)));
+        for times in [forward.clone().collect::<Vec<_>>(), stepping_back.collect()] {
+            judged_alike(&[Limit::per_second(3)], times.iter().copied());
+            judged_alike(
+                &[Limit::per_second(3), Limit::per_minute(5)],
+                times.iter().copied(),
+            );
+        }
+    }
+
+    #[test]
     fn only_plain_policies_pack() {
         let one = |algorithm| Policy::new(algorithm, [Limit::per_second(3)]).unwrap();
-        assert_eq!(KeyState::packs(&one(Algorithm::TokenBucket)), Some(1));
-        assert_eq!(KeyState::packs(&one(Algorithm::SlidingLog)), None);
+        assert_eq!(
+            KeyState::packed_limits(&one(Algorithm::TokenBucket)),
+            Some(1)
+        );
+        assert_eq!(KeyState::packed_limits(&one(Algorithm::SlidingLog)), None);
         let penalised = one(Algorithm::SlidingCounter).with_penalty(Duration::from_secs(1));
-        assert_eq!(KeyState::packs(&penalised), None);
+        assert_eq!(KeyState::packed_limits(&penalised), None);
         let capped = one(Algorithm::FixedWindow).with_in_flight(2);
-        assert_eq!(KeyState::packs(&capped), None);
+        assert_eq!(KeyState::packed_limits(&capped), None);
         let three = [
             Limit::per_second(1),
             Limit::per_minute(2),
             Limit::per_hour(3),
         ];
         let three = Policy::new(Algorithm::SlidingCounter, three).unwrap();
-        assert_eq!(KeyState::packs(&three), None);
+        assert_eq!(KeyState::packed_limits(&three), None);
     }
 }

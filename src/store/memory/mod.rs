@@ -10,13 +10,16 @@ use std::future::{ready, Ready};
 use std::hash::Hash;
 use std::sync::Arc;
 
-use self::registry::{Registry, Table};
+use self::registry::Registry;
+use self::shards::Shards;
+use self::stored::{Form, Packed};
 use self::waiters::Waiters;
 use super::{SlotFreed, Store, StoreError};
 use crate::algorithm::Decision;
 use crate::clock::{Clock, SystemClock};
 use crate::error::ConfigError;
 use crate::policy::Policy;
+use crate::state::KeyState;
 
 /// State for every key in this process's memory.
 ///
@@ -30,8 +33,10 @@ use crate::policy::Policy;
 ///   different [name](Policy::named) keeps them apart (see [`Store`]).
 /// * **Policies are data.** The store keeps one map per key type, whatever
 ///   the number of policies; an entry holds its key, a reference to its
-///   policy and its [`KeyState`](crate::KeyState), the state every store
-///   judges with. A key under a policy of its own costs that policy's
+///   policy and its state: the [`KeyState`](crate::KeyState) every store
+///   judges with, or, under one or two limits of the counter, the fixed
+///   window or the bucket with no penalty and no cap, only that state's
+///   records (32 bytes an entry for a `u64` key and one limit). A key under a policy of its own costs that policy's
 ///   value beside it (about 140 bytes); keys share one value when a plan
 ///   hands out the same [`Policy`] (cloned from a map of tenants), while a
 ///   plan building a new one per request may pay it per key.
@@ -76,18 +81,28 @@ struct Inner<C> {
 /// live in, found once (see [`Store::bind`]). Cheap to clone; use it with
 /// the store that made it.
 pub struct MemoryBinding<K> {
-    table: Table<K>,
+    shards: Arc<Shards<K>>,
     policy: Policy,
+    /// How the policy's keys are kept: picked once, when bound.
+    form: Form,
 }
 
-/// Runs `$body` with `$shards` bound to the map of `$binding`'s table,
-/// whichever form its states are kept in.
-macro_rules! in_table {
-    ($binding:expr, $shards:ident => $body:expr) => {
-        match &$binding.table {
-            Table::Whole($shards) => $body,
-            Table::One($shards) => $body,
-            Table::Two($shards) => $body,
+/// Runs `$body` with `$V` naming the type `$binding`'s keys are kept as.
+macro_rules! in_form {
+    ($binding:expr, $V:ident => $body:expr) => {
+        match $binding.form {
+            Form::Whole => {
+                type $V = KeyState;
+                $body
+            }
+            Form::One => {
+                type $V = Packed<1>;
+                $body
+            }
+            Form::Two => {
+                type $V = Packed<2>;
+                $body
+            }
         }
     };
 }
@@ -95,8 +110,9 @@ macro_rules! in_table {
 impl<K> Clone for MemoryBinding<K> {
     fn clone(&self) -> Self {
         Self {
-            table: self.table.clone(),
+            shards: Arc::clone(&self.shards),
             policy: self.policy.clone(),
+            form: self.form,
         }
     }
 }
@@ -172,8 +188,9 @@ impl<C: Clock> MemoryStore<C> {
         K: Hash + Eq + Send + Sync + 'static,
     {
         MemoryBinding {
-            table: self.inner.maps.maps().table(policy),
+            shards: self.inner.maps.shards(),
             policy: policy.clone(),
+            form: Form::of(policy),
         }
     }
 
@@ -209,7 +226,8 @@ impl<C: Clock> MemoryStore<C> {
     {
         let clock = || self.inner.clock.now_micros();
         let full = |key, now| self.make_room(key, now, binding, cost);
-        in_table!(binding, shards => shards.decide(key, &binding.policy, clock, cost, full))
+        let (shards, policy) = (&binding.shards, &binding.policy);
+        in_form!(binding, V => shards.decide::<V>(key, policy, clock, cost, full))
     }
 
     /// A new key found the store full: sweeps the whole store if that is
@@ -219,16 +237,14 @@ impl<C: Clock> MemoryStore<C> {
     where
         K: Hash + Eq + Send + Sync + 'static,
     {
-        let policy = &binding.policy;
+        let (shards, policy) = (&binding.shards, &binding.policy);
         let maps = &self.inner.maps;
-        in_table!(binding, shards => {
-            if !maps.cap().claim_full_sweep(now) {
-                return shards.no_room(policy, now);
-            }
-            maps.sweep_all(now);
-            let no_room = |_, now| shards.no_room(policy, now);
-            shards.decide(key, policy, || now, cost, no_room)
-        })
+        if !maps.cap().claim_full_sweep(now) {
+            return shards.no_room(policy, now);
+        }
+        maps.sweep_all(now);
+        let no_room = |_, now| shards.no_room(policy, now);
+        in_form!(binding, V => shards.decide::<V>(key, policy, || now, cost, no_room))
     }
 
     /// Settles a request as [`Store::settle_bound`] describes, right now.
@@ -247,8 +263,8 @@ impl<C: Clock> MemoryStore<C> {
             return *admitted;
         }
         let now = self.inner.clock.now_micros();
-        let policy = &binding.policy;
-        in_table!(binding, shards => shards.settle(key, policy, now, admitted, cost, used));
+        let (shards, policy) = (&binding.shards, &binding.policy);
+        in_form!(binding, V => shards.settle::<V>(key, policy, now, admitted, cost, used));
         admitted.settled(cost, used)
     }
 
@@ -267,7 +283,7 @@ impl<C: Clock> MemoryStore<C> {
         K: Hash + Eq + Send + Sync + 'static,
     {
         let now = self.inner.clock.now_micros();
-        in_table!(binding, shards => shards.peek(key, &binding.policy, now))
+        in_form!(binding, V => binding.shards.peek::<V>(key, &binding.policy, now))
     }
 
     /// The number of keys of type `K` held, live or not yet swept.
@@ -318,17 +334,14 @@ where
     fn release_bound(&self, key: K, binding: &MemoryBinding<K>, admitted: &Decision) {
         if admitted.holds_slot() {
             let now = self.inner.clock.now_micros();
-            let policy = &binding.policy;
-            let hash = in_table!(binding, shards => {
-                shards.release(&key, policy, now, admitted);
-                shards.hash(&key, policy)
-            });
-            self.inner.waiters.wake_one(hash);
+            let (shards, policy) = (&binding.shards, &binding.policy);
+            in_form!(binding, V => shards.release::<V>(&key, policy, now, admitted));
+            self.inner.waiters.wake_one(shards.hash(&key, policy));
         }
     }
 
     fn slot_freed(&self, key: &K, binding: &MemoryBinding<K>) -> Option<SlotFreed> {
-        let hash = in_table!(binding, shards => shards.hash(key, &binding.policy));
+        let hash = binding.shards.hash(key, &binding.policy);
         Some(self.inner.waiters.wait(hash))
     }
 }

@@ -12,81 +12,31 @@ use parking_lot::RwLock;
 
 use super::cap::KeyCap;
 use super::shards::Shards;
-use super::stored::Packed;
-use crate::policy::Policy;
-use crate::state::KeyState;
 
-/// The maps of some key type, the type erased.
-trait AnyMaps: Send + Sync {
+/// The map of some key type, the type erased.
+trait AnyShards: Send + Sync {
     fn as_any(&self) -> &dyn Any;
     fn key_count(&self) -> usize;
     fn sweep_all(&self, now: u64);
 }
 
-/// The maps of one key type: one for states kept whole, and one for
-/// states packed in each number of records.
-pub(super) struct Maps<K> {
-    whole: Arc<Shards<K, KeyState>>,
-    one: Arc<Shards<K, Packed<1>>>,
-    two: Arc<Shards<K, Packed<2>>>,
-}
-
-/// The map a policy's keys live in.
-pub(super) enum Table<K> {
-    Whole(Arc<Shards<K, KeyState>>),
-    One(Arc<Shards<K, Packed<1>>>),
-    Two(Arc<Shards<K, Packed<2>>>),
-}
-
-impl<K: Hash + Eq + Send + Sync + 'static> Maps<K> {
-    fn new(cap: &Arc<KeyCap>) -> Self {
-        Self {
-            whole: Arc::new(Shards::new(Arc::clone(cap))),
-            one: Arc::new(Shards::new(Arc::clone(cap))),
-            two: Arc::new(Shards::new(Arc::clone(cap))),
-        }
-    }
-
-    /// The map for keys under `policy`: its records alone where they tell
-    /// its state whole.
-    pub(super) fn table(&self, policy: &Policy) -> Table<K> {
-        match KeyState::packs(policy) {
-            Some(1) => Table::One(Arc::clone(&self.one)),
-            Some(2) => Table::Two(Arc::clone(&self.two)),
-            _ => Table::Whole(Arc::clone(&self.whole)),
-        }
-    }
-}
-
-impl<K> Clone for Table<K> {
-    fn clone(&self) -> Self {
-        match self {
-            Self::Whole(shards) => Self::Whole(Arc::clone(shards)),
-            Self::One(shards) => Self::One(Arc::clone(shards)),
-            Self::Two(shards) => Self::Two(Arc::clone(shards)),
-        }
-    }
-}
-
-impl<K: Hash + Eq + Send + Sync + 'static> AnyMaps for Arc<Maps<K>> {
+impl<K: Hash + Eq + Send + Sync + 'static> AnyShards for Arc<Shards<K>> {
     fn as_any(&self) -> &dyn Any {
         self
     }
 
     fn key_count(&self) -> usize {
-        self.whole.len() + self.one.len() + self.two.len()
+        self.len()
     }
 
     fn sweep_all(&self, now: u64) {
-        self.whole.sweep_all(now);
-        self.one.sweep_all(now);
-        self.two.sweep_all(now);
+        Shards::sweep_all(self, now);
     }
 }
 
 /// Every map of one store, and the cap they share.
 pub(super) struct Registry {
-    by_key_type: RwLock<HashMap<TypeId, Box<dyn AnyMaps>, RandomState>>,
+    by_key_type: RwLock<HashMap<TypeId, Box<dyn AnyShards>, RandomState>>,
     cap: Arc<KeyCap>,
 }
 
@@ -102,13 +52,13 @@ impl Registry {
         &self.cap
     }
 
-    /// The maps holding keys of type `K`, made if new.
-    pub(super) fn maps<K>(&self) -> Arc<Maps<K>>
+    /// The map holding keys of type `K`, made if new.
+    pub(super) fn shards<K>(&self) -> Arc<Shards<K>>
     where
         K: Hash + Eq + Send + Sync + 'static,
     {
-        let found = |maps: &dyn AnyMaps| {
-            let shards = maps.as_any().downcast_ref::<Arc<Maps<K>>>();
+        let found = |maps: &dyn AnyShards| {
+            let shards = maps.as_any().downcast_ref::<Arc<Shards<K>>>();
             Arc::clone(shards.expect("the map found by a key type's id holds that key type"))
         };
         if let Some(maps) = self.by_key_type.read().get(&TypeId::of::<K>()) {
@@ -117,7 +67,7 @@ impl Registry {
         let mut by_key_type = self.by_key_type.write();
         let maps = by_key_type
             .entry(TypeId::of::<K>())
-            .or_insert_with(|| Box::new(Arc::new(Maps::<K>::new(&self.cap))));
+            .or_insert_with(|| Box::new(Arc::new(Shards::<K>::new(Arc::clone(&self.cap)))));
         found(&**maps)
     }
 

@@ -1,5 +1,5 @@
 //! A sharded map from (policy, key) to the key's state, kept whole or as
-//! its records (see `stored`), with idle
+//! its records (see `stored`) in a table of each form per shard, with idle
 //! eviction under the store's cap on live keys.
 
 use std::hash::{BuildHasher, Hash};
@@ -10,7 +10,7 @@ use hashbrown::HashTable;
 use parking_lot::{Mutex, MutexGuard};
 
 use super::cap::KeyCap;
-use super::stored::Stored;
+use super::stored::{Packed, Stored};
 use crate::algorithm::{Decision, Origin};
 use crate::policy::{Policy, Weighed};
 use crate::state::KeyState;
@@ -37,7 +37,7 @@ fn droppable_from(state: &KeyState, policy: &Policy) -> u64 {
 /// One key's state under one policy, kept as `V`. The policy is the
 /// entry's own, so that tenants with limits of their own share a map; it
 /// is also how a sweep knows when the state goes idle.
-struct Entry<K, V> {
+pub(super) struct Entry<K, V> {
     key: K,
     policy: Policy,
     state: V,
@@ -52,8 +52,38 @@ impl<K: Eq, V> Entry<K, V> {
     }
 }
 
-struct Shard<K, V> {
-    table: HashTable<Entry<K, V>>,
+/// A shard's entries, a table for each form a state is kept in.
+pub(super) struct Tables<K> {
+    whole: HashTable<Entry<K, KeyState>>,
+    one: HashTable<Entry<K, Packed<1>>>,
+    two: HashTable<Entry<K, Packed<2>>>,
+}
+
+/// A form of state, and its table in a shard.
+pub(super) trait InShard: Stored + Sized {
+    fn table<K>(tables: &mut Tables<K>) -> &mut HashTable<Entry<K, Self>>;
+}
+
+impl InShard for KeyState {
+    fn table<K>(tables: &mut Tables<K>) -> &mut HashTable<Entry<K, Self>> {
+        &mut tables.whole
+    }
+}
+
+impl InShard for Packed<1> {
+    fn table<K>(tables: &mut Tables<K>) -> &mut HashTable<Entry<K, Self>> {
+        &mut tables.one
+    }
+}
+
+impl InShard for Packed<2> {
+    fn table<K>(tables: &mut Tables<K>) -> &mut HashTable<Entry<K, Self>> {
+        &mut tables.two
+    }
+}
+
+struct Shard<K> {
+    tables: Tables<K>,
     /// The policy of the key added last, whose value a new key under an
     /// equal policy shares: a plan that builds its policy on every request
     /// then costs one copy of it, not one per key.
@@ -61,53 +91,72 @@ struct Shard<K, V> {
     next_sweep: u64,
 }
 
-impl<K, V: Stored> Shard<K, V> {
-    /// Drops entries idle for the grace period, lets the others give back
-    /// memory they no longer need, and tells the cap when the earliest
-    /// remaining one may be dropped.
+impl<K> Shard<K> {
+    /// Drops entries idle for the grace period, in every table, lets the
+    /// others give back memory they no longer need, and tells the cap when
+    /// the earliest remaining one may be dropped.
     #[cold]
     #[inline(never)]
     fn sweep(&mut self, now: u64, cap: &KeyCap) {
-        let before = self.table.len();
         let mut earliest = u64::MAX;
-        self.table.retain(|entry| {
-            let policy = &entry.policy;
-            let drop_from = entry
-                .state
-                .read(policy, |state| droppable_from(state, policy));
-            let kept = drop_from > now || drop_from == u64::MAX;
-            if kept {
-                earliest = earliest.min(drop_from);
-                entry.state.shed(policy);
-            }
-            kept
-        });
-        cap.release(before - self.table.len());
+        let tables = &mut self.tables;
+        let dropped = sweep(&mut tables.whole, now, &mut earliest)
+            + sweep(&mut tables.one, now, &mut earliest)
+            + sweep(&mut tables.two, now, &mut earliest);
+        cap.release(dropped);
         cap.swept(earliest);
         self.next_sweep = now.saturating_add(SWEEP_EVERY_MICROS);
     }
+
+    fn len(&self) -> usize {
+        let tables = &self.tables;
+        tables.whole.len() + tables.one.len() + tables.two.len()
+    }
+}
+
+/// Drops `table`'s entries idle at `now`, and lowers `earliest` to when
+/// the first of the others may be dropped; how many it dropped.
+fn sweep<K, V: Stored>(table: &mut HashTable<Entry<K, V>>, now: u64, earliest: &mut u64) -> usize {
+    let before = table.len();
+    table.retain(|entry| {
+        let policy = &entry.policy;
+        let drop_from = entry
+            .state
+            .read(policy, |state| droppable_from(state, policy));
+        let kept = drop_from > now || drop_from == u64::MAX;
+        if kept {
+            *earliest = (*earliest).min(drop_from);
+            entry.state.shed(policy);
+        }
+        kept
+    });
+    before - table.len()
 }
 
 /// A shard and its lock, aligned to a cache line so that two shards' locks
 /// never share one: threads working on different shards do not slow each
 /// other down.
 #[repr(align(64))]
-struct Padded<K, V>(Mutex<Shard<K, V>>);
+struct Padded<K>(Mutex<Shard<K>>);
 
-/// Every key's state, for keys of type `K`, kept as `V`.
-pub(super) struct Shards<K, V> {
-    shards: Box<[Padded<K, V>]>,
+/// Every key's state, under any policy, for keys of type `K`.
+pub(super) struct Shards<K> {
+    shards: Box<[Padded<K>]>,
     hasher: RandomState,
     cap: Arc<KeyCap>,
 }
 
-impl<K: Hash + Eq, V: Stored> Shards<K, V> {
+impl<K: Hash + Eq> Shards<K> {
     /// Enough shards for the cap's keys (at most 64).
     pub(super) fn new(cap: Arc<KeyCap>) -> Self {
         let count = (cap.max() / 16).clamp(1, 64).next_power_of_two();
         let shard = || {
             Padded(Mutex::new(Shard {
-                table: HashTable::new(),
+                tables: Tables {
+                    whole: HashTable::new(),
+                    one: HashTable::new(),
+                    two: HashTable::new(),
+                },
                 last_policy: None,
                 next_sweep: SWEEP_EVERY_MICROS,
             }))
@@ -131,7 +180,7 @@ impl<K: Hash + Eq, V: Stored> Shards<K, V> {
     /// before the clock is read rather than after.
     // A slot taken here never expires: the layer releases it when its
     // request ends, and the slots end with the process.
-    pub(super) fn decide(
+    pub(super) fn decide<V: InShard>(
         &self,
         key: K,
         policy: &Policy,
@@ -142,11 +191,11 @@ impl<K: Hash + Eq, V: Stored> Shards<K, V> {
         let hash = self.hash(&key, policy);
         let mut guard = self.shard(hash).lock();
         let shard = &mut *guard;
-        let mut found = shard.table.find_mut(hash, |e| e.is(&key, policy));
+        let mut found = V::table(&mut shard.tables).find_mut(hash, |e| e.is(&key, policy));
         let now = clock();
         if now >= shard.next_sweep {
             shard.sweep(now, &self.cap);
-            found = shard.table.find_mut(hash, |e| e.is(&key, policy));
+            found = V::table(&mut shard.tables).find_mut(hash, |e| e.is(&key, policy));
         }
         if let Some(entry) = found {
             return entry.state.decide(policy, now, cost, FOREVER);
@@ -163,7 +212,7 @@ impl<K: Hash + Eq, V: Stored> Shards<K, V> {
                 decision
             };
         }
-        match self.insert(shard, hash, key, policy, state) {
+        match self.insert::<V>(shard, hash, key, policy, state) {
             Ok(()) => decision,
             Err(key) => {
                 drop(guard);
@@ -179,7 +228,7 @@ impl<K: Hash + Eq, V: Stored> Shards<K, V> {
     }
 
     /// `key`'s hash and its shard, locked and swept if that is due at `now`.
-    fn shard_for(&self, key: &K, policy: &Policy, now: u64) -> (u64, MutexGuard<'_, Shard<K, V>>) {
+    fn shard_for(&self, key: &K, policy: &Policy, now: u64) -> (u64, MutexGuard<'_, Shard<K>>) {
         let hash = self.hash(key, policy);
         let mut shard = self.shard(hash).lock();
         if now >= shard.next_sweep {
@@ -195,7 +244,7 @@ impl<K: Hash + Eq, V: Stored> Shards<K, V> {
     /// not poison, which is sound here: a panic while holding it cannot
     /// leave a shard half-updated (every update is a plain store).
     #[inline(always)]
-    fn shard(&self, hash: u64) -> &Mutex<Shard<K, V>> {
+    fn shard(&self, hash: u64) -> &Mutex<Shard<K>> {
         // The middle bits pick the shard: the table itself uses the low bits
         // for buckets and the top seven as tags.
         &self.shards[(hash >> 32) as usize & (self.shards.len() - 1)].0
@@ -203,9 +252,9 @@ impl<K: Hash + Eq, V: Stored> Shards<K, V> {
 
     /// Adds a new key's state to its shard if the store has room for it,
     /// else gives the key back.
-    fn insert(
+    fn insert<V: InShard>(
         &self,
-        shard: &mut Shard<K, V>,
+        shard: &mut Shard<K>,
         hash: u64,
         key: K,
         policy: &Policy,
@@ -221,7 +270,7 @@ impl<K: Hash + Eq, V: Stored> Shards<K, V> {
         let state = V::keep(state);
         let entry = Entry { key, policy, state };
         let hasher = &self.hasher;
-        shard.table.insert_unique(hash, entry, |entry| {
+        V::table(&mut shard.tables).insert_unique(hash, entry, |entry| {
             hasher.hash_one(&entry.key) ^ entry.policy.value_hash()
         });
         Ok(())
@@ -231,7 +280,7 @@ impl<K: Hash + Eq, V: Stored> Shards<K, V> {
     /// [`KeyState::settle`] does. A key no longer held (idle past its
     /// windows) has nothing to give back, but is charged an excess afresh,
     /// as a new key would be, if there is room.
-    pub(super) fn settle(
+    pub(super) fn settle<V: InShard>(
         &self,
         key: K,
         policy: &Policy,
@@ -242,7 +291,7 @@ impl<K: Hash + Eq, V: Stored> Shards<K, V> {
     ) {
         let (hash, mut guard) = self.shard_for(&key, policy, now);
         let shard = &mut *guard;
-        if let Some(entry) = shard.table.find_mut(hash, |e| e.is(&key, policy)) {
+        if let Some(entry) = V::table(&mut shard.tables).find_mut(hash, |e| e.is(&key, policy)) {
             entry.state.change(policy, |state| {
                 state.settle_micros(policy, now, admitted, cost, used)
             });
@@ -252,15 +301,22 @@ impl<K: Hash + Eq, V: Stored> Shards<K, V> {
         state.settle_micros(policy, now, admitted, cost, used);
         if !state.is_fresh() {
             // A store with no room keeps no excess either.
-            let _ = self.insert(shard, hash, key, policy, state);
+            let _ = self.insert::<V>(shard, hash, key, policy, state);
         }
     }
 
     /// Frees the in-flight slot `admitted` took for `key`, if its entry
     /// still holds it.
-    pub(super) fn release(&self, key: &K, policy: &Policy, now: u64, admitted: &Decision) {
+    pub(super) fn release<V: InShard>(
+        &self,
+        key: &K,
+        policy: &Policy,
+        now: u64,
+        admitted: &Decision,
+    ) {
         let (hash, mut shard) = self.shard_for(key, policy, now);
-        if let Some(entry) = shard.table.find_mut(hash, |e| e.is(key, policy)) {
+        let table = V::table(&mut shard.tables);
+        if let Some(entry) = table.find_mut(hash, |e| e.is(key, policy)) {
             entry.state.change(policy, |state| state.release(admitted));
         }
     }
@@ -270,9 +326,9 @@ impl<K: Hash + Eq, V: Stored> Shards<K, V> {
     ///
     /// A new key at a full store is refused as `decide` would refuse it: a
     /// key the store could not record must not pass unlimited.
-    pub(super) fn peek(&self, key: &K, policy: &Policy, now: u64) -> Decision {
-        let (hash, shard) = self.shard_for(key, policy, now);
-        match shard.table.find(hash, |e| e.is(key, policy)) {
+    pub(super) fn peek<V: InShard>(&self, key: &K, policy: &Policy, now: u64) -> Decision {
+        let (hash, mut shard) = self.shard_for(key, policy, now);
+        match V::table(&mut shard.tables).find(hash, |e| e.is(key, policy)) {
             Some(entry) => entry.state.read(policy, |state| state.peek_at(policy, now)),
             None if self.cap.is_full() => self.no_room(policy, now),
             None => KeyState::new(policy.algorithm()).peek_at(policy, now),
@@ -298,9 +354,17 @@ impl<K: Hash + Eq, V: Stored> Shards<K, V> {
     }
 
     pub(super) fn len(&self) -> usize {
-        self.shards
-            .iter()
-            .map(|shard| shard.0.lock().table.len())
-            .sum()
+        self.shards.iter().map(|shard| shard.0.lock().len()).sum()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_packed_entry_is_its_key_policy_and_records() {
+        assert_eq!(size_of::<Entry<u64, Packed<1>>>(), 32);
+        assert_eq!(size_of::<Entry<u64, Packed<2>>>(), 48);
     }
 }

@@ -8,6 +8,25 @@ use crate::algorithm::Decision;
 use crate::policy::Policy;
 use crate::state::{KeyState, PackedRecord};
 
+/// The form a policy's keys are kept in: their records alone where those
+/// tell a state under it whole.
+#[derive(Clone, Copy, Debug)]
+pub(super) enum Form {
+    Whole,
+    One,
+    Two,
+}
+
+impl Form {
+    pub(super) fn of(policy: &Policy) -> Self {
+        match KeyState::packed_limits(policy) {
+            Some(1) => Self::One,
+            Some(2) => Self::Two,
+            _ => Self::Whole,
+        }
+    }
+}
+
 /// A key's state as an entry keeps it.
 pub(super) trait Stored: Send + Sync + 'static {
     /// Keeps `state`, a state under a policy this form suits.
@@ -54,7 +73,7 @@ impl Stored for KeyState {
 }
 
 /// The records of a state under a policy of `N` limits that
-/// [`KeyState::packs`] for.
+/// [`KeyState::packed_limits`] says are told whole by `N` records.
 #[derive(Clone, Copy)]
 pub(super) struct Packed<const N: usize>([PackedRecord; N]);
 

@@ -212,11 +212,16 @@ impl<K: Hash + Eq> Shards<K> {
             found = V::table(&mut shard.tables).find_mut(hash, |e| e.is(&key, policy));
         }
         if let Some(entry) = found {
-            let decision = entry.state.decide(policy, now, cost, FOREVER);
-            if V::PACKED && !decision.is_allowed() && policy.penalty_micros() > 0 {
-                return self.start_penalty::<V>(shard, hash, &key, policy, now, cost, decision);
+            // Only a packed key under a penalty needs its decision looked at.
+            if !V::PACKED || policy.penalty_micros() == 0 {
+                return entry.state.decide(policy, now, cost, FOREVER);
             }
-            return decision;
+            let decision = entry.state.decide(policy, now, cost, FOREVER);
+            if decision.is_allowed() {
+                return decision;
+            }
+            let penalised = self.start_penalty::<V>(shard, hash, &key, policy, now, cost);
+            return penalised.unwrap_or(decision);
         }
         if let Some(entry) = kept_whole::<K, V>(&mut shard.tables, hash, &key, policy) {
             let decision = entry.state.decide_micros(policy, now, cost, FOREVER);
@@ -311,10 +316,8 @@ impl<K: Hash + Eq> Shards<K> {
 
     /// Judges whole a request its packed records refused under a penalised
     /// `policy`, which starts the penalty, and keeps the key whole while it
-    /// serves it. `refused` is the packed records' answer, which stands if
-    /// the entry is somehow gone.
+    /// serves it; `None` should the entry be gone.
     #[cold]
-    #[allow(clippy::too_many_arguments)]
     fn start_penalty<V: InShard>(
         &self,
         shard: &mut Shard<K>,
@@ -323,12 +326,11 @@ impl<K: Hash + Eq> Shards<K> {
         policy: &Policy,
         now: u64,
         cost: u32,
-        refused: Decision,
-    ) -> Decision {
-        let mut decision = refused;
+    ) -> Option<Decision> {
+        let mut decision = None;
         self.rekeep::<V, KeyState>(shard, hash, key, policy, |packed| {
             let mut state = packed.read(policy, KeyState::clone);
-            decision = state.decide_micros(policy, now, cost, FOREVER);
+            decision = Some(state.decide_micros(policy, now, cost, FOREVER));
             state
         });
         decision

@@ -212,16 +212,11 @@ impl<K: Hash + Eq> Shards<K> {
             found = V::table(&mut shard.tables).find_mut(hash, |e| e.is(&key, policy));
         }
         if let Some(entry) = found {
-            // Only a packed key under a penalty needs its decision looked at.
-            if !V::PACKED || policy.penalty_micros() == 0 {
-                return entry.state.decide(policy, now, cost, FOREVER);
-            }
             let decision = entry.state.decide(policy, now, cost, FOREVER);
-            if decision.is_allowed() {
-                return decision;
+            if V::PACKED && !decision.is_allowed() && policy.penalty_micros() > 0 {
+                return self.start_penalty::<V>(shard, hash, &key, policy, now, cost, decision);
             }
-            let penalised = self.start_penalty::<V>(shard, hash, &key, policy, now, cost);
-            return penalised.unwrap_or(decision);
+            return decision;
         }
         if let Some(entry) = kept_whole::<K, V>(&mut shard.tables, hash, &key, policy) {
             let decision = entry.state.decide_micros(policy, now, cost, FOREVER);
@@ -316,8 +311,10 @@ impl<K: Hash + Eq> Shards<K> {
 
     /// Judges whole a request its packed records refused under a penalised
     /// `policy`, which starts the penalty, and keeps the key whole while it
-    /// serves it; `None` should the entry be gone.
+    /// serves it. `refused` is the packed records' answer, which stands if
+    /// the entry is somehow gone.
     #[cold]
+    #[allow(clippy::too_many_arguments)]
     fn start_penalty<V: InShard>(
         &self,
         shard: &mut Shard<K>,
@@ -326,11 +323,12 @@ impl<K: Hash + Eq> Shards<K> {
         policy: &Policy,
         now: u64,
         cost: u32,
-    ) -> Option<Decision> {
-        let mut decision = None;
+        refused: Decision,
+    ) -> Decision {
+        let mut decision = refused;
         self.rekeep::<V, KeyState>(shard, hash, key, policy, |packed| {
             let mut state = packed.read(policy, KeyState::clone);
-            decision = Some(state.decide_micros(policy, now, cost, FOREVER));
+            decision = state.decide_micros(policy, now, cost, FOREVER);
             state
         });
         decision

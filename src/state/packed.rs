@@ -15,6 +15,22 @@ use crate::policy::{Policy, Weighed};
 /// All zeros is a record that has seen nothing.
 pub(crate) type PackedRecord = [u64; 2];
 
+/// A decision, and the state it leaves if that no longer fits the form
+/// the state was kept in (it started serving a penalty).
+pub(crate) struct Judged {
+    pub(crate) decision: Decision,
+    pub(crate) outgrown: Option<KeyState>,
+}
+
+impl Judged {
+    pub(crate) fn kept(decision: Decision) -> Self {
+        Self {
+            decision,
+            outgrown: None,
+        }
+    }
+}
+
 /// The most limits whose records are packed.
 const MOST_LIMITS: usize = 2;
 
@@ -152,19 +168,19 @@ impl KeyState {
     /// of a state under `policy`, as [`decide_micros`](Self::decide_micros)
     /// would on the state they tell. A request the windows judge goes
     /// straight to its algorithm's rule, as `decide_micros` sends it there
-    /// for a policy with no cap and no penalty served; one of no cost or too
-    /// costly goes through the whole state. Under a penalised policy the
-    /// caller judges a refusal again whole, to start the penalty, which
-    /// records cannot hold: the records are as they were.
+    /// for a policy with no cap and no penalty served; a refusal that may
+    /// start a penalty, and a request of no cost or too costly, go through
+    /// the whole state. A state that comes out serving a penalty is handed
+    /// back whole, for the caller to keep it so.
     #[inline]
     pub(crate) fn decide_packed(
         policy: &Policy,
         records: &mut [PackedRecord],
         now: u64,
         cost: u32,
-    ) -> Decision {
+    ) -> Judged {
         let limits = policy.limits();
-        match (policy.weigh(cost), policy.algorithm()) {
+        let decision = match (policy.weigh(cost), policy.algorithm()) {
             (Weighed::Judged, Algorithm::SlidingCounter) => judge(records, |records| {
                 counter::decide::<MOST_LIMITS>(records, now, limits, cost)
             }),
@@ -174,14 +190,33 @@ impl KeyState {
             (Weighed::Judged, Algorithm::TokenBucket) => judge(records, |records| {
                 bucket::decide(records, now, limits, cost)
             }),
-            _ => {
-                // Neither a peek nor a request too costly starts a penalty.
-                let mut state = Self::unpack(policy, records);
-                let decision = state.decide_micros(policy, now, cost, now);
-                state.pack(records);
-                decision
-            }
+            _ => return Self::decide_unpacked(policy, records, now, cost),
+        };
+        // A refusal wrote nothing: judged again whole, it starts the penalty.
+        if decision.is_allowed() || policy.penalty_micros() == 0 {
+            return Judged::kept(decision);
         }
+        Self::decide_unpacked(policy, records, now, cost)
+    }
+
+    /// [`decide_packed`](Self::decide_packed) through the whole state.
+    #[cold]
+    fn decide_unpacked(
+        policy: &Policy,
+        records: &mut [PackedRecord],
+        now: u64,
+        cost: u32,
+    ) -> Judged {
+        let mut state = Self::unpack(policy, records);
+        let decision = state.decide_micros(policy, now, cost, now);
+        if !state.is_records_only() {
+            return Judged {
+                decision,
+                outgrown: Some(state),
+            };
+        }
+        state.pack(records);
+        Judged::kept(decision)
     }
 }
 
@@ -210,7 +245,8 @@ mod tests {
                 let now = Duration::from_millis(millis);
                 let expected = whole.decide(&policy, now, cost);
                 let micros = now.as_micros() as u64;
-                let decision = KeyState::decide_packed(&policy, &mut records, micros, cost);
+                let decision =
+                    KeyState::decide_packed(&policy, &mut records, micros, cost).decision;
                 let said =
                     |d: &Decision| (d.is_allowed(), d.origin(), d.remaining(), d.retry_after());
                 assert_eq!(said(&decision), said(&expected), "{algorithm:?} {step}");

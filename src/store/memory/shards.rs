@@ -212,11 +212,11 @@ impl<K: Hash + Eq> Shards<K> {
             found = V::table(&mut shard.tables).find_mut(hash, |e| e.is(&key, policy));
         }
         if let Some(entry) = found {
-            let decision = entry.state.decide(policy, now, cost, FOREVER);
-            if V::PACKED && !decision.is_allowed() && policy.penalty_micros() > 0 {
-                return self.start_penalty::<V>(shard, hash, &key, policy, now, cost, decision);
+            let judged = entry.state.decide(policy, now, cost, FOREVER);
+            if let Some(whole) = judged.outgrown {
+                self.rekeep::<V, KeyState>(shard, hash, &key, policy, |_| whole);
             }
-            return decision;
+            return judged.decision;
         }
         if let Some(entry) = kept_whole::<K, V>(&mut shard.tables, hash, &key, policy) {
             let decision = entry.state.decide_micros(policy, now, cost, FOREVER);
@@ -307,31 +307,6 @@ impl<K: Hash + Eq> Shards<K> {
         V::table(&mut shard.tables).insert_unique(hash, entry, |entry| {
             hasher.hash_one(&entry.key) ^ entry.policy.value_hash()
         });
-    }
-
-    /// Judges whole a request its packed records refused under a penalised
-    /// `policy`, which starts the penalty, and keeps the key whole while it
-    /// serves it. `refused` is the packed records' answer, which stands if
-    /// the entry is somehow gone.
-    #[cold]
-    #[allow(clippy::too_many_arguments)]
-    fn start_penalty<V: InShard>(
-        &self,
-        shard: &mut Shard<K>,
-        hash: u64,
-        key: &K,
-        policy: &Policy,
-        now: u64,
-        cost: u32,
-        refused: Decision,
-    ) -> Decision {
-        let mut decision = refused;
-        self.rekeep::<V, KeyState>(shard, hash, key, policy, |packed| {
-            let mut state = packed.read(policy, KeyState::clone);
-            decision = state.decide_micros(policy, now, cost, FOREVER);
-            state
-        });
-        decision
     }
 
     /// Moves `key`'s entry under `policy` from the table of form `From` to

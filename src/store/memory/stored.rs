@@ -4,9 +4,8 @@
 //! numbers cost. The policy an entry holds says which, and the rule that
 //! judges is [`KeyState`]'s either way.
 
-use crate::algorithm::Decision;
 use crate::policy::Policy;
-use crate::state::{KeyState, PackedRecord};
+use crate::state::{Judged, KeyState, PackedRecord};
 
 /// The form a policy's keys are kept in: their records alone where those
 /// tell a state under it whole.
@@ -34,9 +33,9 @@ pub(super) trait Stored: Send + Sync + 'static {
 
     /// Judges a request of `cost` units at `now` under `policy`, as
     /// [`KeyState::decide_micros`] does, a slot it takes lasting until
-    /// `lease_until`. A packed form leaves a refusal as its records judged
-    /// it: see [`KeyState::decide_packed`].
-    fn decide(&mut self, policy: &Policy, now: u64, cost: u32, lease_until: u64) -> Decision;
+    /// `lease_until`; with the whole state, if this form can no longer
+    /// keep it.
+    fn decide(&mut self, policy: &Policy, now: u64, cost: u32, lease_until: u64) -> Judged;
 
     /// Whether this form keeps a state only while it holds nothing but
     /// its records: a key of a packed form may be kept whole meanwhile.
@@ -60,8 +59,8 @@ impl Stored for KeyState {
     const PACKED: bool = false;
 
     #[inline(always)]
-    fn decide(&mut self, policy: &Policy, now: u64, cost: u32, lease_until: u64) -> Decision {
-        self.decide_micros(policy, now, cost, lease_until)
+    fn decide(&mut self, policy: &Policy, now: u64, cost: u32, lease_until: u64) -> Judged {
+        Judged::kept(self.decide_micros(policy, now, cost, lease_until))
     }
 
     #[inline(always)]
@@ -95,7 +94,7 @@ impl<const N: usize> Stored for Packed<N> {
 
     /// No slot is taken: the policy has no cap.
     #[inline(always)]
-    fn decide(&mut self, policy: &Policy, now: u64, cost: u32, _: u64) -> Decision {
+    fn decide(&mut self, policy: &Policy, now: u64, cost: u32, _: u64) -> Judged {
         KeyState::decide_packed(policy, &mut self.0, now, cost)
     }
 

@@ -16,7 +16,7 @@ use crate::limit::Limit;
 use crate::policy::{Policy, Weighed};
 use crate::store::{StoreError, StoreErrorKind};
 
-pub(crate) use self::packed::{Judged, PackedRecord};
+pub(crate) use self::packed::PackedRecord;
 
 /// Everything one key's state holds under one [`Policy`]: its
 /// algorithm's counts or stamps and the end of any penalty, judged on

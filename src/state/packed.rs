@@ -15,22 +15,6 @@ use crate::policy::{Policy, Weighed};
 /// All zeros is a record that has seen nothing.
 pub(crate) type PackedRecord = [u64; 2];
 
-/// A decision, and the state it leaves if that no longer fits the form
-/// the state was kept in (it started serving a penalty).
-pub(crate) struct Judged {
-    pub(crate) decision: Decision,
-    pub(crate) outgrown: Option<KeyState>,
-}
-
-impl Judged {
-    pub(crate) fn kept(decision: Decision) -> Self {
-        Self {
-            decision,
-            outgrown: None,
-        }
-    }
-}
-
 /// The most limits whose records are packed.
 const MOST_LIMITS: usize = 2;
 
@@ -113,15 +97,14 @@ fn judge<R: Packs>(
 impl KeyState {
     /// How many records tell a state under `policy` whole, if they do: one
     /// or two limits of the counter, the fixed window or the bucket, with no
-    /// cap, so that the state holds nothing else but, while it serves one,
-    /// a penalty ([`is_records_only`](Self::is_records_only) tells). A
+    /// penalty and no cap, so that the state never holds anything else. A
     /// log's stamps are no records.
     pub(crate) fn packed_limits(policy: &Policy) -> Option<usize> {
         let records_only = matches!(
             policy.algorithm(),
             Algorithm::SlidingCounter | Algorithm::FixedWindow | Algorithm::TokenBucket
         );
-        let plain = records_only && policy.in_flight().is_none();
+        let plain = records_only && policy.penalty_micros() == 0 && policy.in_flight().is_none();
         let limits = policy.limits().len();
         (plain && (1..=MOST_LIMITS).contains(&limits)).then_some(limits)
     }
@@ -147,12 +130,6 @@ impl KeyState {
         }
     }
 
-    /// Whether its records tell this state whole: it serves no penalty and
-    /// holds no slot.
-    pub(crate) fn is_records_only(&self) -> bool {
-        self.held.penalty_until() == 0 && self.held.leases().len() == 0
-    }
-
     /// Writes the state's records into `records`; those it does not hold
     /// are written as records that have seen nothing.
     pub(crate) fn pack(&self, records: &mut [PackedRecord]) {
@@ -168,19 +145,17 @@ impl KeyState {
     /// of a state under `policy`, as [`decide_micros`](Self::decide_micros)
     /// would on the state they tell. A request the windows judge goes
     /// straight to its algorithm's rule, as `decide_micros` sends it there
-    /// for a policy with no cap and no penalty served; a refusal that may
-    /// start a penalty, and a request of no cost or too costly, go through
-    /// the whole state. A state that comes out serving a penalty is handed
-    /// back whole, for the caller to keep it so.
+    /// for a policy with no penalty and no cap; any other (of no cost, or
+    /// too costly) goes through the whole state.
     #[inline]
     pub(crate) fn decide_packed(
         policy: &Policy,
         records: &mut [PackedRecord],
         now: u64,
         cost: u32,
-    ) -> Judged {
+    ) -> Decision {
         let limits = policy.limits();
-        let decision = match (policy.weigh(cost), policy.algorithm()) {
+        match (policy.weigh(cost), policy.algorithm()) {
             (Weighed::Judged, Algorithm::SlidingCounter) => judge(records, |records| {
                 counter::decide::<MOST_LIMITS>(records, now, limits, cost)
             }),
@@ -190,33 +165,13 @@ impl KeyState {
             (Weighed::Judged, Algorithm::TokenBucket) => judge(records, |records| {
                 bucket::decide(records, now, limits, cost)
             }),
-            _ => return Self::decide_unpacked(policy, records, now, cost),
-        };
-        // A refusal wrote nothing: judged again whole, it starts the penalty.
-        if decision.is_allowed() || policy.penalty_micros() == 0 {
-            return Judged::kept(decision);
+            _ => {
+                let mut state = Self::unpack(policy, records);
+                let decision = state.decide_micros(policy, now, cost, now);
+                state.pack(records);
+                decision
+            }
         }
-        Self::decide_unpacked(policy, records, now, cost)
-    }
-
-    /// [`decide_packed`](Self::decide_packed) through the whole state.
-    #[cold]
-    fn decide_unpacked(
-        policy: &Policy,
-        records: &mut [PackedRecord],
-        now: u64,
-        cost: u32,
-    ) -> Judged {
-        let mut state = Self::unpack(policy, records);
-        let decision = state.decide_micros(policy, now, cost, now);
-        if !state.is_records_only() {
-            return Judged {
-                decision,
-                outgrown: Some(state),
-            };
-        }
-        state.pack(records);
-        Judged::kept(decision)
     }
 }
 
@@ -245,8 +200,7 @@ mod tests {
                 let now = Duration::from_millis(millis);
                 let expected = whole.decide(&policy, now, cost);
                 let micros = now.as_micros() as u64;
-                let decision =
-                    KeyState::decide_packed(&policy, &mut records, micros, cost).decision;
+                let decision = KeyState::decide_packed(&policy, &mut records, micros, cost);
                 let said =
                     |d: &Decision| (d.is_allowed(), d.origin(), d.remaining(), d.retry_after());
                 assert_eq!(said(&decision), said(&expected), "{algorithm:?} {step}");
@@ -282,9 +236,8 @@ mod tests {
             Some(1)
         );
         assert_eq!(KeyState::packed_limits(&one(Algorithm::SlidingLog)), None);
-        // A penalty served is kept out of line: see `decide_packed`.
         let penalised = one(Algorithm::SlidingCounter).with_penalty(Duration::from_secs(1));
-        assert_eq!(KeyState::packed_limits(&penalised), Some(1));
+        assert_eq!(KeyState::packed_limits(&penalised), None);
         let capped = one(Algorithm::FixedWindow).with_in_flight(2);
         assert_eq!(KeyState::packed_limits(&capped), None);
         let three = [

@@ -35,9 +35,8 @@ use crate::state::KeyState;
 ///   the number of policies; an entry holds its key, a reference to its
 ///   policy and its state: the [`KeyState`](crate::KeyState) every store
 ///   judges with, or, under one or two limits of the counter, the fixed
-///   window or the bucket with no cap, only that state's records (32 bytes
-///   an entry for a `u64` key and one limit) but while it serves a
-///   penalty. A key under a policy of its own costs that policy's
+///   window or the bucket with no penalty and no cap, only that state's
+///   records (32 bytes an entry for a `u64` key and one limit). A key under a policy of its own costs that policy's
 ///   value beside it (about 140 bytes); keys share one value when a plan
 ///   hands out the same [`Policy`] (cloned from a map of tenants), while a
 ///   plan building a new one per request may pay it per key.

@@ -133,20 +133,6 @@ fn sweep<K, V: Stored>(table: &mut HashTable<Entry<K, V>>, now: u64, earliest: &
     before - table.len()
 }
 
-/// The whole entry of a key of the packed form `V` under a penalised
-/// `policy`, if it is kept whole: it serves, or has just served, a penalty.
-fn kept_whole<'a, K: Eq, V: InShard>(
-    tables: &'a mut Tables<K>,
-    hash: u64,
-    key: &K,
-    policy: &Policy,
-) -> Option<&'a mut Entry<K, KeyState>> {
-    if !V::PACKED || policy.penalty_micros() == 0 {
-        return None;
-    }
-    tables.whole.find_mut(hash, |e| e.is(key, policy))
-}
-
 /// A shard and its lock, aligned to a cache line so that two shards' locks
 /// never share one: threads working on different shards do not slow each
 /// other down.
@@ -212,18 +198,7 @@ impl<K: Hash + Eq> Shards<K> {
             found = V::table(&mut shard.tables).find_mut(hash, |e| e.is(&key, policy));
         }
         if let Some(entry) = found {
-            let judged = entry.state.decide(policy, now, cost, FOREVER);
-            if let Some(whole) = judged.outgrown {
-                self.rekeep::<V, KeyState>(shard, hash, &key, policy, |_| whole);
-            }
-            return judged.decision;
-        }
-        if let Some(entry) = kept_whole::<K, V>(&mut shard.tables, hash, &key, policy) {
-            let decision = entry.state.decide_micros(policy, now, cost, FOREVER);
-            if entry.state.is_records_only() {
-                self.rekeep::<KeyState, V>(shard, hash, &key, policy, |whole| whole);
-            }
-            return decision;
+            return entry.state.decide(policy, now, cost, FOREVER);
         }
         let mut state = KeyState::new(policy.algorithm());
         let decision = state.decide_micros(policy, now, cost, FOREVER);
@@ -237,12 +212,7 @@ impl<K: Hash + Eq> Shards<K> {
                 decision
             };
         }
-        let inserted = if V::PACKED && !state.is_records_only() {
-            self.insert::<KeyState>(shard, hash, key, policy, state)
-        } else {
-            self.insert::<V>(shard, hash, key, policy, state)
-        };
-        match inserted {
+        match self.insert::<V>(shard, hash, key, policy, state) {
             Ok(()) => decision,
             Err(key) => {
                 drop(guard);
@@ -298,43 +268,12 @@ impl<K: Hash + Eq> Shards<K> {
             _ => shard.last_policy.insert(policy.clone()).clone(),
         };
         let state = V::keep(state);
-        self.insert_entry(shard, hash, Entry { key, policy, state });
-        Ok(())
-    }
-
-    fn insert_entry<V: InShard>(&self, shard: &mut Shard<K>, hash: u64, entry: Entry<K, V>) {
+        let entry = Entry { key, policy, state };
         let hasher = &self.hasher;
         V::table(&mut shard.tables).insert_unique(hash, entry, |entry| {
             hasher.hash_one(&entry.key) ^ entry.policy.value_hash()
         });
-    }
-
-    /// Moves `key`'s entry under `policy` from the table of form `From` to
-    /// that of `To`, its state made by `state` from the old one: a key of a
-    /// packed form is kept whole while it serves a penalty, and packed
-    /// again once it has served it. It stays one key under the cap.
-    fn rekeep<From: InShard, To: InShard>(
-        &self,
-        shard: &mut Shard<K>,
-        hash: u64,
-        key: &K,
-        policy: &Policy,
-        state: impl FnOnce(From) -> KeyState,
-    ) {
-        let table = From::table(&mut shard.tables);
-        let Ok(found) = table.find_entry(hash, |e| e.is(key, policy)) else {
-            return;
-        };
-        let (
-            Entry {
-                key,
-                policy,
-                state: old,
-            },
-            _,
-        ) = found.remove();
-        let state = To::keep(state(old));
-        self.insert_entry(shard, hash, Entry { key, policy, state });
+        Ok(())
     }
 
     /// Settles a request for `key` that the map counted, as
@@ -356,10 +295,6 @@ impl<K: Hash + Eq> Shards<K> {
             entry.state.change(policy, |state| {
                 state.settle_micros(policy, now, admitted, cost, used)
             });
-            return;
-        }
-        if let Some(entry) = kept_whole::<K, V>(&mut shard.tables, hash, &key, policy) {
-            entry.state.settle_micros(policy, now, admitted, cost, used);
             return;
         }
         let mut state = KeyState::new(policy.algorithm());
@@ -393,11 +328,8 @@ impl<K: Hash + Eq> Shards<K> {
     /// key the store could not record must not pass unlimited.
     pub(super) fn peek<V: InShard>(&self, key: &K, policy: &Policy, now: u64) -> Decision {
         let (hash, mut shard) = self.shard_for(key, policy, now);
-        if let Some(entry) = V::table(&mut shard.tables).find(hash, |e| e.is(key, policy)) {
-            return entry.state.read(policy, |state| state.peek_at(policy, now));
-        }
-        match kept_whole::<K, V>(&mut shard.tables, hash, key, policy) {
-            Some(entry) => entry.state.peek_at(policy, now),
+        match V::table(&mut shard.tables).find(hash, |e| e.is(key, policy)) {
+            Some(entry) => entry.state.read(policy, |state| state.peek_at(policy, now)),
             None if self.cap.is_full() => self.no_room(policy, now),
             None => KeyState::new(policy.algorithm()).peek_at(policy, now),
         }

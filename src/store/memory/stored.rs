@@ -4,8 +4,9 @@
 //! numbers cost. The policy an entry holds says which, and the rule that
 //! judges is [`KeyState`]'s either way.
 
+use crate::algorithm::Decision;
 use crate::policy::Policy;
-use crate::state::{Judged, KeyState, PackedRecord};
+use crate::state::{KeyState, PackedRecord};
 
 /// The form a policy's keys are kept in: their records alone where those
 /// tell a state under it whole.
@@ -33,13 +34,8 @@ pub(super) trait Stored: Send + Sync + 'static {
 
     /// Judges a request of `cost` units at `now` under `policy`, as
     /// [`KeyState::decide_micros`] does, a slot it takes lasting until
-    /// `lease_until`; with the whole state, if this form can no longer
-    /// keep it.
-    fn decide(&mut self, policy: &Policy, now: u64, cost: u32, lease_until: u64) -> Judged;
-
-    /// Whether this form keeps a state only while it holds nothing but
-    /// its records: a key of a packed form may be kept whole meanwhile.
-    const PACKED: bool;
+    /// `lease_until`.
+    fn decide(&mut self, policy: &Policy, now: u64, cost: u32, lease_until: u64) -> Decision;
 
     /// Runs `change` on the state under `policy`, and keeps what it leaves.
     fn change<T>(&mut self, policy: &Policy, change: impl FnOnce(&mut KeyState) -> T) -> T;
@@ -56,11 +52,9 @@ impl Stored for KeyState {
         state
     }
 
-    const PACKED: bool = false;
-
     #[inline(always)]
-    fn decide(&mut self, policy: &Policy, now: u64, cost: u32, lease_until: u64) -> Judged {
-        Judged::kept(self.decide_micros(policy, now, cost, lease_until))
+    fn decide(&mut self, policy: &Policy, now: u64, cost: u32, lease_until: u64) -> Decision {
+        self.decide_micros(policy, now, cost, lease_until)
     }
 
     #[inline(always)]
@@ -90,11 +84,9 @@ impl<const N: usize> Stored for Packed<N> {
         Self(records)
     }
 
-    const PACKED: bool = true;
-
     /// No slot is taken: the policy has no cap.
     #[inline(always)]
-    fn decide(&mut self, policy: &Policy, now: u64, cost: u32, _: u64) -> Judged {
+    fn decide(&mut self, policy: &Policy, now: u64, cost: u32, _: u64) -> Decision {
         KeyState::decide_packed(policy, &mut self.0, now, cost)
     }
 

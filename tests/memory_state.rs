@@ -5,8 +5,8 @@
 
 use std::time::Duration;
 
-use tower_sliding_window::KeyState;
 use tower_sliding_window::{Algorithm, Limit, ManualClock, MemoryStore, Policy};
+use tower_sliding_window::{Clock, KeyState};
 
 fn accepted_in_one_instant(policy: &Policy, tries: u32) -> u32 {
     let store = MemoryStore::with_clock(ManualClock::new());
@@ -199,4 +199,44 @@ fn a_refusal_leaves_a_key_as_it_was() {
     // and a clock stepping back is judged back in the first window.
     assert!(!both(1_000_000).is_allowed());
     assert_eq!(both(900_000).decided_at(), Duration::from_micros(900_000));
+}
+
+/// A key in and out of its penalty is judged as its `KeyState` judges it
+/// throughout, and counted once.
+#[test]
+fn a_key_serving_penalties_is_judged_as_its_key_state() {
+    for algorithm in [
+        Algorithm::SlidingCounter,
+        Algorithm::FixedWindow,
+        Algorithm::TokenBucket,
+    ] {
+        for limits in [vec![(3, 1)], vec![(3, 1), (5, 60)]] {
+            let limits = limits
+                .into_iter()
+                .map(|(max, secs)| Limit::new(max, Duration::from_secs(secs)).unwrap());
+            let policy = Policy::new(algorithm, limits)
+                .unwrap()
+                .with_penalty(Duration::from_millis(1_500));
+            let clock = ManualClock::new();
+            let store = MemoryStore::with_clock(clock.clone());
+            let mut state = KeyState::new(algorithm);
+            let mut penalties = 0;
+            for step in 0..400u64 {
+                let decision = store.decide_now(7u64, &policy);
+                let expected = state.decide(&policy, clock.now(), 1);
+                let said = |d: &tower_sliding_window::Decision| {
+                    (d.is_allowed(), d.origin(), d.remaining(), d.retry_after())
+                };
+                assert_eq!(said(&decision), said(&expected), "{algorithm:?} {step}");
+                penalties +=
+                    usize::from(decision.origin() == tower_sliding_window::Origin::Penalty);
+                assert_eq!(store.key_count::<u64>(), 1, "{algorithm:?} {step}");
+                clock.advance(Duration::from_millis(40 + 70 * (step % 5)));
+            }
+            assert!(
+                penalties > 10,
+                "{algorithm:?}: the sequence served penalties"
+            );
+        }
+    }
 }

@@ -135,12 +135,7 @@ impl TokenBucket {
     /// A bucket holding one `(micros, rem)` arrival time per limit, as a
     /// stored state reports them.
     pub(crate) fn from_parts(records: impl IntoIterator<Item = (u64, u32)>) -> Self {
-        Self {
-            records: records
-                .into_iter()
-                .map(|(micros, rem)| Tat { micros, rem })
-                .collect(),
-        }
+        Self::from_records(records.into_iter().map(|(micros, rem)| Tat { micros, rem }))
     }
 
     /// A bucket holding `records`, one arrival time per limit.

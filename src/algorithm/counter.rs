@@ -79,16 +79,15 @@ impl SlidingCounter {
     /// A counter holding one `(window, previous, current)` per limit, as a
     /// remote store reports them.
     pub(crate) fn from_parts(records: impl IntoIterator<Item = (u64, u32, u32)>) -> Self {
-        Self {
-            records: records
+        Self::from_records(
+            records
                 .into_iter()
                 .map(|(window, previous, current)| Record {
                     window,
                     previous,
                     current,
-                })
-                .collect(),
-        }
+                }),
+        )
     }
 
     /// A counter holding `records`, one per limit.

@@ -38,12 +38,11 @@ impl FixedWindow {
     /// A fixed window holding one `(window, count)` per limit, as a remote
     /// store reports them.
     pub(crate) fn from_parts(records: impl IntoIterator<Item = (u64, u32)>) -> Self {
-        Self {
-            records: records
+        Self::from_records(
+            records
                 .into_iter()
-                .map(|(window, count)| Record { window, count })
-                .collect(),
-        }
+                .map(|(window, count)| Record { window, count }),
+        )
     }
 
     /// A fixed window holding `records`, one per limit.

@@ -100,9 +100,9 @@ impl<K> Shard<K> {
     fn sweep(&mut self, now: u64, cap: &KeyCap) {
         let mut earliest = u64::MAX;
         let tables = &mut self.tables;
-        let dropped = sweep(&mut tables.whole, now, &mut earliest)
-            + sweep(&mut tables.one, now, &mut earliest)
-            + sweep(&mut tables.two, now, &mut earliest);
+        let dropped = sweep_table(&mut tables.whole, now, &mut earliest)
+            + sweep_table(&mut tables.one, now, &mut earliest)
+            + sweep_table(&mut tables.two, now, &mut earliest);
         cap.release(dropped);
         cap.swept(earliest);
         self.next_sweep = now.saturating_add(SWEEP_EVERY_MICROS);
@@ -116,7 +116,11 @@ impl<K> Shard<K> {
 
 /// Drops `table`'s entries idle at `now`, and lowers `earliest` to when
 /// the first of the others may be dropped; how many it dropped.
-fn sweep<K, V: Stored>(table: &mut HashTable<Entry<K, V>>, now: u64, earliest: &mut u64) -> usize {
+fn sweep_table<K, V: Stored>(
+    table: &mut HashTable<Entry<K, V>>,
+    now: u64,
+    earliest: &mut u64,
+) -> usize {
     let before = table.len();
     table.retain(|entry| {
         let policy = &entry.policy;

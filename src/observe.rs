@@ -250,6 +250,18 @@ pub(crate) fn slot_call_failed(err: &StoreError) {
     let _ = err;
 }
 
+/// Unspent local quota could not be given back to Redis: it counts as
+/// spent until its window ends. Said at most once per [`LOUD_INTERVAL`].
+#[cfg(feature = "redis")]
+pub(crate) fn quota_not_returned(err: &StoreError) {
+    #[cfg(feature = "tracing")]
+    if loud_turn(&turns::QUOTA) {
+        tracing::warn!(error = %err, "giving unspent local quota back to Redis failed; it counts as spent until its window ends");
+    }
+    #[cfg(not(feature = "tracing"))]
+    let _ = err;
+}
+
 /// A store failed; its failure policy answers instead. Counted by the
 /// failure's kind, and said at most once per [`LOUD_INTERVAL`], since a
 /// failure that lasts meets every request: a failure of configuration
@@ -364,6 +376,8 @@ mod turns {
     pub(super) static FAILURE: AtomicU64 = AtomicU64::new(0);
     #[cfg(feature = "redis")]
     pub(super) static HEARTBEAT: AtomicU64 = AtomicU64::new(0);
+    #[cfg(feature = "redis")]
+    pub(super) static QUOTA: AtomicU64 = AtomicU64::new(0);
 }
 
 /// Whether an event whose turn is `next` may be said now: the first time,

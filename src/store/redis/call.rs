@@ -8,7 +8,7 @@ use std::sync::{Arc, OnceLock};
 
 use super::client::{within, Orphaned, Watch};
 use super::scripts::{self, Ask};
-use super::{keys, reply, RedisStore};
+use super::{keys, quota, reply, RedisStore};
 use crate::algorithm::leases::fresh_id;
 use crate::algorithm::{Decision, Origin};
 use crate::clock::micros;
@@ -64,7 +64,7 @@ impl RedisBinding {
     }
 }
 
-type Pending = Pin<Box<dyn Future<Output = Result<Decision, StoreError>> + Send>>;
+pub(super) type Pending = Pin<Box<dyn Future<Output = Result<Decision, StoreError>> + Send>>;
 
 impl<K: std::fmt::Display> Store<K> for RedisStore {
     type Binding = RedisBinding;
@@ -77,7 +77,13 @@ impl<K: std::fmt::Display> Store<K> for RedisStore {
     fn decide_cost_bound(&self, key: K, binding: &RedisBinding, cost: u32) -> Self::Future {
         let policy = binding.policy();
         match policy.weigh(cost) {
-            Weighed::Judged => self.call(&key, binding, Ask::Record(cost)),
+            Weighed::Judged => match &self.quota {
+                Some(book) if quota::chunked(policy) => {
+                    let name = self.name(&key, binding);
+                    Box::pin(Arc::clone(book).spend(name, binding.clone(), cost))
+                }
+                _ => self.call(&key, binding, Ask::Record(cost)),
+            },
             Weighed::Peek if policy.in_flight().is_some() => self.call(&key, binding, Ask::Free),
             Weighed::Peek => {
                 let peek = self.call(&key, binding, Ask::Peek);
@@ -102,29 +108,13 @@ impl<K: std::fmt::Display> Store<K> for RedisStore {
         if !admitted.needs_settling(cost, used) {
             return Box::pin(std::future::ready(Ok(admitted)));
         }
-        let name = self.name(&key, binding);
-        // A refusal remembered for the key no longer says when it could
-        // pass: sooner if quota came back, later if more was charged. It
-        // is forgotten again once the script has run, in case a refusal
-        // judged meanwhile was remembered.
-        self.guard.forget(&name);
         let ask = Ask::Settle {
             at: admitted.at_micros,
             cost,
             units: i64::from(used) - i64::from(cost),
         };
-        let invocation = scripts::invocation(binding.policy(), ask, &name, self.client_now(), None);
-        let store = self.clone();
-        let connection = self.client.connection();
-        Box::pin(async move {
-            let call = async move {
-                let reply = connection.invoke::<Vec<i64>>(&invocation, "settle script");
-                reply.await
-            };
-            let settled = store.reach(&name, call, None).await;
-            store.guard.forget(&name);
-            settled.map(|_| admitted.settled(cost, used))
-        })
+        let settled = self.settle_named(self.name(&key, binding), binding.policy(), ask);
+        Box::pin(async move { settled.await.map(|()| admitted.settled(cost, used)) })
     }
 
     fn peek_bound(&self, key: K, binding: &RedisBinding) -> Self::Future {
@@ -177,7 +167,12 @@ impl RedisStore {
     }
 
     fn call<K: std::fmt::Display>(&self, key: &K, binding: &RedisBinding, ask: Ask) -> Pending {
-        let name = self.name(key, binding);
+        self.call_named(self.name(key, binding), binding, ask)
+    }
+
+    /// A decision on the Redis key `name`: the deny cache's, Redis's, or
+    /// the failure policy's.
+    pub(super) fn call_named(&self, name: String, binding: &RedisBinding, ask: Ask) -> Pending {
         let sent = self.guard.now();
         if let Some(decision) = self.guard.refusal(&name, sent, ask) {
             crate::observe::denied_locally(binding.events());
@@ -206,6 +201,33 @@ impl RedisStore {
         })
     }
 
+    /// Settles `ask` on the Redis key `name` under `policy`: a request's
+    /// units charged or given back, or a chunk's unspent units.
+    pub(super) fn settle_named(
+        &self,
+        name: String,
+        policy: &Policy,
+        ask: Ask,
+    ) -> impl Future<Output = Result<(), StoreError>> + Send + 'static {
+        // A refusal remembered for the key no longer says when it could
+        // pass: sooner if quota came back, later if more was charged. It
+        // is forgotten again once the script has run, in case a refusal
+        // judged meanwhile was remembered.
+        self.guard.forget(&name);
+        let invocation = scripts::invocation(policy, ask, &name, self.client_now(), None);
+        let store = self.clone();
+        let connection = self.client.connection();
+        async move {
+            let call = async move {
+                let reply = connection.invoke::<Vec<i64>>(&invocation, "settle script");
+                reply.await
+            };
+            let settled = store.reach(&name, call, None).await;
+            store.guard.forget(&name);
+            settled.map(drop)
+        }
+    }
+
     /// Sends the release of the slot `id` in the set `leases` now, ahead
     /// of this store's later calls, not waiting for its reply nor for a
     /// place among the node's pending calls: a release must not wait
@@ -229,7 +251,12 @@ impl RedisStore {
     /// an admitted request holds a slot this instance renews until it is
     /// released, and one whose reply is never read gives back the slot it
     /// may have taken.
-    async fn judge(&self, name: &str, policy: &Policy, ask: Ask) -> Result<Decision, StoreError> {
+    pub(super) async fn judge(
+        &self,
+        name: &str,
+        policy: &Policy,
+        ask: Ask,
+    ) -> Result<Decision, StoreError> {
         let lease = policy.in_flight().map(|_| scripts::Lease {
             id: if ask.takes_slot() { fresh_id() } else { 0 },
             length: micros(self.settings.lease),

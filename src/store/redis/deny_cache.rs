@@ -16,6 +16,8 @@ use crate::algorithm::{Decision, Origin};
 pub(super) struct DenyCache {
     held: Mutex<HashMap<Box<str>, Remembered, RandomState>>,
     capacity: usize,
+    /// The longest a refusal is remembered (µs), however long its wait.
+    longest: u64,
 }
 
 /// A refusal remembered, placed on the store's local clock.
@@ -25,19 +27,16 @@ struct Remembered {
     /// The local time the decision stands for: no later than the moment
     /// Redis judged it, so the refusal never outlasts Redis's own.
     from: u64,
-}
-
-impl Remembered {
-    fn until(&self) -> u64 {
-        self.from.saturating_add(self.decision.retry_after_micros)
-    }
+    /// Until when it stands.
+    until: u64,
 }
 
 impl DenyCache {
-    pub(super) fn new(capacity: usize) -> Self {
+    pub(super) fn new(capacity: usize, longest: u64) -> Self {
         Self {
             held: Mutex::default(),
             capacity,
+            longest,
         }
     }
 
@@ -51,7 +50,7 @@ impl DenyCache {
     pub(super) fn refusal(&self, name: &str, now: u64, cost: u32) -> Option<Decision> {
         let mut held = self.held.lock();
         let refusal = *held.get(name)?;
-        if now >= refusal.until() {
+        if now >= refusal.until {
             held.remove(name);
             return None;
         }
@@ -62,13 +61,18 @@ impl DenyCache {
     /// Remembers Redis's `decision` on `name`, a refusal standing for local
     /// time `from`.
     pub(super) fn remember(&self, name: String, decision: Decision, from: u64) {
-        let refusal = Remembered { decision, from };
+        let until = from.saturating_add(decision.retry_after_micros.min(self.longest));
+        let refusal = Remembered {
+            decision,
+            from,
+            until,
+        };
         let mut held = self.held.lock();
         if held.len() >= self.capacity && !held.contains_key(name.as_str()) {
             // Refusals that have run out go first; if that frees too little
             // for the next inserts to be cheap, everything goes: a refusal
             // forgotten costs one call to Redis, never a wrong answer.
-            held.retain(|_, kept| kept.until() > from);
+            held.retain(|_, kept| kept.until > from);
             if held.len() > self.capacity / 2 {
                 held.clear();
             }

@@ -96,11 +96,12 @@ impl Guard {
         failure: FailurePolicy,
         clock: Option<ClientClock>,
         deny_cache: usize,
+        longest_refusal: u64,
     ) -> Self {
         Self {
             failure,
             clock: LocalClock(clock),
-            denied: (deny_cache > 0).then(|| DenyCache::new(deny_cache)),
+            denied: (deny_cache > 0).then(|| DenyCache::new(deny_cache, longest_refusal)),
             fallback: Mutex::default(),
             fallback_held: Mutex::default(),
             holds_fallback: AtomicBool::new(false),

@@ -25,6 +25,7 @@ mod guard;
 mod keys;
 mod leases;
 mod outage;
+mod quota;
 mod reply;
 mod scripts;
 mod slot_map;
@@ -46,7 +47,8 @@ use self::fleet::Fleet;
 pub use self::guard::FailurePolicy;
 use self::guard::Guard;
 use self::leases::Renewal;
-use crate::clock::Clock;
+use self::quota::QuotaBook;
+use crate::clock::{micros, Clock};
 use crate::policy::Policy;
 use crate::state::KeyState;
 use crate::store::lease_book::LeaseBook;
@@ -154,6 +156,9 @@ pub struct RedisStore {
     /// The in-flight slots this instance holds, renewed while their
     /// requests run.
     leases: Arc<LeaseBook<Renewal, Arc<str>>>,
+    /// The chunks of local quota this instance holds, under
+    /// [`with_local_quota`](Self::with_local_quota).
+    quota: Option<Arc<QuotaBook>>,
 }
 
 /// What the builders set.
@@ -167,6 +172,7 @@ struct Settings {
     heartbeat: Duration,
     lease: Duration,
     expected_instances: usize,
+    local_quota: Option<Duration>,
 }
 
 impl Settings {
@@ -300,6 +306,7 @@ impl RedisStore {
             heartbeat: Self::DEFAULT_HEARTBEAT,
             lease: Self::DEFAULT_LEASE,
             expected_instances: 1,
+            local_quota: None,
         };
         Self::start(Arc::new(Client::new(connection, opener)), settings, None)
     }
@@ -309,10 +316,14 @@ impl RedisStore {
     /// one it had) beats as `settings` ask. A new fleet joins at once if
     /// made in a tokio runtime, else at the store's first call.
     fn start(client: Arc<Client>, settings: Settings, fleet: Option<Arc<Fleet>>) -> Self {
+        // Under local quota, other instances give quota back: a refusal
+        // may pass sooner than its wait, but no later than a horizon.
+        let longest_refusal = settings.local_quota.map_or(u64::MAX, micros);
         let guard = Arc::new(Guard::new(
             settings.failure,
             settings.clock.clone(),
             settings.deny_cache,
+            longest_refusal,
         ));
         let fleet = fleet.unwrap_or_else(|| {
             let fleet = Fleet::new(Arc::clone(&client), &settings.prefix, settings.heartbeat);
@@ -327,13 +338,19 @@ impl RedisStore {
             timeout: settings.silence().min(settings.lease / 3),
         };
         let leases = LeaseBook::new(renewal, settings.lease);
-        Self {
+        let horizon = settings.local_quota;
+        let mut store = Self {
             client,
             settings,
             guard,
             fleet,
             leases,
+            quota: None,
+        };
+        if let Some(horizon) = horizon {
+            store.quota = Some(QuotaBook::start(store.clone(), horizon));
         }
+        store
     }
 
     /// The store with `change` made to its settings: a new one around the
@@ -436,6 +453,50 @@ impl RedisStore {
     pub fn with_expected_instances(mut self, instances: usize) -> Self {
         self.settings.expected_instances = instances.max(1);
         self
+    }
+
+    /// Takes quota from Redis in chunks, one script call a chunk, and
+    /// admits from the chunk in the instance until it is spent: a hot key
+    /// costs Redis one call per chunk, not one per request. Off by default.
+    ///
+    /// * **Exact.** A chunk is judged and recorded by Redis as one request
+    ///   of its size, at the instant it is granted, in every limit at once,
+    ///   and it is spent only before the earliest of those windows ends,
+    ///   timed from when the grant was sent. The fleet never admits more
+    ///   than the limits, stated on the times requests are admitted
+    ///   (docs/design.md, "Local quota").
+    /// * **Sized** to the key's local demand over the last one to two
+    ///   `horizon`s, capped by a share of what remains divided by the
+    ///   [live instances](Self::live_instances): near the limit a chunk
+    ///   holds one request, and Redis judges each request as it does
+    ///   without local quota.
+    /// * **Given back.** Units not spent go back to the window they were
+    ///   counted in once the key has had no local demand for a horizon,
+    ///   within a horizon of their window's end, and when the store and
+    ///   its clones are dropped. An instance that dies gives nothing back:
+    ///   what its chunks held counts as admitted until their windows end.
+    /// * **Refusals** are remembered for at most a horizon, since quota
+    ///   given back may make room sooner than Redis's wait says.
+    /// * **Which policies.** The sliding counter and the fixed window
+    ///   with no penalty and no in-flight cap. Any other policy, a request
+    ///   of no cost, a peek and a settling go to Redis one by one, as
+    ///   without local quota.
+    /// * **What a decision reports.** A decision from a chunk is Redis's
+    ///   decision on the chunk, which counted the whole chunk: the
+    ///   remaining quota it reports is never above what Redis last
+    ///   reported minus what this instance spent since.
+    /// * **Outages.** Chunks already held are spent; then the failure
+    ///   policy answers.
+    ///
+    /// # Panics
+    ///
+    /// If `horizon` is shorter than a millisecond.
+    pub fn with_local_quota(self, horizon: Duration) -> Self {
+        assert!(
+            horizon >= Duration::from_millis(1),
+            "RedisStore::with_local_quota: the horizon must be at least 1 ms, got {horizon:?}"
+        );
+        self.with(|settings| settings.local_quota = Some(horizon))
     }
 
     /// How many instances shared this store's prefix at the last

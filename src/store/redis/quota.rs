@@ -1,0 +1,381 @@
+//! Local quota: a key's quota taken from Redis in chunks, one script call
+//! a chunk, and spent in the instance until the chunk runs out or its
+//! window ends (see [`RedisStore::with_local_quota`]).
+//!
+//! A chunk is a request of its size, judged and recorded by the window
+//! script at the instant Redis runs it: Redis counts every unit granted as
+//! admitted then, in that window. The instance spends the units only before
+//! that window ends, so every admission falls in the window it was counted
+//! in, no later than Redis counted it; units it did not spend go back to
+//! the same window by a settling. docs/design.md ("Local quota") proves
+//! the limits hold on the times requests are admitted.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Weak};
+use std::time::Duration;
+
+use foldhash::quality::RandomState;
+use parking_lot::Mutex;
+
+use super::call::RedisBinding;
+use super::scripts::Ask;
+use super::RedisStore;
+use crate::algorithm::{Algorithm, Decision};
+use crate::clock::micros;
+use crate::policy::Policy;
+use crate::store::StoreError;
+
+/// Whether requests under `policy` are judged from chunks: the counter and
+/// the fixed window with no penalty (a refused chunk must start none) and
+/// no in-flight cap (each request's slot is its own). Any other policy is
+/// judged by Redis one request at a time.
+pub(super) fn chunked(policy: &Policy) -> bool {
+    matches!(
+        policy.algorithm(),
+        Algorithm::SlidingCounter | Algorithm::FixedWindow
+    ) && policy.penalty_micros() == 0
+        && policy.in_flight().is_none()
+}
+
+/// The chunks one store (and its clones) holds, by Redis key name.
+pub(super) struct QuotaBook {
+    /// How much of a key's local demand a chunk is sized for, in µs; also
+    /// how often chunks nobody spends are given back.
+    horizon: u64,
+    keys: Mutex<HashMap<Box<str>, Arc<KeyQuota>, RandomState>>,
+    /// The store chunks are taken from and given back to, without a book.
+    store: RedisStore,
+    /// Whether the sweep runs: it starts with the book in a tokio
+    /// runtime, else at the first chunk spent.
+    sweeping: std::sync::Once,
+}
+
+/// One key's chunk and its recent local demand.
+struct KeyQuota {
+    binding: RedisBinding,
+    /// Units asked for since the last sweep.
+    asked: AtomicU64,
+    /// Units asked for in the sweep period before.
+    asked_before: AtomicU64,
+    /// Units of the requests waiting for the chunk.
+    waiting: AtomicU64,
+    /// Held while a grant is in flight, so that one call serves every
+    /// request of the key that arrives meanwhile.
+    chunk: tokio::sync::Mutex<Chunk>,
+}
+
+/// Units granted by Redis and not yet spent. Times are on the store's
+/// local clock, in µs, but `grant`'s, which is Redis's.
+#[derive(Default)]
+struct Chunk {
+    /// Units left to spend.
+    units: u32,
+    /// The grant's size.
+    granted: u32,
+    /// Redis's decision on the grant: every local decision is this one,
+    /// placed later.
+    grant: Option<Decision>,
+    /// When the grant was sent: the chunk's lifetime runs from then.
+    sent: u64,
+    /// The units may be spent before this instant.
+    until: u64,
+    /// When units were last taken.
+    used: u64,
+    /// What Redis last said remains of the key's tightest limit.
+    remaining: Option<u32>,
+    /// When a grant last failed: the requests that waited for it are
+    /// judged one by one, not by one failed grant after another.
+    failed: Option<u64>,
+}
+
+/// Unspent units of a chunk, to go back to the window they were counted in.
+struct Leftover {
+    granted_at: u64,
+    granted: u32,
+    units: u32,
+}
+
+impl Chunk {
+    /// The decision on a request of `cost` units at local time `now`, if
+    /// the chunk still holds that many and its window has not ended. It is
+    /// the grant's, placed at the Redis time the request is admitted at the
+    /// latest: the grant's time plus what has passed since it was sent.
+    fn take(&mut self, cost: u32, now: u64) -> Option<Decision> {
+        let grant = self
+            .grant
+            .filter(|_| now < self.until && self.units >= cost)?;
+        self.units -= cost;
+        self.used = now;
+        let mut decision = grant;
+        decision.at_micros = grant.at_micros + now.saturating_sub(self.sent);
+        Some(decision)
+    }
+
+    /// Takes out what is left of the chunk, if anything.
+    fn leftover(&mut self) -> Option<Leftover> {
+        let grant = self.grant.filter(|_| self.units > 0)?;
+        let units = std::mem::take(&mut self.units);
+        Some(Leftover {
+            granted_at: grant.at_micros,
+            granted: self.granted,
+            units,
+        })
+    }
+
+    /// Holds `grant`, a chunk of `size` units sent at `sent`, to spend
+    /// until the earliest end of the windows it was counted in.
+    fn fill(&mut self, grant: Decision, size: u32, sent: u64, policy: &Policy) {
+        let at = grant.at_micros;
+        let lifetime = policy
+            .limits()
+            .iter()
+            .map(|limit| limit.window_micros() - at % limit.window_micros())
+            .min()
+            .unwrap_or(0);
+        self.remaining = Some(grant.remaining());
+        self.grant = Some(grant);
+        self.granted = size;
+        self.units = size;
+        self.sent = sent;
+        self.until = sent + lifetime;
+        self.failed = None;
+    }
+}
+
+/// The size of the next chunk for a request of `cost` units: the key's
+/// recent local demand, capped by a share of what remains divided among
+/// the `live` instances. Near the limit that is no more than the request:
+/// Redis then judges each request, as it does without local quota.
+fn chunk_size(demand: u64, cost: u32, remaining: u32, live: usize) -> u32 {
+    let live = u32::try_from(live.max(1)).unwrap_or(u32::MAX);
+    let share = remaining / live.saturating_mul(2);
+    let demand = u32::try_from(demand).unwrap_or(u32::MAX);
+    demand.min(share).max(cost)
+}
+
+impl QuotaBook {
+    /// A book for `store` (which must hold none), sized for `horizon`,
+    /// with its sweep started on the tokio runtime, if there is one.
+    pub(super) fn start(store: RedisStore, horizon: Duration) -> Arc<Self> {
+        let book = Arc::new(Self {
+            horizon: micros(horizon).max(1),
+            keys: Mutex::default(),
+            store,
+            sweeping: std::sync::Once::new(),
+        });
+        book.sweep_from_now();
+        book
+    }
+
+    fn sweep_from_now(self: &Arc<Self>) {
+        if self.sweeping.is_completed() {
+            return;
+        }
+        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+            self.sweeping.call_once(|| {
+                let period = Duration::from_micros(self.horizon);
+                runtime.spawn(sweep_until_dropped(Arc::downgrade(self), period));
+            });
+        }
+    }
+
+    fn key(&self, name: &str, binding: &RedisBinding) -> Arc<KeyQuota> {
+        let mut keys = self.keys.lock();
+        if let Some(key) = keys.get(name) {
+            return Arc::clone(key);
+        }
+        let key = Arc::new(KeyQuota {
+            binding: binding.clone(),
+            asked: AtomicU64::new(0),
+            asked_before: AtomicU64::new(0),
+            waiting: AtomicU64::new(0),
+            chunk: tokio::sync::Mutex::default(),
+        });
+        keys.insert(Box::from(name), Arc::clone(&key));
+        key
+    }
+
+    /// The decision on a request of `cost` units for the Redis key `name`
+    /// under `binding`'s policy, one [`chunked`] spends quota for: from the
+    /// key's chunk, from a new chunk, or judged by Redis alone when a chunk
+    /// would hold no more than the request.
+    pub(super) async fn spend(
+        self: Arc<Self>,
+        name: String,
+        binding: RedisBinding,
+        cost: u32,
+    ) -> Result<Decision, StoreError> {
+        self.sweep_from_now();
+        let store = &self.store;
+        let key = self.key(&name, &binding);
+        key.asked.fetch_add(u64::from(cost), Ordering::Relaxed);
+        key.waiting.fetch_add(u64::from(cost), Ordering::Relaxed);
+        let mut chunk = key.chunk.lock().await;
+        key.waiting.fetch_sub(u64::from(cost), Ordering::Relaxed);
+        let now = store.guard.now();
+        if let Some(decision) = chunk.take(cost, now) {
+            return Ok(decision);
+        }
+        let policy = binding.policy();
+        let tightest = policy.limits().iter().map(|limit| limit.max()).min();
+        let remaining = chunk.remaining.or(tightest).unwrap_or(0);
+        let size = chunk_size(key.demand(), cost, remaining, store.live_instances());
+        let failed_lately = chunk
+            .failed
+            .is_some_and(|failed| now < failed + micros(store.settings.timeout));
+        if size <= cost || failed_lately {
+            drop(chunk);
+            let decision = store.call_named(name, &binding, Ask::Record(cost)).await;
+            if let (Ok(decision), Ok(mut chunk)) = (&decision, key.chunk.try_lock()) {
+                chunk.remaining = Some(decision.remaining());
+            }
+            return decision;
+        }
+        if let Some(leftover) = chunk.leftover() {
+            self.give_back(name.clone(), policy, leftover);
+        }
+        let sent = store.guard.now();
+        match store.judge(&name, policy, Ask::Record(size)).await {
+            Ok(grant) if grant.is_allowed() => {
+                store.guard.outage_ended(store.client.outage.ended());
+                chunk.fill(grant, size, sent, policy);
+                if let Some(decision) = chunk.take(cost, store.guard.now()) {
+                    return Ok(decision);
+                }
+                // The reply came after the window it was counted in ended:
+                // the sweep gives the chunk back, and Redis judges the request.
+                drop(chunk);
+                store.call_named(name, &binding, Ask::Record(cost)).await
+            }
+            Ok(refused) => {
+                chunk.remaining = Some(refused.remaining());
+                drop(chunk);
+                store.call_named(name, &binding, Ask::Record(cost)).await
+            }
+            Err(err) => {
+                chunk.failed = Some(now);
+                drop(chunk);
+                let (live, outage) = (store.live_instances(), store.client.outage.ended());
+                let ask = Ask::Record(cost);
+                store.guard.on_failure(name, policy, ask, err, live, outage)
+            }
+        }
+    }
+
+    /// Gives `leftover` back to the window it was counted in, in the
+    /// background: a settling of the grant it came from.
+    fn give_back(&self, name: String, policy: &Policy, leftover: Leftover) {
+        let ask = Ask::Settle {
+            at: leftover.granted_at,
+            cost: leftover.granted,
+            units: -i64::from(leftover.units),
+        };
+        let settled = self.store.settle_named(name, policy, ask);
+        crate::store::send_now(async move {
+            if let Err(err) = settled.await {
+                crate::observe::quota_not_returned(&err);
+            }
+        });
+    }
+
+    /// Gives back the chunks nobody spent for a horizon and those whose
+    /// window ends within one, and forgets keys idle for ten with nothing
+    /// held. A chunk in use is left for the next sweep.
+    fn sweep(&self) {
+        let now = self.store.guard.now();
+        self.keys.lock().retain(|name, key| {
+            let asked = key.asked.swap(0, Ordering::Relaxed);
+            key.asked_before.store(asked, Ordering::Relaxed);
+            let Ok(mut chunk) = key.chunk.try_lock() else {
+                return true;
+            };
+            let idle = now.saturating_sub(chunk.used);
+            let ending = chunk.until.saturating_sub(now) <= self.horizon;
+            if idle >= self.horizon || ending {
+                if let Some(leftover) = chunk.leftover() {
+                    self.give_back(name.to_string(), key.binding.policy(), leftover);
+                }
+            }
+            chunk.units > 0 || asked > 0 || idle < 10 * self.horizon
+        });
+    }
+}
+
+impl KeyQuota {
+    /// Units asked for in this sweep period and the one before (one to
+    /// two horizons' worth, so that steady demand needs a grant at most
+    /// every horizon), or waiting for the chunk now if more: a burst that
+    /// queued on one grant is served by the next.
+    fn demand(&self) -> u64 {
+        let asked = self.asked.load(Ordering::Relaxed);
+        let recent = asked + self.asked_before.load(Ordering::Relaxed);
+        recent.max(self.waiting.load(Ordering::Relaxed) + 1)
+    }
+}
+
+/// Every unspent unit goes back when the store and its clones are gone.
+impl Drop for QuotaBook {
+    fn drop(&mut self) {
+        for (name, key) in std::mem::take(self.keys.get_mut()) {
+            if let Ok(mut chunk) = key.chunk.try_lock() {
+                if let Some(leftover) = chunk.leftover() {
+                    self.give_back(name.into(), key.binding.policy(), leftover);
+                }
+            }
+        }
+    }
+}
+
+async fn sweep_until_dropped(book: Weak<QuotaBook>, period: Duration) {
+    let mut ticks = tokio::time::interval(period);
+    ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        ticks.tick().await;
+        let Some(book) = book.upgrade() else { return };
+        book.sweep();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::limit::Limit;
+
+    #[test]
+    fn a_chunk_is_spent_before_its_earliest_window_ends() {
+        let limit = |max, secs| Limit::new(max, Duration::from_secs(secs)).unwrap();
+        let policy = Policy::new(Algorithm::SlidingCounter, [limit(100, 1), limit(1_000, 60)]);
+        let policy = policy.unwrap();
+        // Granted 0.7 s into a second and 0.7 s into a minute, sent at 5 ms
+        // on the local clock: the second ends 300 ms later.
+        let at = 120_700_000;
+        let grant = Decision::allow(policy.first_limit(), Duration::from_micros(at));
+        let mut chunk = Chunk::default();
+        chunk.fill(grant, 10, 5_000, &policy);
+        assert_eq!(chunk.until, 305_000);
+        // A request is placed at the latest Redis time it can be admitted.
+        let decision = chunk.take(3, 105_000).unwrap();
+        assert_eq!(decision.decided_at(), Duration::from_micros(at + 100_000));
+        assert!(chunk.take(8, 105_000).is_none(), "more than is left");
+        assert!(chunk.take(1, 305_000).is_none(), "after the window ended");
+        let leftover = chunk.leftover().unwrap();
+        assert_eq!(
+            (leftover.granted_at, leftover.granted, leftover.units),
+            (at, 10, 7)
+        );
+        assert!(chunk.leftover().is_none(), "given back once");
+        assert!(chunk.take(1, 105_000).is_none());
+    }
+
+    #[test]
+    fn a_chunk_is_the_demand_capped_by_a_share_of_what_remains() {
+        // 4 instances, 10,000 left: at most an eighth each.
+        assert_eq!(chunk_size(300, 1, 10_000, 4), 300);
+        assert_eq!(chunk_size(5_000, 1, 10_000, 4), 1_250);
+        // Near the limit, no more than the request.
+        assert_eq!(chunk_size(5_000, 1, 7, 4), 1);
+        assert_eq!(chunk_size(5_000, 3, 7, 4), 3);
+        assert_eq!(chunk_size(0, 1, 10_000, 0), 1);
+    }
+}

@@ -1,0 +1,352 @@
+//! Local quota against private redis-servers: four instances on one hot
+//! key admit no more than the limit and nearly all of it, with a few
+//! script calls per thousand decisions; the limits hold on the times
+//! requests were admitted, over windows that roll while chunks are out; a
+//! dead instance's chunks come back when their windows end; a burst on a
+//! hot key is judged from chunks, not queued on Redis.
+#![cfg(feature = "redis")]
+
+#[path = "support/redis_server.rs"]
+mod redis_server;
+#[path = "support/stores.rs"]
+mod stores;
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use redis_server::{unique_prefix, Server};
+use stores::policy;
+use tower_sliding_window::{Algorithm, Decision, Origin, Policy, RedisStore, Store};
+
+const HORIZON: Duration = Duration::from_millis(50);
+
+async fn private_server() -> Server {
+    tokio::task::spawn_blocking(Server::start).await.unwrap()
+}
+
+/// An instance: a store of its own on `server`, under `prefix`.
+async fn instance(server: &Server, prefix: &str) -> RedisStore {
+    RedisStore::connect(&server.url())
+        .await
+        .unwrap()
+        .with_prefix(prefix)
+        .with_local_quota(HORIZON)
+}
+
+/// Every decision the instances made, each running `tasks` loops of
+/// `calls` decisions on `key` under `policy` (the counts per instance).
+async fn demand(
+    stores: &[RedisStore],
+    policy: &Policy,
+    per_instance: &[(usize, usize)],
+) -> Vec<Decision> {
+    let mut running = tokio::task::JoinSet::new();
+    for (store, &(tasks, calls)) in stores.iter().zip(per_instance) {
+        for _ in 0..tasks {
+            let (store, policy) = (store.clone(), policy.clone());
+            running.spawn(async move {
+                let mut decisions = Vec::with_capacity(calls);
+                for _ in 0..calls {
+                    decisions.push(store.decide("hot", &policy).await.unwrap());
+                }
+                decisions
+            });
+        }
+    }
+    let mut decisions = Vec::new();
+    while let Some(done) = running.join_next().await {
+        decisions.extend(done.unwrap());
+    }
+    decisions
+}
+
+/// What a fleet's decisions came to, and the script calls Redis ran.
+struct Outcome {
+    decided: usize,
+    admitted: usize,
+    by_policy: usize,
+    calls: u64,
+}
+
+async fn fleet_demands(
+    server: &Server,
+    policy: &Policy,
+    per_instance: &[(usize, usize)],
+) -> (Outcome, Vec<Decision>) {
+    let prefix = unique_prefix("quota");
+    let mut stores = Vec::new();
+    for _ in per_instance {
+        stores.push(instance(server, &prefix).await);
+    }
+    let calls_before = server.command_calls("evalsha");
+    let mut decisions = demand(&stores, policy, per_instance).await;
+    // Chunks stranded where demand stopped go back within a few horizons;
+    // the busiest instance then asks for more.
+    tokio::time::sleep(HORIZON * 4).await;
+    decisions.extend(demand(&stores[..1], policy, &[(8, 250)]).await);
+    let outcome = Outcome {
+        decided: decisions.len(),
+        admitted: decisions.iter().filter(|d| d.is_allowed()).count(),
+        by_policy: decisions
+            .iter()
+            .filter(|d| d.origin() != Origin::Limits)
+            .count(),
+        calls: server.command_calls("evalsha") - calls_before,
+    };
+    (outcome, decisions)
+}
+
+/// Four instances, 32 decisions in flight each, demanding 20,000 of a
+/// limit of 10,000 an hour (or as `limits` say), and 2,000 more from the
+/// first once stranded chunks had time to come back: between 9,500 and
+/// 10,000 admitted, none by the failure policy, and at most 2 % of the
+/// decisions costing a script call (heartbeats and quota given back
+/// included).
+async fn four_instances_demand_twice_the_limit(
+    algorithm: Algorithm,
+    limits: &[(u32, u64)],
+    per_instance: [(usize, usize); 4],
+) {
+    let server = private_server().await;
+    let policy = policy(algorithm, limits);
+    let (outcome, decisions) = fleet_demands(&server, &policy, &per_instance).await;
+    let Outcome {
+        decided,
+        admitted,
+        by_policy,
+        calls,
+    } = outcome;
+    println!("{algorithm:?} {limits:?} {per_instance:?}: {decided} decided, {admitted} admitted, {calls} script calls");
+    let max = limits.iter().map(|&(max, _)| max as usize).min().unwrap();
+    assert!(
+        (max * 95 / 100..=max).contains(&admitted),
+        "{admitted} admitted of {max}"
+    );
+    assert_eq!(by_policy, 0, "answered by the failure policy");
+    assert!(calls * 50 <= decided as u64, "{calls} script calls");
+    check_windows(&policy, &decisions);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn four_instances_on_the_counter_admit_the_limit_from_chunks() {
+    let even = [(32, 20_000 / 128); 4];
+    four_instances_demand_twice_the_limit(Algorithm::SlidingCounter, &[(10_000, 3_600_000)], even)
+        .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn four_instances_on_the_fixed_window_admit_the_limit_from_chunks() {
+    let even = [(32, 20_000 / 128); 4];
+    four_instances_demand_twice_the_limit(Algorithm::FixedWindow, &[(10_000, 3_600_000)], even)
+        .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_limits_are_taken_from_at_once() {
+    let even = [(32, 10_000 / 128); 4];
+    let limits = [(5_000, 600_000), (10_000, 3_600_000)];
+    four_instances_demand_twice_the_limit(Algorithm::SlidingCounter, &limits, even).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_instance_sending_nine_tenths_takes_most_of_the_quota() {
+    // 18,000 from the first instance, about 2,000 from the other three.
+    let skewed = [(32, 18_000 / 32), (8, 84), (8, 84), (8, 84)];
+    four_instances_demand_twice_the_limit(
+        Algorithm::SlidingCounter,
+        &[(10_000, 3_600_000)],
+        skewed,
+    )
+    .await;
+}
+
+/// The limits, checked on the times the decisions say requests were
+/// admitted at (for a decision from a chunk, the latest Redis time it can
+/// have been admitted at): no fixed window holds more than its max, and at
+/// every admission the counter's weighted count is within it.
+fn check_windows(policy: &Policy, decisions: &[Decision]) {
+    let mut admitted: Vec<u64> = decisions
+        .iter()
+        .filter(|d| d.is_allowed())
+        .map(|d| d.decided_at().as_micros() as u64)
+        .collect();
+    admitted.sort_unstable();
+    for limit in policy.limits() {
+        let (max, w) = (u64::from(limit.max()), limit.window().as_micros() as u64);
+        let mut per_window: BTreeMap<u64, u64> = BTreeMap::new();
+        for &at in &admitted {
+            let count = per_window.entry(at / w).or_default();
+            *count += 1;
+            match policy.algorithm() {
+                Algorithm::FixedWindow => {
+                    assert!(*count <= max, "window {} holds {count} > {max}", at / w)
+                }
+                _ => {
+                    // previous × (w − elapsed) / w + current ≤ max, in
+                    // integers: previous × (w − elapsed) ≤ (max − current) × w.
+                    let current = *count;
+                    let previous = (at / w)
+                        .checked_sub(1)
+                        .and_then(|k| per_window.get(&k).copied())
+                        .unwrap_or(0);
+                    let elapsed = at % w;
+                    assert!(
+                        current <= max
+                            && u128::from(previous) * u128::from(w - elapsed)
+                                <= u128::from(max - current) * u128::from(w),
+                        "at {at}: previous {previous}, current {current}, max {max}"
+                    );
+                }
+            }
+        }
+    }
+}
+
+/// 200 a second, four instances going as fast as they can for 5 s: the
+/// windows roll many times while chunks are out, and the limits hold on
+/// the admission times.
+async fn short_windows_roll_while_chunks_are_out(algorithm: Algorithm) {
+    let server = private_server().await;
+    let policy = policy(algorithm, &[(200, 1_000)]);
+    let prefix = unique_prefix("rolling");
+    let mut stores = Vec::new();
+    for _ in 0..4 {
+        stores.push(instance(&server, &prefix).await);
+    }
+    let until = tokio::time::Instant::now() + Duration::from_secs(5);
+    let mut running = tokio::task::JoinSet::new();
+    for store in &stores {
+        for _ in 0..8 {
+            let (store, policy) = (store.clone(), policy.clone());
+            running.spawn(async move {
+                let mut decisions = Vec::new();
+                while tokio::time::Instant::now() < until {
+                    decisions.push(store.decide("hot", &policy).await.unwrap());
+                    // Refusals are answered locally: give the others a turn.
+                    tokio::task::yield_now().await;
+                }
+                decisions
+            });
+        }
+    }
+    let mut decisions = Vec::new();
+    while let Some(done) = running.join_next().await {
+        decisions.extend(done.unwrap());
+    }
+    let admitted = decisions.iter().filter(|d| d.is_allowed()).count();
+    println!(
+        "{algorithm:?} 200/s: {} decided, {admitted} admitted",
+        decisions.len()
+    );
+    // Five or six windows, each nearly used.
+    assert!(admitted >= 4 * 200 * 9 / 10, "{admitted} admitted");
+    check_windows(&policy, &decisions);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn short_counter_windows_hold_on_admission_times() {
+    short_windows_roll_while_chunks_are_out(Algorithm::SlidingCounter).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn short_fixed_windows_hold_on_admission_times() {
+    short_windows_roll_while_chunks_are_out(Algorithm::FixedWindow).await;
+}
+
+/// Redis's time, in µs.
+fn redis_micros(server: &Server) -> u64 {
+    let time = server.cli(&["TIME"]).unwrap();
+    let mut parts = time.lines().map(|part| part.trim().parse::<u64>().unwrap());
+    parts.next().unwrap() * 1_000_000 + parts.next().unwrap()
+}
+
+/// Sleeps until 50 ms into the next fixed window of `window` µs.
+async fn next_window(server: &Server, window: u64) {
+    let into = redis_micros(server) % window;
+    tokio::time::sleep(Duration::from_micros(window - into + 50_000)).await;
+}
+
+/// An instance that dies holding a chunk gives nothing back: the fleet
+/// admits no more than the limit meanwhile, and the quota comes back when
+/// the chunk's window ends.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dead_instances_chunk_comes_back_when_its_window_ends() {
+    let server = private_server().await;
+    let prefix = unique_prefix("dead");
+    let window = 3_000_000;
+    let policy = policy(Algorithm::FixedWindow, &[(1_000, window / 1_000)]);
+    next_window(&server, window).await;
+    let started = redis_micros(&server) / window;
+
+    // The dying instance runs on a runtime of its own, which stops with it.
+    let url = server.url();
+    let (prefix_in, policy_in) = (prefix.clone(), policy.clone());
+    let held = std::thread::spawn(move || {
+        let runtime = tokio::runtime::Runtime::new().unwrap();
+        let admitted = runtime.block_on(async {
+            let store = RedisStore::connect(&url)
+                .await
+                .unwrap()
+                .with_prefix(&prefix_in)
+                .with_local_quota(HORIZON);
+            let decisions = demand(std::slice::from_ref(&store), &policy_in, &[(16, 20)]).await;
+            // The process dies: nothing is dropped, nothing given back.
+            std::mem::forget(store);
+            decisions.iter().filter(|d| d.is_allowed()).count()
+        });
+        runtime.shutdown_background();
+        admitted
+    })
+    .join()
+    .unwrap();
+    assert_eq!(held, 320);
+
+    let survivor = instance(&server, &prefix).await;
+    let decisions = demand(std::slice::from_ref(&survivor), &policy, &[(8, 200)]).await;
+    let admitted = decisions.iter().filter(|d| d.is_allowed()).count();
+    let lost = 1_000 - held - admitted.min(1_000 - held);
+    println!("the dead instance was admitted {held}, the survivor {admitted}; {lost} lost with the dead instance's chunk");
+    assert!(
+        held + admitted <= 1_000,
+        "{held} + {admitted} admitted in one window"
+    );
+    assert!(
+        redis_micros(&server) / window == started,
+        "the demand outlasted its window: the test proves nothing"
+    );
+
+    // The next window holds the whole limit again.
+    next_window(&server, window).await;
+    let decisions = demand(std::slice::from_ref(&survivor), &policy, &[(8, 150)]).await;
+    let admitted = decisions.iter().filter(|d| d.is_allowed()).count();
+    assert_eq!(admitted, 1_000, "the next window");
+}
+
+/// 50,000 decisions at once on one hot key of one store: judged from
+/// chunks, with at most 1 % answered by the failure policy.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_burst_on_a_hot_key_is_judged_from_chunks() {
+    let server = private_server().await;
+    let store = instance(&server, &unique_prefix("burst")).await;
+    let policy = policy(Algorithm::SlidingCounter, &[(10_000_000, 60_000)]);
+    let calls_before = server.command_calls("evalsha");
+    let mut burst = tokio::task::JoinSet::new();
+    for _ in 0..50_000 {
+        let (store, policy) = (store.clone(), policy.clone());
+        burst.spawn(async move { store.decide("hot", &policy).await.unwrap().origin() });
+    }
+    let (mut judged, mut by_policy) = (0, 0);
+    while let Some(origin) = burst.join_next().await {
+        match origin.unwrap() {
+            Origin::Limits => judged += 1,
+            _ => by_policy += 1,
+        }
+    }
+    let calls = server.command_calls("evalsha") - calls_before;
+    println!("burst of 50,000: {judged} by the limits, {by_policy} by the failure policy, {calls} script calls");
+    assert!(
+        by_policy * 100 <= 50_000,
+        "{by_policy} by the failure policy"
+    );
+    assert!(calls * 50 <= 50_000, "{calls} script calls");
+}

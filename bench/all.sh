@@ -21,6 +21,7 @@ BENCH_TABLES="$tables" cargo bench --bench tenants
 BENCH_TABLES="$tables" cargo bench --bench keys
 BENCH_TABLES="$tables" cargo bench --features axum --bench layer -- "$skip_criterion"
 BENCH_TABLES="$tables" cargo bench --features redis --bench redis -- "$skip_criterion"
+BENCH_TABLES="$tables" cargo bench --features redis --bench quota
 
 cpu=$(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -n 1)
 machine="$(nproc) CPUs ($cpu), $(free -g | awk '/^Mem:/ {print $2}') GiB, $(rustc --version | cut -d' ' -f1-2), Redis $(redis-server --version | cut -d' ' -f3 | sed 's/^v=//')"

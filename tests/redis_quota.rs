@@ -10,13 +10,18 @@
 mod redis_server;
 #[path = "support/stores.rs"]
 mod stores;
+#[path = "support/xorshift.rs"]
+mod xorshift;
 
 use std::collections::BTreeMap;
 use std::time::Duration;
 
 use redis_server::{unique_prefix, Server};
 use stores::policy;
-use tower_sliding_window::{Algorithm, Decision, Origin, Policy, RedisStore, Store};
+use tower_sliding_window::{
+    Algorithm, Decision, ManualClock, Origin, Policy, RedisStore, Store,
+};
+use xorshift::XorShift;
 
 const HORIZON: Duration = Duration::from_millis(50);
 
@@ -349,4 +354,75 @@ async fn a_burst_on_a_hot_key_is_judged_from_chunks() {
         "{by_policy} by the failure policy"
     );
     assert!(calls * 50 <= 50_000, "{calls} script calls");
+}
+
+/// A trace of 20,000 arrivals over 10 s at four instances (one of them
+/// sending half), replayed one at a time on a client clock, by four
+/// instances with local quota and by four deciding per request, under
+/// 1,000 a second: the limits hold on every admission of the local-quota
+/// replay, and the share of the per-request replay's admissions that local
+/// quota refused is reported.
+async fn a_replayed_trace(algorithm: Algorithm) {
+    let server = private_server().await;
+    let policy = policy(algorithm, &[(1_000, 1_000)]);
+    let mut random = XorShift(0x7ace);
+    let mut arrivals: Vec<(u64, usize)> = (0..20_000)
+        .map(|_| {
+            let at = 1_000_000_000 + random.next() % 10_000_000;
+            let instance = match random.next() % 6 {
+                0..=2 => 0,
+                n => n as usize - 2,
+            };
+            (at, instance)
+        })
+        .collect();
+    arrivals.sort_unstable();
+    let mut admitted = Vec::new();
+    for local in [false, true] {
+        let clock = ManualClock::new();
+        let prefix = unique_prefix("replay");
+        let mut stores = Vec::new();
+        for _ in 0..4 {
+            let store = RedisStore::connect(&server.url())
+                .await
+                .unwrap()
+                .with_prefix(&prefix)
+                .with_clock(clock.clone());
+            stores.push(if local {
+                store.with_local_quota(HORIZON)
+            } else {
+                store
+            });
+        }
+        let mut decisions = Vec::with_capacity(arrivals.len());
+        for &(at, instance) in &arrivals {
+            clock.set(Duration::from_micros(at));
+            decisions.push(stores[instance].decide("hot", &policy).await.unwrap());
+        }
+        admitted.push(decisions);
+    }
+    let (per_request, local) = (&admitted[0], &admitted[1]);
+    check_windows(&policy, local);
+    let exact = per_request.iter().filter(|d| d.is_allowed()).count();
+    let missed = per_request
+        .iter()
+        .zip(local)
+        .filter(|(exact, local)| exact.is_allowed() && !local.is_allowed())
+        .count();
+    let admitted = local.iter().filter(|d| d.is_allowed()).count();
+    println!(
+        "{algorithm:?} replay: per-request admitted {exact}, local quota {admitted}; {:.2} % of per-request's admissions refused by local quota",
+        100.0 * missed as f64 / exact as f64
+    );
+    assert!(local.iter().all(|d| d.origin() == Origin::Limits));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replayed_trace_holds_the_counters_limit() {
+    a_replayed_trace(Algorithm::SlidingCounter).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replayed_trace_holds_the_fixed_windows_limit() {
+    a_replayed_trace(Algorithm::FixedWindow).await;
 }

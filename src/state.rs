@@ -196,11 +196,26 @@ impl Counts {
     /// `policy`, and records it if all have room: the algorithm's rule
     /// alone, with no penalty or cap.
     pub(crate) fn decide(&mut self, policy: &Policy, now: u64, cost: u32) -> Decision {
+        self.decide_holding(policy, now, cost, 0)
+    }
+
+    /// [`decide`](Self::decide) for a chunk of local quota that may be
+    /// spent over the next `hold` µs: the bucket charges it from the last
+    /// moment it may be spent (`bucket::decide_holding`); the windows,
+    /// whose chunks are spent in the window they are counted in, need no
+    /// hold.
+    pub(crate) fn decide_holding(
+        &mut self,
+        policy: &Policy,
+        now: u64,
+        cost: u32,
+        hold: u64,
+    ) -> Decision {
         let limits = policy.limits();
         match self {
             Counts::Counter(counter) => counter.decide_micros(now, limits, cost),
             Counts::Fixed(fixed) => fixed.decide_micros(now, limits, cost),
-            Counts::Bucket(bucket) => bucket.decide_micros(now, limits, cost),
+            Counts::Bucket(bucket) => bucket.decide_holding(now, limits, cost, hold),
             Counts::Log(log) => log.decide_micros(
                 now,
                 limits,

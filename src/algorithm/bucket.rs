@@ -172,6 +172,17 @@ impl TokenBucket {
         decide(self.records.fit(limits.len()), now, limits, cost)
     }
 
+    /// Judges a chunk of local quota as [`decide_holding`] does.
+    pub(crate) fn decide_holding(
+        &mut self,
+        now: u64,
+        limits: &[Limit],
+        cost: u32,
+        hold: u64,
+    ) -> Decision {
+        decide_holding(self.records.fit(limits.len()), now, limits, cost, hold)
+    }
+
     pub(crate) fn idle_from_micros(&self, _limits: &[Limit]) -> u64 {
         idle_from(&self.records)
     }
@@ -186,8 +197,23 @@ impl TokenBucket {
 /// takes the tokens from every bucket if all hold them; a refusal changes
 /// nothing.
 pub(crate) fn decide(records: &mut [Tat], now: u64, limits: &[Limit], cost: u32) -> Decision {
+    decide_holding(records, now, limits, cost, 0)
+}
+
+/// [`decide`] for a chunk of local quota, `cost` units that may be spent
+/// over the next `hold` µs: judged at `now`, when it is granted, and
+/// charged from `now + hold` if the bucket has refilled past that, as if
+/// every unit were taken at the last moment it may be (docs/design.md,
+/// "Local quota").
+pub(crate) fn decide_holding(
+    records: &mut [Tat],
+    now: u64,
+    limits: &[Limit],
+    cost: u32,
+    hold: u64,
+) -> Decision {
     if let ([record], [limit]) = (&mut *records, limits) {
-        return decide_one(record, now, limit, cost);
+        return decide_one(record, now, limit, cost, hold);
     }
     let mut tally = Tally::default();
     for (index, (tat, limit)) in records.iter().zip(limits).enumerate() {
@@ -199,7 +225,7 @@ pub(crate) fn decide(records: &mut [Tat], now: u64, limits: &[Limit], cost: u32)
         return refusal;
     }
     for (tat, limit) in records.iter_mut().zip(limits) {
-        *tat = charged(*tat, now, cost, limit);
+        *tat = charged(*tat, now.saturating_add(hold), cost, limit);
     }
     let quota_of = |index: usize| quota_ahead(records[index], now);
     tightest(
@@ -210,16 +236,20 @@ pub(crate) fn decide(records: &mut [Tat], now: u64, limits: &[Limit], cost: u32)
     )
 }
 
-/// [`decide`] for one limit, the common case.
+/// [`decide_holding`] for one limit, the common case.
 #[inline]
-pub(crate) fn decide_one(tat: &mut Tat, now: u64, limit: &Limit, cost: u32) -> Decision {
+pub(crate) fn decide_one(tat: &mut Tat, now: u64, limit: &Limit, cost: u32, hold: u64) -> Decision {
     let limits = std::slice::from_ref(limit);
     let next = charged(*tat, now, cost, limit);
     if let Some(wait) = wait(next, now, limit) {
         return refused(limits, now, 0, wait);
     }
-    *tat = next;
-    accepted(limits, now, 0, quota_ahead(next, now))
+    *tat = if hold == 0 {
+        next
+    } else {
+        charged(*tat, now.saturating_add(hold), cost, limit)
+    };
+    accepted(limits, now, 0, quota_ahead(*tat, now))
 }
 
 /// The quota of a bucket whose arrival time is `tat` (no earlier than
@@ -276,4 +306,33 @@ pub(crate) fn settle(records: &mut [Tat], settled: &Settlement, limits: &[Limit]
 /// From when (µs) every bucket is full again, judging as a fresh one.
 pub(crate) fn idle_from(records: &[Tat]) -> u64 {
     records.iter().map(|tat| tat.ceil()).max().unwrap_or(0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_held_chunk_is_judged_now_and_charged_from_the_end_of_its_hold() {
+        // 10 a second: a token every 100 ms.
+        let limit = Limit::new(10, Duration::from_secs(1)).unwrap();
+        let limits = [limit];
+        let now = 5_000_000;
+        let mut tat = [Tat::default()];
+        assert!(decide_holding(&mut tat, now, &limits, 3, 50_000).is_allowed());
+        assert_eq!(tat[0], Tat::at(now + 50_000 + 300_000));
+        // A whole bucket held for a second passes (judged now), and then
+        // nothing passes until the hold and the refill are over.
+        let mut tat = [Tat::default()];
+        assert!(decide_holding(&mut tat, now, &limits, 10, 1_000_000).is_allowed());
+        let next = decide_holding(&mut tat, now + 1_000_000, &limits, 1, 0);
+        assert_eq!(next.retry_after(), Duration::from_millis(100));
+        // With no hold it is the request's own rule.
+        let (mut held, mut plain) = ([Tat::default()], [Tat::default()]);
+        for at in [now, now + 10, now + 250_000] {
+            let a = decide_holding(&mut held, at, &limits, 2, 0);
+            let b = decide(&mut plain, at, &limits, 2);
+            assert_eq!((a, held), (b, plain));
+        }
+    }
 }

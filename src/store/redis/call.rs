@@ -105,7 +105,8 @@ impl<K: std::fmt::Display> Store<K> for RedisStore {
         used: u32,
     ) -> Self::Future {
         let admitted = *admitted;
-        if !admitted.needs_settling(cost, used) {
+        let gives_back = self.quota.is_none() || quota::gives_back(binding.policy());
+        if !admitted.needs_settling(cost, used) || (used < cost && !gives_back) {
             return Box::pin(std::future::ready(Ok(admitted)));
         }
         let ask = Ask::Settle {
@@ -277,7 +278,8 @@ impl RedisStore {
         });
         let unseen = Unseen::new(taking.map(|(leases, id)| move || self.send_release(leases, id)));
         let reply = self.reach(name, call, orphaned).await;
-        let mut decision = reply.and_then(|reply| reply::decision(policy, &reply, ask.cost()))?;
+        let mut decision =
+            reply.and_then(|reply| reply::decision(policy, &reply, ask.cost(), ask.hold()))?;
         unseen.seen();
         if ask == Ask::Free && decision.origin != Origin::InFlight {
             decision = decision.costing_nothing();

@@ -213,7 +213,9 @@ impl Guard {
                 let fallback = self.fallback(outage);
                 let binding = fallback.bind::<String>(&policy.shared_by(live));
                 let decision = match ask {
-                    Ask::Record(cost) => fallback.decide_cost_bound_now(name, &binding, cost),
+                    Ask::Record(cost) | Ask::Chunk { cost, .. } => {
+                        fallback.decide_cost_bound_now(name, &binding, cost)
+                    }
                     Ask::Free => fallback.decide_cost_bound_now(name, &binding, 0),
                     Ask::Peek | Ask::Settle { .. } => fallback.peek_bound_now(&name, &binding),
                 };

@@ -461,8 +461,9 @@ impl RedisStore {
     ///
     /// * **Exact.** A chunk is judged and recorded by Redis as one request
     ///   of its size, at the instant it is granted, in every limit at once,
-    ///   and it is spent only before the earliest of those windows ends,
-    ///   timed from when the grant was sent. The fleet never admits more
+    ///   and it is spent only before the earliest of those windows ends
+    ///   (the bucket: within the horizon), timed from when the grant was
+    ///   sent. The fleet never admits more
     ///   than the limits, stated on the times requests are admitted
     ///   (docs/design.md, "Local quota").
     /// * **Sized** to the key's local demand over the last one to two
@@ -477,10 +478,13 @@ impl RedisStore {
     ///   what its chunks held counts as admitted until their windows end.
     /// * **Refusals** are remembered for at most a horizon, since quota
     ///   given back may make room sooner than Redis's wait says.
-    /// * **Which policies.** The sliding counter and the fixed window
-    ///   with no penalty and no in-flight cap. Any other policy, a request
-    ///   of no cost, a peek and a settling go to Redis one by one, as
-    ///   without local quota.
+    /// * **Which policies.** The sliding counter, the fixed window and the
+    ///   token bucket with no penalty and no in-flight cap. The log, any
+    ///   other policy, a request of no cost, a peek and a settling go to
+    ///   Redis one by one, as without local quota. The bucket's chunks
+    ///   last one horizon and are charged as if spent at its end; their
+    ///   unspent units, and those a settled request did not use, are not
+    ///   given back but refill.
     /// * **What a decision reports.** A decision from a chunk is Redis's
     ///   decision on the chunk, which counted the whole chunk: the
     ///   remaining quota it reports is never above what Redis last

@@ -21,21 +21,42 @@ use parking_lot::Mutex;
 use super::call::RedisBinding;
 use super::scripts::Ask;
 use super::RedisStore;
-use crate::algorithm::{Algorithm, Decision};
+use crate::algorithm::{Algorithm, Decision, Origin};
 use crate::clock::micros;
 use crate::policy::Policy;
 use crate::store::StoreError;
 
-/// Whether requests under `policy` are judged from chunks: the counter and
-/// the fixed window with no penalty (a refused chunk must start none) and
-/// no in-flight cap (each request's slot is its own). Any other policy is
-/// judged by Redis one request at a time.
+/// Whether requests under `policy` are judged from chunks: the counter,
+/// the fixed window and the bucket with no penalty (a refused chunk must
+/// start none) and no in-flight cap (each request's slot is its own). Any
+/// other policy, and the log, is judged by Redis one request at a time.
 pub(super) fn chunked(policy: &Policy) -> bool {
     matches!(
         policy.algorithm(),
-        Algorithm::SlidingCounter | Algorithm::FixedWindow
+        Algorithm::SlidingCounter | Algorithm::FixedWindow | Algorithm::TokenBucket
     ) && policy.penalty_micros() == 0
         && policy.in_flight().is_none()
+}
+
+/// Whether a request admitted under `policy` may give back what it did
+/// not use: not the bucket's, for the reason chunks of it are not given
+/// back (see [`QuotaBook::give_back`]).
+pub(super) fn gives_back(policy: &Policy) -> bool {
+    !(chunked(policy) && policy.algorithm() == Algorithm::TokenBucket)
+}
+
+/// How long a chunk granted at Redis time `at` may be spent: until the
+/// earliest of its windows ends, or for the bucket, which has none, for
+/// the horizon it was charged for.
+fn lifetime(policy: &Policy, at: u64, horizon: u64) -> u64 {
+    if policy.algorithm() == Algorithm::TokenBucket {
+        return horizon;
+    }
+    let ends = policy.limits().iter().map(|limit| {
+        let w = limit.window_micros();
+        w - at % w
+    });
+    ends.min().unwrap_or(0)
 }
 
 /// The chunks one store (and its clones) holds, by Redis key name.
@@ -54,10 +75,8 @@ pub(super) struct QuotaBook {
 /// One key's chunk and its recent local demand.
 struct KeyQuota {
     binding: RedisBinding,
-    /// Units asked for since the last sweep.
+    /// Units asked for since the chunk's demand period began.
     asked: AtomicU64,
-    /// Units asked for in the sweep period before.
-    asked_before: AtomicU64,
     /// Units of the requests waiting for the chunk.
     waiting: AtomicU64,
     /// Held while a grant is in flight, so that one call serves every
@@ -80,8 +99,12 @@ struct Chunk {
     sent: u64,
     /// The units may be spent before this instant.
     until: u64,
-    /// When units were last taken.
-    used: u64,
+    /// When the key was last asked for.
+    asked_at: u64,
+    /// When the current period of demand began, one horizon at most ago,
+    /// and the units asked for in the one before.
+    period: u64,
+    asked_before: u64,
     /// What Redis last said remains of the key's tightest limit.
     remaining: Option<u32>,
     /// When a grant last failed: the requests that waited for it are
@@ -106,7 +129,6 @@ impl Chunk {
             .grant
             .filter(|_| now < self.until && self.units >= cost)?;
         self.units -= cost;
-        self.used = now;
         let mut decision = grant;
         decision.at_micros = grant.at_micros + now.saturating_sub(self.sent);
         Some(decision)
@@ -123,16 +145,9 @@ impl Chunk {
         })
     }
 
-    /// Holds `grant`, a chunk of `size` units sent at `sent`, to spend
-    /// until the earliest end of the windows it was counted in.
-    fn fill(&mut self, grant: Decision, size: u32, sent: u64, policy: &Policy) {
-        let at = grant.at_micros;
-        let lifetime = policy
-            .limits()
-            .iter()
-            .map(|limit| limit.window_micros() - at % limit.window_micros())
-            .min()
-            .unwrap_or(0);
+    /// Holds `grant`, a chunk of `size` units sent at `sent`, to spend for
+    /// `lifetime` from then.
+    fn fill(&mut self, grant: Decision, size: u32, sent: u64, lifetime: u64) {
         self.remaining = Some(grant.remaining());
         self.grant = Some(grant);
         self.granted = size;
@@ -188,7 +203,6 @@ impl QuotaBook {
         let key = Arc::new(KeyQuota {
             binding: binding.clone(),
             asked: AtomicU64::new(0),
-            asked_before: AtomicU64::new(0),
             waiting: AtomicU64::new(0),
             chunk: tokio::sync::Mutex::default(),
         });
@@ -214,21 +228,33 @@ impl QuotaBook {
         let mut chunk = key.chunk.lock().await;
         key.waiting.fetch_sub(u64::from(cost), Ordering::Relaxed);
         let now = store.guard.now();
+        chunk.asked_at = now;
         if let Some(decision) = chunk.take(cost, now) {
             return Ok(decision);
         }
         let policy = binding.policy();
         let tightest = policy.limits().iter().map(|limit| limit.max()).min();
         let remaining = chunk.remaining.or(tightest).unwrap_or(0);
-        let size = chunk_size(key.demand(), cost, remaining, store.live_instances());
+        let demand = key.demand(&mut chunk, now, self.horizon);
+        let size = chunk_size(demand, cost, remaining, store.live_instances());
         let failed_lately = chunk
             .failed
             .is_some_and(|failed| now < failed + micros(store.settings.timeout));
-        if size <= cost || failed_lately {
+        if failed_lately {
+            // Each request alone, at once, as without local quota.
             drop(chunk);
+            return store.call_named(name, &binding, Ask::Record(cost)).await;
+        }
+        if size <= cost {
+            // Near the limit Redis judges each request alone, one at a time
+            // for the key: a refusal it remembers then answers the requests
+            // that waited, with no call of their own.
             let decision = store.call_named(name, &binding, Ask::Record(cost)).await;
-            if let (Ok(decision), Ok(mut chunk)) = (&decision, key.chunk.try_lock()) {
-                chunk.remaining = Some(decision.remaining());
+            match &decision {
+                Ok(decision) if decision.origin() == Origin::Limits => {
+                    chunk.remaining = Some(decision.remaining());
+                }
+                _ => chunk.failed = Some(now),
             }
             return decision;
         }
@@ -236,10 +262,18 @@ impl QuotaBook {
             self.give_back(name.clone(), policy, leftover);
         }
         let sent = store.guard.now();
-        match store.judge(&name, policy, Ask::Record(size)).await {
+        let ask = match policy.algorithm() {
+            Algorithm::TokenBucket => Ask::Chunk {
+                cost: size,
+                hold: self.horizon,
+            },
+            _ => Ask::Record(size),
+        };
+        match store.judge(&name, policy, ask).await {
             Ok(grant) if grant.is_allowed() => {
                 store.guard.outage_ended(store.client.outage.ended());
-                chunk.fill(grant, size, sent, policy);
+                let lifetime = lifetime(policy, grant.at_micros, self.horizon);
+                chunk.fill(grant, size, sent, lifetime);
                 if let Some(decision) = chunk.take(cost, store.guard.now()) {
                     return Ok(decision);
                 }
@@ -264,8 +298,14 @@ impl QuotaBook {
     }
 
     /// Gives `leftover` back to the window it was counted in, in the
-    /// background: a settling of the grant it came from.
+    /// background: a settling of the grant it came from. The bucket's are
+    /// not: a later chunk may have been charged from the end of its own
+    /// hold, past the arrival time this one left, and time taken off
+    /// would undercharge it. They refill as spent tokens do.
     fn give_back(&self, name: String, policy: &Policy, leftover: Leftover) {
+        if policy.algorithm() == Algorithm::TokenBucket {
+            return;
+        }
         let ask = Ask::Settle {
             at: leftover.granted_at,
             cost: leftover.granted,
@@ -279,37 +319,41 @@ impl QuotaBook {
         });
     }
 
-    /// Gives back the chunks nobody spent for a horizon and those whose
+    /// Gives back the chunks of keys not asked for in a horizon and those whose
     /// window ends within one, and forgets keys idle for ten with nothing
     /// held. A chunk in use is left for the next sweep.
     fn sweep(&self) {
         let now = self.store.guard.now();
         self.keys.lock().retain(|name, key| {
-            let asked = key.asked.swap(0, Ordering::Relaxed);
-            key.asked_before.store(asked, Ordering::Relaxed);
             let Ok(mut chunk) = key.chunk.try_lock() else {
                 return true;
             };
-            let idle = now.saturating_sub(chunk.used);
+            let idle = now.saturating_sub(chunk.asked_at);
             let ending = chunk.until.saturating_sub(now) <= self.horizon;
             if idle >= self.horizon || ending {
                 if let Some(leftover) = chunk.leftover() {
                     self.give_back(name.to_string(), key.binding.policy(), leftover);
                 }
             }
-            chunk.units > 0 || asked > 0 || idle < 10 * self.horizon
+            chunk.units > 0 || idle < 10 * self.horizon
         });
     }
 }
 
 impl KeyQuota {
-    /// Units asked for in this sweep period and the one before (one to
-    /// two horizons' worth, so that steady demand needs a grant at most
-    /// every horizon), or waiting for the chunk now if more: a burst that
-    /// queued on one grant is served by the next.
-    fn demand(&self) -> u64 {
-        let asked = self.asked.load(Ordering::Relaxed);
-        let recent = asked + self.asked_before.load(Ordering::Relaxed);
+    /// Units asked for in this period of demand and the one before, each
+    /// a `horizon` long on the store's clock (one to two horizons' worth,
+    /// so that steady demand needs a grant at most every horizon), or
+    /// waiting for `chunk` now if more: a burst that queued on one grant is
+    /// served by the next.
+    fn demand(&self, chunk: &mut Chunk, now: u64, horizon: u64) -> u64 {
+        if now >= chunk.period.saturating_add(horizon) {
+            let asked = self.asked.swap(0, Ordering::Relaxed);
+            let just_before = now < chunk.period.saturating_add(2 * horizon);
+            chunk.asked_before = if just_before { asked } else { 0 };
+            chunk.period = now;
+        }
+        let recent = self.asked.load(Ordering::Relaxed) + chunk.asked_before;
         recent.max(self.waiting.load(Ordering::Relaxed) + 1)
     }
 }
@@ -352,7 +396,7 @@ mod tests {
         let at = 120_700_000;
         let grant = Decision::allow(policy.first_limit(), Duration::from_micros(at));
         let mut chunk = Chunk::default();
-        chunk.fill(grant, 10, 5_000, &policy);
+        chunk.fill(grant, 10, 5_000, lifetime(&policy, at, 50_000));
         assert_eq!(chunk.until, 305_000);
         // A request is placed at the latest Redis time it can be admitted.
         let decision = chunk.take(3, 105_000).unwrap();

@@ -21,8 +21,14 @@ const IN_PENALTY: i64 = 2;
 const IN_FLIGHT_FULL: i64 = 3;
 
 /// The decision `reply` gives a request of `cost` units under `policy`
-/// (a peek is judged as a request of one).
-pub(super) fn decision(policy: &Policy, reply: &[i64], cost: u32) -> Result<Decision, StoreError> {
+/// (a peek is judged as a request of one), or a chunk of local quota held
+/// for `hold` µs.
+pub(super) fn decision(
+    policy: &Policy,
+    reply: &[i64],
+    cost: u32,
+    hold: u64,
+) -> Result<Decision, StoreError> {
     let malformed = || {
         StoreError::new(format!("unexpected script reply {reply:?}"), None)
             .with_kind(StoreErrorKind::Malformed)
@@ -57,7 +63,7 @@ pub(super) fn decision(policy: &Policy, reply: &[i64], cost: u32) -> Result<Deci
             log_decision(policy, reply, now)
         }
         REFUSED | ACCEPTED => judged(policy, &reply[2..], now).and_then(|mut counts| {
-            let decision = counts.decide(policy, now, cost);
+            let decision = counts.decide_holding(policy, now, cost, hold);
             (decision.is_allowed() == (reply[0] == ACCEPTED)).then_some(decision)
         }),
         _ => None,
@@ -166,25 +172,31 @@ mod tests {
         let counter = policy(Algorithm::SlidingCounter);
         let now = 60_500_000;
         // Half of the previous second's 8 weigh 4, beside 5 now: one more fits.
-        let accepted = decision(&counter, &[1, now, 8, 5, 0, 20], 1).unwrap();
+        let accepted = decision(&counter, &[1, now, 8, 5, 0, 20], 1, 0).unwrap();
         assert!(accepted.is_allowed());
         assert_eq!(accepted.remaining(), 0);
-        assert!(decision(&counter, &[0, now, 8, 6, 0, 20], 1).is_ok());
+        assert!(decision(&counter, &[0, now, 8, 6, 0, 20], 1, 0).is_ok());
         // The verdict the algorithm would not reach.
-        assert!(decision(&counter, &[1, now, 8, 6, 0, 20], 1).is_err());
-        assert!(decision(&counter, &[0, now, 8, 5, 0, 20], 1).is_err());
+        assert!(decision(&counter, &[1, now, 8, 6, 0, 20], 1, 0).is_err());
+        assert!(decision(&counter, &[0, now, 8, 5, 0, 20], 1, 0).is_err());
         // A count over its max, a negative one, a negative time, lengths
         // no reply has, verdicts no script sends.
-        assert!(decision(&counter, &[0, now, 8, 11, 0, 20], 1).is_err());
-        assert!(decision(&counter, &[1, now, -1, 5, 0, 20], 1).is_err());
-        assert!(decision(&counter, &[1, -1, 8, 5, 0, 20], 1).is_err());
-        assert!(decision(&counter, &[1, now, 8, 5, 0], 1).is_err());
-        assert!(decision(&counter, &[1, now, 8, 5, 0, 20, 0], 1).is_err());
-        assert!(decision(&counter, &[3, now, 8, 5, 0, 20], 1).is_err());
-        assert!(decision(&counter, &[], 1).is_err());
+        assert!(decision(&counter, &[0, now, 8, 11, 0, 20], 1, 0).is_err());
+        assert!(decision(&counter, &[1, now, -1, 5, 0, 20], 1, 0).is_err());
+        assert!(decision(&counter, &[1, -1, 8, 5, 0, 20], 1, 0).is_err());
+        assert!(decision(&counter, &[1, now, 8, 5, 0], 1, 0).is_err());
+        assert!(decision(&counter, &[1, now, 8, 5, 0, 20, 0], 1, 0).is_err());
+        assert!(decision(&counter, &[3, now, 8, 5, 0, 20], 1, 0).is_err());
+        assert!(decision(&counter, &[], 1, 0).is_err());
         // A cost judged as the script did.
-        assert!(decision(&counter, &[0, now, 0, 8, 0, 20], 3).is_ok());
-        assert!(decision(&policy(Algorithm::FixedWindow), &[1, now, 0, 9, 0, 20], 1).is_ok());
+        assert!(decision(&counter, &[0, now, 0, 8, 0, 20], 3, 0).is_ok());
+        assert!(decision(
+            &policy(Algorithm::FixedWindow),
+            &[1, now, 0, 9, 0, 20],
+            1,
+            0
+        )
+        .is_ok());
     }
 
     #[test]
@@ -192,59 +204,59 @@ mod tests {
         // 10 a second and 100 a minute: a token every 100 ms and 600 ms.
         let bucket = policy(Algorithm::TokenBucket);
         let now = 1_780_000_000_000_000;
-        let fresh = decision(&bucket, &[1, now, 0, 0, 0, 0], 1).unwrap();
+        let fresh = decision(&bucket, &[1, now, 0, 0, 0, 0], 1, 0).unwrap();
         assert_eq!(summary(&fresh), (true, 0, 9, Duration::ZERO));
         // 900 ms ahead: one more token fits exactly, one µs more does not.
-        let last = decision(&bucket, &[1, now, 900_000, 0, 0, 0], 1).unwrap();
+        let last = decision(&bucket, &[1, now, 900_000, 0, 0, 0], 1, 0).unwrap();
         assert_eq!(summary(&last), (true, 0, 0, Duration::ZERO));
-        let refused = decision(&bucket, &[0, now, 900_001, 0, 0, 0], 1).unwrap();
+        let refused = decision(&bucket, &[0, now, 900_001, 0, 0, 0], 1, 0).unwrap();
         assert_eq!(summary(&refused), (false, 0, 0, Duration::from_micros(1)));
         // A cost judged as the script did: a whole bucket does not fit
         // behind a remainder just below max.
-        assert!(decision(&bucket, &[1, now, 0, 0, 0, 0], 10).is_ok());
-        assert!(decision(&bucket, &[1, now, 0, 9, 0, 0], 10).is_err());
-        assert!(decision(&bucket, &[0, now, 0, 9, 0, 0], 10).is_ok());
+        assert!(decision(&bucket, &[1, now, 0, 0, 0, 0], 10, 0).is_ok());
+        assert!(decision(&bucket, &[1, now, 0, 9, 0, 0], 10, 0).is_err());
+        assert!(decision(&bucket, &[0, now, 0, 9, 0, 0], 10, 0).is_ok());
         // The verdict the algorithm would not reach.
-        assert!(decision(&bucket, &[0, now, 900_000, 0, 0, 0], 1).is_err());
-        assert!(decision(&bucket, &[1, now, 900_001, 0, 0, 0], 1).is_err());
+        assert!(decision(&bucket, &[0, now, 900_000, 0, 0, 0], 1, 0).is_err());
+        assert!(decision(&bucket, &[1, now, 900_001, 0, 0, 0], 1, 0).is_err());
         // A remainder not below its max, negative fields, lengths no reply
         // has.
-        assert!(decision(&bucket, &[1, now, 0, 10, 0, 0], 1).is_err());
-        assert!(decision(&bucket, &[1, now, 0, 0, 0, 100], 1).is_err());
-        assert!(decision(&bucket, &[1, now, -1, 0, 0, 0], 1).is_err());
-        assert!(decision(&bucket, &[1, now, 0, -1, 0, 0], 1).is_err());
-        assert!(decision(&bucket, &[1, now, 0, 0, 0], 1).is_err());
-        assert!(decision(&bucket, &[1, now, 0, 0, 0, 0, 0], 1).is_err());
+        assert!(decision(&bucket, &[1, now, 0, 10, 0, 0], 1, 0).is_err());
+        assert!(decision(&bucket, &[1, now, 0, 0, 0, 100], 1, 0).is_err());
+        assert!(decision(&bucket, &[1, now, -1, 0, 0, 0], 1, 0).is_err());
+        assert!(decision(&bucket, &[1, now, 0, -1, 0, 0], 1, 0).is_err());
+        assert!(decision(&bucket, &[1, now, 0, 0, 0], 1, 0).is_err());
+        assert!(decision(&bucket, &[1, now, 0, 0, 0, 0, 0], 1, 0).is_err());
         // Times at the edge of what fits are judged, not a panic.
-        let _ = decision(&bucket, &[0, i64::MAX, i64::MAX, 9, i64::MAX, 99], 1);
-        let _ = decision(&bucket, &[1, 0, i64::MAX, 0, 0, 0], 1);
+        let _ = decision(&bucket, &[0, i64::MAX, i64::MAX, 9, i64::MAX, 99], 1, 0);
+        let _ = decision(&bucket, &[1, 0, i64::MAX, 0, 0, 0], 1, 0);
     }
 
     #[test]
     fn a_log_reply_that_cannot_be_true_is_an_error() {
         let log = policy(Algorithm::SlidingLog);
         let now = 2_000_000;
-        let accepted = decision(&log, &[1, now, 4, 1_500_000, 4, 1_500_000], 1).unwrap();
+        let accepted = decision(&log, &[1, now, 4, 1_500_000, 4, 1_500_000], 1, 0).unwrap();
         assert!(accepted.is_allowed());
         assert_eq!(accepted.remaining(), 6);
-        let refused = decision(&log, &[0, now, 1_200_000, -1], 1).unwrap();
+        let refused = decision(&log, &[0, now, 1_200_000, -1], 1, 0).unwrap();
         assert_eq!(
             summary(&refused),
             (false, 0, 0, Duration::from_micros(200_001))
         );
         // No stamp blocks, or one outside its window: no refusal.
-        assert!(decision(&log, &[0, now, -1, -1], 1).is_err());
-        assert!(decision(&log, &[0, now, 999_999, -1], 1).is_err());
+        assert!(decision(&log, &[0, now, -1, -1], 1, 0).is_err());
+        assert!(decision(&log, &[0, now, 999_999, -1], 1, 0).is_err());
         // No stamps, more than the limit, an oldest outside its window or
         // after now, a negative stamp.
-        assert!(decision(&log, &[1, now, 0, now, 4, now], 1).is_err());
-        assert!(decision(&log, &[1, now, 11, now, 11, now], 1).is_err());
-        assert!(decision(&log, &[1, now, 4, 999_999, 4, now], 1).is_err());
-        assert!(decision(&log, &[1, now, 4, now + 1, 4, now], 1).is_err());
-        assert!(decision(&log, &[0, now, -2, -1], 1).is_err());
+        assert!(decision(&log, &[1, now, 0, now, 4, now], 1, 0).is_err());
+        assert!(decision(&log, &[1, now, 11, now, 11, now], 1, 0).is_err());
+        assert!(decision(&log, &[1, now, 4, 999_999, 4, now], 1, 0).is_err());
+        assert!(decision(&log, &[1, now, 4, now + 1, 4, now], 1, 0).is_err());
+        assert!(decision(&log, &[0, now, -2, -1], 1, 0).is_err());
         // A refusal's length for an acceptance, and the other way round.
-        assert!(decision(&log, &[1, now, 4, now], 1).is_err());
-        assert!(decision(&log, &[0, now, 1_200_000, -1, -1, -1], 1).is_err());
+        assert!(decision(&log, &[1, now, 4, now], 1, 0).is_err());
+        assert!(decision(&log, &[0, now, 1_200_000, -1, -1, -1], 1, 0).is_err());
     }
 
     #[test]
@@ -252,10 +264,10 @@ mod tests {
         let plain = policy(Algorithm::SlidingLog);
         let penalised = plain.clone().with_penalty(Duration::from_secs(30));
         let now = 2_000_000;
-        let refusal = decision(&penalised, &[2, now, now + 30_000_000], 1).unwrap();
+        let refusal = decision(&penalised, &[2, now, now + 30_000_000], 1, 0).unwrap();
         assert_eq!(refusal.retry_after(), Duration::from_secs(30));
-        assert!(decision(&plain, &[2, now, now + 30_000_000], 1).is_err());
-        assert!(decision(&penalised, &[2, now, now], 1).is_err());
-        assert!(decision(&penalised, &[2, now, now + 1, 0], 1).is_err());
+        assert!(decision(&plain, &[2, now, now + 30_000_000], 1, 0).is_err());
+        assert!(decision(&penalised, &[2, now, now], 1, 0).is_err());
+        assert!(decision(&penalised, &[2, now, now + 1, 0], 1, 0).is_err());
     }
 }

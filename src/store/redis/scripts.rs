@@ -97,6 +97,10 @@ pub(super) enum Ask {
     /// Judge a request of this many units (at least one), recording them
     /// all if every limit has room.
     Record(u32),
+    /// Judge a chunk of local quota of `cost` units that may be spent over
+    /// the next `hold` µs, as `Record` but charged by the bucket from the
+    /// last moment it may be spent.
+    Chunk { cost: u32, hold: u64 },
     /// Settle a request judged at `at` (µs) for `cost` units: charge
     /// `units` more, or give back as many if negative.
     Settle { at: u64, cost: u32, units: i64 },
@@ -106,7 +110,7 @@ impl Ask {
     /// The units the request is judged at: a peek is judged as one.
     pub(super) fn cost(self) -> u32 {
         match self {
-            Self::Record(cost) => cost,
+            Self::Record(cost) | Self::Chunk { cost, .. } => cost,
             Self::Peek | Self::Free | Self::Settle { .. } => 1,
         }
     }
@@ -114,6 +118,14 @@ impl Ask {
     /// Whether the windows record it.
     pub(super) fn records(self) -> bool {
         !matches!(self, Self::Peek | Self::Free)
+    }
+
+    /// How long a chunk may be spent over (µs); nothing else is held.
+    pub(super) fn hold(self) -> u64 {
+        match self {
+            Self::Chunk { hold, .. } => hold,
+            _ => 0,
+        }
     }
 
     /// Whether it takes an in-flight slot, under a cap.
@@ -159,6 +171,7 @@ pub(super) fn invocation(
     match ask {
         Ask::Peek | Ask::Free => invocation.arg(0).arg(""),
         Ask::Record(cost) => invocation.arg(cost).arg(""),
+        Ask::Chunk { cost, hold } => invocation.arg(cost).arg(format!("h{hold}")),
         Ask::Settle { at, cost, units } if algorithm == Algorithm::TokenBucket => {
             invocation.arg(units).arg(format!("{at} {cost}"))
         }

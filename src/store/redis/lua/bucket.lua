@@ -6,7 +6,7 @@
 -- ARGV  as lease.lua and state.lua, joined before this script, read them;
 --       to settle, ARGV[4] is 'at cost', the request's cost bounding what
 --       it may give back; tail.lua, joined after it, writes and answers
--- Takes from lease.lua `now`; from state.lua `units`, `settle_at`,
+-- Takes from lease.lua `now`; from state.lua `units`, `hold`, `settle_at`,
 -- `settle_cost` and `n`; sets state.lua's `reply`, `refused`, `state` and
 -- `span` for tail.lua.
 -- Judging, the reply is {1 accepted or 0 refused, now, then per limit how far
@@ -64,14 +64,18 @@ repeat
     end
     if not settle_at then
       -- Charged for the cost from the later of its TAT and now; the request
-      -- waits if that puts the TAT more than a window ahead of now.
+      -- waits if that puts the TAT more than a window ahead of now. A chunk
+      -- of local quota is charged from the later of its TAT and now + hold,
+      -- the last moment it may be spent.
       if micros < now then micros, rem = now, 0 end
       reply[1 + 2 * i], reply[2 + 2 * i] = micros - now, rem
       local whole, part = tokens(cost, m, w)
+      local ahead, ahead_rem = micros + whole - now, rem + part
+      if ahead_rem >= m then ahead, ahead_rem = ahead + 1, ahead_rem - m end
+      if ahead > w or (ahead == w and ahead_rem > 0) then reply[1] = 0 end
+      if micros < now + hold then micros, rem = now + hold, 0 end
       micros, rem = micros + whole, rem + part
       if rem >= m then micros, rem = micros + 1, rem - m end
-      local ahead = micros - now
-      if ahead > w or (ahead == w and rem > 0) then reply[1] = 0 end
     elseif units < 0 then
       -- Give back the unused units' refill, but never the part of the
       -- request's charge that time has refilled already: at most

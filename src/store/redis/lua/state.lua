@@ -4,8 +4,10 @@
 -- KEYS[2]  until when (µs) the key serves a penalty (used if ARGV[5] ~= 0)
 -- ARGV[3]  judging: the cost, recorded if every limit has room (0: judge one
 --          unit, record nothing); settling: units to charge (< 0: give back)
--- ARGV[4]  '' to judge; to settle, 'at' or 'at cost': the time (µs) the
---          request was judged at, and for the bucket its cost
+-- ARGV[4]  '' to judge; 'h' and µs to judge a chunk of local quota that
+--          may be spent over that long (the bucket charges it from then);
+--          to settle, 'at' or 'at cost': the time (µs) the request was
+--          judged at, and for the bucket its cost
 -- ARGV[5]  the penalty in µs a refusal starts (0: none)
 -- ARGV[6]  the algorithm: 'c' counter, 'f' fixed window, 'l' log, 'b' bucket
 -- ARGV[7], ARGV[8], ...  each limit's max and window in µs
@@ -13,9 +15,11 @@
 -- the penalty's end}.
 local units = ARGV[3] + 0
 local settle_at, settle_cost
-if ARGV[4] ~= '' then
+local holding = string.match(ARGV[4], '^h(%d+)$')
+local hold = tonumber(holding) or 0
+if ARGV[4] ~= '' and not holding then
   local at, cost = string.match(ARGV[4], '^(%d+) ?(%d*)$')
-  if not at then return redis.error_reply('ARGV[4] must be "at" or "at cost" to settle') end
+  if not at then return redis.error_reply('ARGV[4] must be "h hold" to judge a chunk, "at" or "at cost" to settle') end
   settle_at, settle_cost = at + 0, tonumber(cost)
 end
 local penalty = ARGV[5] ~= '0' and ARGV[5] + 0

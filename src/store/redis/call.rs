@@ -8,7 +8,7 @@ use std::sync::{Arc, OnceLock};
 
 use super::client::{within, Orphaned, Watch};
 use super::scripts::{self, Ask};
-use super::{keys, quota, reply, RedisStore};
+use super::{keys, reply, RedisStore};
 use crate::algorithm::leases::fresh_id;
 use crate::algorithm::{Decision, Origin};
 use crate::clock::micros;
@@ -78,7 +78,7 @@ impl<K: std::fmt::Display> Store<K> for RedisStore {
         let policy = binding.policy();
         match policy.weigh(cost) {
             Weighed::Judged => match &self.quota {
-                Some(book) if quota::chunked(policy) => {
+                Some(book) if book.spends(policy) => {
                     let name = self.name(&key, binding);
                     Box::pin(Arc::clone(book).spend(name, binding.clone(), cost))
                 }
@@ -105,7 +105,12 @@ impl<K: std::fmt::Display> Store<K> for RedisStore {
         used: u32,
     ) -> Self::Future {
         let admitted = *admitted;
-        let gives_back = self.quota.is_none() || quota::gives_back(binding.policy());
+        let policy = binding.policy();
+        // Under local quota the bucket takes no time back (`give_back`).
+        let gives_back = self
+            .quota
+            .as_ref()
+            .is_none_or(|book| book.gives_back(policy));
         if !admitted.needs_settling(cost, used) || (used < cost && !gives_back) {
             return Box::pin(std::future::ready(Ok(admitted)));
         }
@@ -114,7 +119,7 @@ impl<K: std::fmt::Display> Store<K> for RedisStore {
             cost,
             units: i64::from(used) - i64::from(cost),
         };
-        let settled = self.settle_named(self.name(&key, binding), binding.policy(), ask);
+        let settled = self.settle_named(self.name(&key, binding), policy, ask);
         Box::pin(async move { settled.await.map(|()| admitted.settled(cost, used)) })
     }
 

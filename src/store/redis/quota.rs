@@ -26,25 +26,6 @@ use crate::clock::micros;
 use crate::policy::Policy;
 use crate::store::StoreError;
 
-/// Whether requests under `policy` are judged from chunks: the counter,
-/// the fixed window and the bucket with no penalty (a refused chunk must
-/// start none) and no in-flight cap (each request's slot is its own). Any
-/// other policy, and the log, is judged by Redis one request at a time.
-pub(super) fn chunked(policy: &Policy) -> bool {
-    matches!(
-        policy.algorithm(),
-        Algorithm::SlidingCounter | Algorithm::FixedWindow | Algorithm::TokenBucket
-    ) && policy.penalty_micros() == 0
-        && policy.in_flight().is_none()
-}
-
-/// Whether a request admitted under `policy` may give back what it did
-/// not use: not the bucket's, for the reason chunks of it are not given
-/// back (see [`QuotaBook::give_back`]).
-pub(super) fn gives_back(policy: &Policy) -> bool {
-    !(chunked(policy) && policy.algorithm() == Algorithm::TokenBucket)
-}
-
 /// How long a chunk granted at Redis time `at` may be spent: until the
 /// earliest of its windows ends, or for the bucket, which has none, for
 /// the horizon it was charged for.
@@ -170,6 +151,26 @@ fn chunk_size(demand: u64, cost: u32, remaining: u32, live: usize) -> u32 {
 }
 
 impl QuotaBook {
+    /// Whether requests under `policy` are judged from chunks: the
+    /// counter, the fixed window and the bucket with no penalty (a refused
+    /// chunk must start none) and no in-flight cap (each request's slot is
+    /// its own). Any other policy, and the log, is judged by Redis one
+    /// request at a time.
+    pub(super) fn spends(&self, policy: &Policy) -> bool {
+        matches!(
+            policy.algorithm(),
+            Algorithm::SlidingCounter | Algorithm::FixedWindow | Algorithm::TokenBucket
+        ) && policy.penalty_micros() == 0
+            && policy.in_flight().is_none()
+    }
+
+    /// Whether a request admitted under `policy` may give back what it
+    /// did not use: not the bucket's, for the reason chunks of it are not
+    /// given back (see [`give_back`](Self::give_back)).
+    pub(super) fn gives_back(&self, policy: &Policy) -> bool {
+        !(self.spends(policy) && policy.algorithm() == Algorithm::TokenBucket)
+    }
+
     /// A book for `store` (which must hold none), sized for `horizon`,
     /// with its sweep started on the tokio runtime, if there is one.
     pub(super) fn start(store: RedisStore, horizon: Duration) -> Arc<Self> {
@@ -211,7 +212,7 @@ impl QuotaBook {
     }
 
     /// The decision on a request of `cost` units for the Redis key `name`
-    /// under `binding`'s policy, one [`chunked`] spends quota for: from the
+    /// under `binding`'s policy, one the book [`spends`](Self::spends) quota for: from the
     /// key's chunk, from a new chunk, or judged by Redis alone when a chunk
     /// would hold no more than the request.
     pub(super) async fn spend(

@@ -473,3 +473,54 @@ async fn a_replayed_trace_holds_the_fixed_windows_limit() {
 async fn a_replayed_trace_holds_the_buckets_limit() {
     a_replayed_trace(Algorithm::TokenBucket).await;
 }
+
+/// Redis goes down while an instance holds a chunk: the chunk is spent
+/// first, judged by the limits, then the failure policy answers; once
+/// Redis is back, decisions are judged by it again, with no restart.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_outage_spends_the_chunk_held_then_the_failure_policy_answers() {
+    let mut server = private_server().await;
+    let store = RedisStore::connect(&server.url())
+        .await
+        .unwrap()
+        .with_prefix(&unique_prefix("outage"))
+        .with_local_quota(Duration::from_secs(1))
+        .with_heartbeat(Duration::from_millis(100));
+    let policy = policy(Algorithm::FixedWindow, &[(1_000_000, 3_600_000)]);
+    // Bursts of 100 within a horizon: from the second on, a chunk is sized
+    // for the 200 asked in the period, and about half of it is left.
+    for _ in 0..3 {
+        let burst = demand(std::slice::from_ref(&store), &policy, &[(100, 1)]).await;
+        assert!(burst.iter().all(|d| d.origin() == Origin::Limits));
+    }
+    server.kill();
+    let mut origins = Vec::new();
+    for _ in 0..300 {
+        origins.push(store.decide("hot", &policy).await.unwrap().origin());
+    }
+    let from_chunk = origins.iter().take_while(|&&o| o == Origin::Limits).count();
+    println!("Redis down: {from_chunk} decisions from the chunk held, then the failure policy");
+    assert!(from_chunk > 0, "no chunk was held");
+    assert!(
+        origins[from_chunk..].iter().all(|&o| o == Origin::FailOpen),
+        "{origins:?}"
+    );
+    assert!(from_chunk < 300, "the chunk outlasted the test");
+
+    let server = tokio::task::spawn_blocking(move || {
+        server.restart();
+        server
+    })
+    .await
+    .unwrap();
+    // Judged by Redis again within a few heartbeats.
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while store.decide("hot", &policy).await.unwrap().origin() != Origin::Limits {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "Redis never judged again"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    drop(server);
+}

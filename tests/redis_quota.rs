@@ -524,3 +524,59 @@ async fn an_outage_spends_the_chunk_held_then_the_failure_policy_answers() {
     }
     drop(server);
 }
+
+/// Four instances on a fixed window of 10,000 units an hour, each request
+/// reserving 4 units and settled at 1 to 4 after it is admitted: the
+/// units used never exceed the limit, nearly all of it is used, and the
+/// settlings of requests admitted from chunks cost no script call.
+async fn costs_settled_within_chunks(algorithm: Algorithm) {
+    let server = private_server().await;
+    let policy = policy(algorithm, &[(10_000, 3_600_000)]);
+    let prefix = unique_prefix("settled");
+    let mut stores = Vec::new();
+    for _ in 0..4 {
+        stores.push(instance(&server, &prefix).await);
+    }
+    let before = server.command_calls("evalsha");
+    let mut running = tokio::task::JoinSet::new();
+    for store in &stores {
+        for task in 0..32u32 {
+            let (store, policy) = (store.clone(), policy.clone());
+            running.spawn(async move {
+                let binding = Store::<&str>::bind(&store, &policy);
+                let mut used_in_all = 0;
+                for call in 0..100u32 {
+                    let decision = store.decide_cost_bound("hot", &binding, 4).await.unwrap();
+                    if decision.is_allowed() {
+                        let used = 1 + (task + call) % 4;
+                        store
+                            .settle_bound("hot", &binding, &decision, 4, used)
+                            .await
+                            .unwrap();
+                        used_in_all += used;
+                    }
+                }
+                used_in_all
+            });
+        }
+    }
+    let mut used = 0;
+    while let Some(done) = running.join_next().await {
+        used += done.unwrap();
+    }
+    let calls = server.command_calls("evalsha") - before;
+    println!("{algorithm:?}: {used} units used of 10,000 by 12,800 requests, {calls} script calls");
+    assert!(used <= 10_000, "{used} units used");
+    assert!(used >= 9_000, "{used} units used");
+    assert!(calls * 50 <= 12_800, "{calls} script calls");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn costs_are_settled_within_chunks_of_the_fixed_window() {
+    costs_settled_within_chunks(Algorithm::FixedWindow).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn costs_are_settled_within_chunks_of_the_bucket() {
+    costs_settled_within_chunks(Algorithm::TokenBucket).await;
+}

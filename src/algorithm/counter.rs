@@ -280,6 +280,7 @@ fn decide_one(record: &mut Record, now: u64, limit: &Limit, cost: u32) -> Decisi
         origin: Origin::Limits,
         shadow: false,
         lease: 0,
+        chunk: 0,
     }
 }
 

@@ -22,6 +22,10 @@ pub struct Decision {
     pub(crate) shadow: bool,
     /// The in-flight slot the request holds until it ends; 0 for none.
     pub(crate) lease: u64,
+    /// The chunk of local quota it was admitted from, by the number the
+    /// Redis store gave that chunk for its key; 0 for none.
+    #[cfg_attr(not(feature = "redis"), allow(dead_code))]
+    pub(crate) chunk: u16,
 }
 
 /// The `limit_index` of a decision no limit made: an in-flight refusal, or
@@ -133,6 +137,7 @@ impl Decision {
             origin,
             shadow: false,
             lease: 0,
+            chunk: 0,
         }
     }
 

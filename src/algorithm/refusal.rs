@@ -106,5 +106,6 @@ pub(crate) fn accepted(limits: &[Limit], now: u64, index: usize, quota: Quota) -
         origin: Origin::Limits,
         shadow: false,
         lease: 0,
+        chunk: 0,
     }
 }

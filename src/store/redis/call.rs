@@ -105,22 +105,31 @@ impl<K: std::fmt::Display> Store<K> for RedisStore {
         used: u32,
     ) -> Self::Future {
         let admitted = *admitted;
-        let policy = binding.policy();
-        // Under local quota the bucket takes no time back (`give_back`).
-        let gives_back = self
-            .quota
-            .as_ref()
-            .is_none_or(|book| book.gives_back(policy));
-        if !admitted.needs_settling(cost, used) || (used < cost && !gives_back) {
+        if !admitted.needs_settling(cost, used) {
             return Box::pin(std::future::ready(Ok(admitted)));
         }
-        let ask = Ask::Settle {
-            at: admitted.at_micros,
-            cost,
-            units: i64::from(used) - i64::from(cost),
-        };
-        let settled = self.settle_named(self.name(&key, binding), policy, ask);
-        Box::pin(async move { settled.await.map(|()| admitted.settled(cost, used)) })
+        let name = self.name(&key, binding);
+        let (store, binding) = (self.clone(), binding.clone());
+        Box::pin(async move {
+            let policy = binding.policy();
+            if let Some(book) = store.quota.as_ref() {
+                if book.settles(&name, &admitted, cost, used).await {
+                    return Ok(admitted.settled(cost, used));
+                }
+                // The bucket takes no time back in Redis under local quota
+                // (`give_back`).
+                if used < cost && !book.gives_back(policy) {
+                    return Ok(admitted);
+                }
+            }
+            let ask = Ask::Settle {
+                at: admitted.at_micros,
+                cost,
+                units: i64::from(used) - i64::from(cost),
+            };
+            store.settle_named(name, policy, ask).await?;
+            Ok(admitted.settled(cost, used))
+        })
     }
 
     fn peek_bound(&self, key: K, binding: &RedisBinding) -> Self::Future {

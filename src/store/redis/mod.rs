@@ -476,12 +476,15 @@ impl RedisStore {
     ///   within a horizon of their window's end, and when the store and
     ///   its clones are dropped. An instance that dies gives nothing back:
     ///   what its chunks held counts as admitted until their windows end.
+    /// * **Settling** a request admitted from a chunk gives its unused
+    ///   units back to the chunk, or takes an excess from it, with no call.
     /// * **Refusals** are remembered for at most a horizon, since quota
-    ///   given back may make room sooner than Redis's wait says.
+    ///   given back may make room sooner than Redis's wait says; near the
+    ///   limit, those of requests of any cost.
     /// * **Which policies.** The sliding counter, the fixed window and the
     ///   token bucket with no penalty and no in-flight cap. The log, any
-    ///   other policy, a request of no cost, a peek and a settling go to
-    ///   Redis one by one, as without local quota. The bucket's chunks
+    ///   other policy, a request of no cost and a peek go to Redis one by
+    ///   one, as without local quota. The bucket's chunks
     ///   last one horizon and are charged as if spent at its end; their
     ///   unspent units, and those a settled request did not use, are not
     ///   given back but refill.

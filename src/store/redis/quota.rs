@@ -73,6 +73,9 @@ struct Chunk {
     units: u32,
     /// The grant's size.
     granted: u32,
+    /// The chunk's number among the key's, never 0 (which no chunk is):
+    /// the decisions it made carry it, so that their settling finds it.
+    id: u16,
     /// Redis's decision on the grant: every local decision is this one,
     /// placed later.
     grant: Option<Decision>,
@@ -91,6 +94,10 @@ struct Chunk {
     /// When a grant last failed: the requests that waited for it are
     /// judged one by one, not by one failed grant after another.
     failed: Option<u64>,
+    /// Redis's last refusal of a request alone, of how many units, and
+    /// when it was asked for: it answers requests of as many units or more
+    /// until its wait or a horizon is up, whichever is first.
+    refused: Option<(Decision, u32, u64)>,
 }
 
 /// Unspent units of a chunk, to go back to the window they were counted in.
@@ -112,7 +119,58 @@ impl Chunk {
         self.units -= cost;
         let mut decision = grant;
         decision.at_micros = grant.at_micros + now.saturating_sub(self.sent);
+        decision.chunk = self.id;
         Some(decision)
+    }
+
+    /// The refusal that still stands at local time `now` for a request of
+    /// `cost` units, if any: one of fewer units was refused and its wait is
+    /// not up, nor a horizon (`longest`) past, since quota given back by
+    /// other instances may make room before Redis's wait says.
+    fn refusal(&self, cost: u32, now: u64, longest: u64) -> Option<Decision> {
+        let (refusal, refused_cost, from) = self.refused?;
+        let until = from.saturating_add(refusal.retry_after_micros.min(longest));
+        (cost >= refused_cost && (from..until).contains(&now))
+            .then(|| refusal.refusal_later(now - from))
+    }
+
+    /// Settles within the chunk, at local time `now`, a request of `cost`
+    /// units under `policy` that used `used`: the units not used go back
+    /// to it, an excess is taken from it. Under the windows, a request the
+    /// chunk's windows counted (from this chunk or one before it in the
+    /// same windows); under the bucket, only one this chunk admitted, whose
+    /// units it was charged for until its hold ends. `false` for any other,
+    /// or an excess more than the chunk holds: Redis settles it then.
+    fn settle(
+        &mut self,
+        policy: &Policy,
+        admitted: &Decision,
+        cost: u32,
+        used: u32,
+        now: u64,
+    ) -> bool {
+        let Some(grant) = self.grant.filter(|_| now < self.until) else {
+            return false;
+        };
+        let ours = if policy.algorithm() == Algorithm::TokenBucket {
+            let placed = admitted.at_micros.checked_sub(grant.at_micros);
+            admitted.chunk == self.id
+                && placed.is_some_and(|placed| placed < self.until - self.sent)
+        } else {
+            policy.limits().iter().all(|limit| {
+                let w = limit.window_micros();
+                admitted.at_micros / w == grant.at_micros / w
+            })
+        };
+        if !ours {
+            return false;
+        }
+        match used.checked_sub(cost) {
+            None => self.units += cost - used,
+            Some(excess) if excess <= self.units => self.units -= excess,
+            Some(_) => return false,
+        }
+        true
     }
 
     /// Takes out what is left of the chunk, if anything.
@@ -131,6 +189,7 @@ impl Chunk {
     fn fill(&mut self, grant: Decision, size: u32, sent: u64, lifetime: u64) {
         self.remaining = Some(grant.remaining());
         self.grant = Some(grant);
+        self.id = self.id.checked_add(1).unwrap_or(1);
         self.granted = size;
         self.units = size;
         self.sent = sent;
@@ -233,6 +292,9 @@ impl QuotaBook {
         if let Some(decision) = chunk.take(cost, now) {
             return Ok(decision);
         }
+        if let Some(refusal) = chunk.refusal(cost, now, self.horizon) {
+            return Ok(refusal);
+        }
         let policy = binding.policy();
         let tightest = policy.limits().iter().map(|limit| limit.max()).min();
         let remaining = chunk.remaining.or(tightest).unwrap_or(0);
@@ -248,12 +310,13 @@ impl QuotaBook {
         }
         if size <= cost {
             // Near the limit Redis judges each request alone, one at a time
-            // for the key: a refusal it remembers then answers the requests
-            // that waited, with no call of their own.
+            // for the key: a refusal then answers the requests that waited,
+            // with no call of their own.
             let decision = store.call_named(name, &binding, Ask::Record(cost)).await;
             match &decision {
                 Ok(decision) if decision.origin() == Origin::Limits => {
                     chunk.remaining = Some(decision.remaining());
+                    chunk.refused = (!decision.is_allowed()).then_some((*decision, cost, now));
                 }
                 _ => chunk.failed = Some(now),
             }
@@ -296,6 +359,25 @@ impl QuotaBook {
                 store.guard.on_failure(name, policy, ask, err, live, outage)
             }
         }
+    }
+
+    /// Settles, within the chunk that admitted it, a request of `cost`
+    /// units for the key `name` that used `used`, if that chunk is still
+    /// being spent: no call to Redis, whose count already holds the whole
+    /// chunk. `false` if Redis must settle it.
+    pub(super) async fn settles(
+        &self,
+        name: &str,
+        admitted: &Decision,
+        cost: u32,
+        used: u32,
+    ) -> bool {
+        let Some(key) = self.keys.lock().get(name).map(Arc::clone) else {
+            return false;
+        };
+        let mut chunk = key.chunk.lock().await;
+        let now = self.store.guard.now();
+        chunk.settle(key.binding.policy(), admitted, cost, used, now)
     }
 
     /// Gives `leftover` back to the window it was counted in, in the

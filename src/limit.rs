@@ -115,6 +115,16 @@ impl Limit {
         self.window_micros
     }
 
+    /// The same `max` over a window `micros` longer: what a log under
+    /// local quota is judged by in Redis (docs/design.md, "Local quota").
+    #[cfg(feature = "redis")]
+    pub(crate) fn widened(self, micros: u64) -> Self {
+        Self {
+            window_micros: self.window_micros.saturating_add(micros),
+            ..self
+        }
+    }
+
     /// The same window holding `max`, at least one.
     #[cfg(feature = "redis")]
     pub(crate) fn with_max(self, max: u32) -> Self {

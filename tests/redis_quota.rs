@@ -159,6 +159,13 @@ async fn four_instances_on_the_bucket_admit_the_limit_from_chunks() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn four_instances_on_the_log_admit_the_limit_from_chunks() {
+    let even = [(32, 20_000 / 128); 4];
+    four_instances_demand_twice_the_limit(Algorithm::SlidingLog, &[(10_000, 3_600_000)], even)
+        .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_limits_are_taken_from_at_once() {
     let even = [(32, 10_000 / 128); 4];
     let limits = [(5_000, 600_000), (10_000, 3_600_000)];
@@ -195,6 +202,10 @@ fn check_windows(policy: &Policy, decisions: &[Decision]) {
             check_bucket(&admitted, max, w);
             continue;
         }
+        if policy.algorithm() == Algorithm::SlidingLog {
+            check_log(&admitted, max, w);
+            continue;
+        }
         let mut per_window: BTreeMap<u64, u64> = BTreeMap::new();
         for &at in &admitted {
             let count = per_window.entry(at / w).or_default();
@@ -221,6 +232,19 @@ fn check_windows(policy: &Policy, decisions: &[Decision]) {
                 }
             }
         }
+    }
+}
+
+/// No closed interval of length `w` holds more than `max` of `admitted`
+/// (sorted).
+fn check_log(admitted: &[u64], max: u64, w: u64) {
+    let mut first = 0;
+    for (last, &at) in admitted.iter().enumerate() {
+        while admitted[first] + w < at {
+            first += 1;
+        }
+        let held = (last - first + 1) as u64;
+        assert!(held <= max, "[{}, {at}] holds {held} > {max}", at - w);
     }
 }
 
@@ -293,6 +317,11 @@ async fn short_counter_windows_hold_on_admission_times() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn short_fixed_windows_hold_on_admission_times() {
     short_windows_roll_while_chunks_are_out(Algorithm::FixedWindow).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_short_log_holds_on_admission_times() {
+    short_windows_roll_while_chunks_are_out(Algorithm::SlidingLog).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -470,6 +499,11 @@ async fn a_replayed_trace_holds_the_fixed_windows_limit() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replayed_trace_holds_the_logs_limit() {
+    a_replayed_trace(Algorithm::SlidingLog).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_replayed_trace_holds_the_buckets_limit() {
     a_replayed_trace(Algorithm::TokenBucket).await;
 }
@@ -579,4 +613,36 @@ async fn costs_are_settled_within_chunks_of_the_fixed_window() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn costs_are_settled_within_chunks_of_the_bucket() {
     costs_settled_within_chunks(Algorithm::TokenBucket).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn costs_are_settled_within_chunks_of_the_log() {
+    costs_settled_within_chunks(Algorithm::SlidingLog).await;
+}
+
+/// Under local quota a log's keys are named with the widening every call
+/// on them judges by, so that stores that widen otherwise, or not at all,
+/// never share them; other algorithms' names do not change.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_logs_keys_are_named_with_their_widening() {
+    let server = private_server().await;
+    let plain = RedisStore::connect(&server.url()).await.unwrap();
+    let local = plain.clone().with_local_quota(HORIZON);
+    let log = policy(Algorithm::SlidingLog, &[(100, 1_000)]);
+    let counter = policy(Algorithm::SlidingCounter, &[(100, 1_000)]);
+    assert!(local.key_name(&"k", &log).ends_with("l100/1s;h50ms"));
+    assert_eq!(
+        local.key_name(&"k", &log),
+        format!("{};h50ms", plain.key_name(&"k", &log))
+    );
+    assert_eq!(
+        local.key_name(&"k", &counter),
+        plain.key_name(&"k", &counter)
+    );
+    // A penalised log is judged a request at a time, its windows as they are.
+    let penalised = log.clone().with_penalty(Duration::from_secs(1));
+    assert_eq!(
+        local.key_name(&"k", &penalised),
+        plain.key_name(&"k", &penalised)
+    );
 }

@@ -28,6 +28,9 @@ pub struct RedisBinding {
 
 struct Bound {
     policy: Policy,
+    /// How much the log's windows are widened by in Redis under local
+    /// quota (µs; 0 for any other policy, or without local quota).
+    widening: u64,
     /// The key name's part after the user's key.
     suffix: String,
     /// Made the first time the deny cache remembers or answers a refusal.
@@ -43,11 +46,12 @@ impl std::fmt::Debug for RedisBinding {
 }
 
 impl RedisBinding {
-    fn new(policy: &Policy) -> Self {
+    fn new(policy: &Policy, widening: u64) -> Self {
         Self {
             inner: Arc::new(Bound {
                 policy: policy.clone(),
-                suffix: keys::suffix(policy.name(), policy.signature()),
+                widening,
+                suffix: keys::suffix(policy.name(), &keys::signature(policy, widening)),
                 events: OnceLock::new(),
             }),
         }
@@ -55,6 +59,12 @@ impl RedisBinding {
 
     pub(super) fn policy(&self) -> &Policy {
         &self.inner.policy
+    }
+
+    /// What a call passes as its hold: a bucket chunk's own, or the log's
+    /// widening, the same for every call on its keys.
+    fn hold(&self, ask: Ask) -> u64 {
+        ask.hold().max(self.inner.widening)
     }
 
     pub(super) fn events(&self) -> &DenyCacheEvents {
@@ -71,7 +81,7 @@ impl<K: std::fmt::Display> Store<K> for RedisStore {
     type Future = Pending;
 
     fn bind(&self, policy: &Policy) -> RedisBinding {
-        RedisBinding::new(policy)
+        RedisBinding::new(policy, self.widening(policy))
     }
 
     fn decide_cost_bound(&self, key: K, binding: &RedisBinding, cost: u32) -> Self::Future {
@@ -127,7 +137,7 @@ impl<K: std::fmt::Display> Store<K> for RedisStore {
                 cost,
                 units: i64::from(used) - i64::from(cost),
             };
-            store.settle_named(name, policy, ask).await?;
+            store.settle_named(name, &binding, ask).await?;
             Ok(admitted.settled(cost, used))
         })
     }
@@ -196,7 +206,7 @@ impl RedisStore {
         let store = self.clone();
         let binding = binding.clone();
         Box::pin(async move {
-            match store.judge(&name, binding.policy(), ask).await {
+            match store.judge(&name, &binding, ask).await {
                 Ok(decision) => {
                     store.guard.outage_ended(store.client.outage.ended());
                     if !decision.is_allowed() {
@@ -216,12 +226,12 @@ impl RedisStore {
         })
     }
 
-    /// Settles `ask` on the Redis key `name` under `policy`: a request's
-    /// units charged or given back, or a chunk's unspent units.
+    /// Settles `ask` on the Redis key `name` under `binding`'s policy: a
+    /// request's units charged or given back, or a chunk's unspent units.
     pub(super) fn settle_named(
         &self,
         name: String,
-        policy: &Policy,
+        binding: &RedisBinding,
         ask: Ask,
     ) -> impl Future<Output = Result<(), StoreError>> + Send + 'static {
         // A refusal remembered for the key no longer says when it could
@@ -229,7 +239,9 @@ impl RedisStore {
         // is forgotten again once the script has run, in case a refusal
         // judged meanwhile was remembered.
         self.guard.forget(&name);
-        let invocation = scripts::invocation(policy, ask, &name, self.client_now(), None);
+        let hold = binding.hold(ask);
+        let now = self.client_now();
+        let invocation = scripts::invocation(binding.policy(), ask, &name, now, None, hold);
         let store = self.clone();
         let connection = self.client.connection();
         async move {
@@ -261,7 +273,7 @@ impl RedisStore {
         });
     }
 
-    /// Asks Redis to judge a request for the key `name` under `policy`,
+    /// Asks Redis to judge a request for the key `name` under `binding`'s policy,
     /// within the store's timeout but with no failure policy: under a cap,
     /// an admitted request holds a slot this instance renews until it is
     /// released, and one whose reply is never read gives back the slot it
@@ -269,14 +281,15 @@ impl RedisStore {
     pub(super) async fn judge(
         &self,
         name: &str,
-        policy: &Policy,
+        binding: &RedisBinding,
         ask: Ask,
     ) -> Result<Decision, StoreError> {
+        let (policy, hold) = (binding.policy(), binding.hold(ask));
         let lease = policy.in_flight().map(|_| scripts::Lease {
             id: if ask.takes_slot() { fresh_id() } else { 0 },
             length: micros(self.settings.lease),
         });
-        let invocation = scripts::invocation(policy, ask, name, self.client_now(), lease);
+        let invocation = scripts::invocation(policy, ask, name, self.client_now(), lease, hold);
         let connection = self.client.connection();
         let call = async move { connection.invoke(&invocation, "script").await };
         // A slot the call may have taken is released if its reply is not
@@ -293,7 +306,7 @@ impl RedisStore {
         let unseen = Unseen::new(taking.map(|(leases, id)| move || self.send_release(leases, id)));
         let reply = self.reach(name, call, orphaned).await;
         let mut decision =
-            reply.and_then(|reply| reply::decision(policy, &reply, ask.cost(), ask.hold()))?;
+            reply.and_then(|reply| reply::decision(policy, &reply, ask.cost(), hold))?;
         unseen.seen();
         if ask == Ask::Free && decision.origin != Origin::InFlight {
             decision = decision.costing_nothing();

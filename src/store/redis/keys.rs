@@ -2,6 +2,10 @@
 //! [`names`](super::super::names) writes them, with the version of the
 //! stored format.
 
+use std::borrow::Cow;
+
+use crate::limit::duration_name;
+use crate::policy::Policy;
 use crate::store::names::escape_into;
 pub(super) use crate::store::names::{escape, key_name};
 
@@ -16,6 +20,21 @@ pub(super) fn suffix(name: Option<&str>, signature: &str) -> String {
     let mut out = format!("{FORMAT_VERSION}:");
     escape_into(&mut out, name, signature);
     out
+}
+
+/// `policy`'s signature, and for a log under local quota the `widening`
+/// of its windows (`;h` and a duration), which every call on its keys
+/// must judge by: stores that widen by another amount, or not at all,
+/// keep keys of their own.
+pub(super) fn signature(policy: &Policy, widening: u64) -> Cow<'_, str> {
+    match widening {
+        0 => Cow::Borrowed(policy.signature()),
+        widening => Cow::Owned(format!(
+            "{};h{}",
+            policy.signature(),
+            duration_name(widening)
+        )),
+    }
 }
 
 /// The key holding until when the state at `name` serves a penalty: the

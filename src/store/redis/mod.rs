@@ -99,8 +99,9 @@ use crate::store::StoreError;
 ///   older release wrote. Windows are identified by the policy's value
 ///   ([name](Policy::named), algorithm and limits), the same in every
 ///   process: that is how instances share them, as the [`Store`](super::Store)
-///   rule asks. The signature spells the limits (and a penalty), so the
-///   arguments a script is called with follow from the key's name.
+///   rule asks. The signature spells the limits (and a penalty, and a
+///   log's widening under local quota), so the arguments a script is
+///   called with follow from the key's name.
 /// * **Refused keys are answered locally.** A key Redis refused is
 ///   remembered by this instance (and its clones) until its wait is up, and
 ///   answered without a call: a flood of one key costs one call per wait, not
@@ -481,13 +482,15 @@ impl RedisStore {
     /// * **Refusals** are remembered for at most a horizon, since quota
     ///   given back may make room sooner than Redis's wait says; near the
     ///   limit, those of requests of any cost.
-    /// * **Which policies.** The sliding counter, the fixed window and the
-    ///   token bucket with no penalty and no in-flight cap. The log, any
-    ///   other policy, a request of no cost and a peek go to Redis one by
-    ///   one, as without local quota. The bucket's chunks
-    ///   last one horizon and are charged as if spent at its end; their
-    ///   unspent units, and those a settled request did not use, are not
-    ///   given back but refill.
+    /// * **Which policies.** Any with no penalty and no in-flight cap.
+    ///   Others, a request of no cost and a peek go to Redis one by one,
+    ///   as without local quota. The bucket's chunks last one horizon and
+    ///   are charged as if spent at its end; their unspent units, and those
+    ///   a settled request did not use, are not given back but refill. The
+    ///   log's chunks last one horizon too, and its keys are judged with
+    ///   every window widened by it, under a name of their own (`;h` and
+    ///   the horizon after the signature): a stamp blocks for a window and
+    ///   a horizon.
     /// * **What a decision reports.** A decision from a chunk is Redis's
     ///   decision on the chunk, which counted the whole chunk: the
     ///   remaining quota it reports is never above what Redis last
@@ -521,8 +524,15 @@ impl RedisStore {
     /// is longer than 256 bytes (see [`bound_key`](crate::bound_key)), so a
     /// client-chosen key never makes a long name.
     pub fn key_name(&self, key: &impl Display, policy: &Policy) -> String {
-        let suffix = keys::suffix(policy.name(), policy.signature());
+        let signature = keys::signature(policy, self.widening(policy));
+        let suffix = keys::suffix(policy.name(), &signature);
         keys::key_name(&self.settings.prefix, key, &suffix)
+    }
+
+    /// How much a log policy's windows are widened by in Redis under local
+    /// quota (µs), 0 for any other.
+    fn widening(&self, policy: &Policy) -> u64 {
+        self.quota.as_ref().map_or(0, |book| book.widening(policy))
     }
 
     /// The Lua scripts this store runs in Redis, by file name, to read

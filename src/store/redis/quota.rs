@@ -26,11 +26,21 @@ use crate::clock::micros;
 use crate::policy::Policy;
 use crate::store::StoreError;
 
+/// Whether `policy`'s chunks are held for a horizon, as a time the
+/// script is told of, rather than spent inside the windows they were
+/// counted in: the bucket's (charged to the hold's end) and the log's
+/// (whose windows are widened by it).
+fn held(policy: &Policy) -> bool {
+    matches!(
+        policy.algorithm(),
+        Algorithm::TokenBucket | Algorithm::SlidingLog
+    )
+}
+
 /// How long a chunk granted at Redis time `at` may be spent: until the
-/// earliest of its windows ends, or for the bucket, which has none, for
-/// the horizon it was charged for.
+/// earliest of its windows ends, or if [`held`], for the horizon.
 fn lifetime(policy: &Policy, at: u64, horizon: u64) -> u64 {
-    if policy.algorithm() == Algorithm::TokenBucket {
+    if held(policy) {
         return horizon;
     }
     let ends = policy.limits().iter().map(|limit| {
@@ -98,10 +108,15 @@ struct Chunk {
     /// when it was asked for: it answers requests of as many units or more
     /// until its wait or a horizon is up, whichever is first.
     refused: Option<(Decision, u32, u64)>,
+    /// The chunk before this one, taken out when this one was granted:
+    /// what its requests did not use gathers here, to go back with what it
+    /// had left at the next sweep.
+    retired: Option<Leftover>,
 }
 
 /// Unspent units of a chunk, to go back to the window they were counted in.
 struct Leftover {
+    id: u16,
     granted_at: u64,
     granted: u32,
     units: u32,
@@ -135,12 +150,14 @@ impl Chunk {
     }
 
     /// Settles within the chunk, at local time `now`, a request of `cost`
-    /// units under `policy` that used `used`: the units not used go back
-    /// to it, an excess is taken from it. Under the windows, a request the
-    /// chunk's windows counted (from this chunk or one before it in the
-    /// same windows); under the bucket, only one this chunk admitted, whose
-    /// units it was charged for until its hold ends. `false` for any other,
-    /// or an excess more than the chunk holds: Redis settles it then.
+    /// units under `policy` that used `used`. An excess is taken from the
+    /// chunk, if it holds as much. Units not used go back to it if it
+    /// counted them: under the windows, if the request was counted in the
+    /// chunk's windows (from this chunk or one before it); under the bucket
+    /// and the log, only if this chunk admitted it, being charged for its
+    /// units until its hold ends. Those of a request the chunk before
+    /// admitted go back with what that one had left. `false` for any
+    /// other: Redis settles it then.
     fn settle(
         &mut self,
         policy: &Policy,
@@ -149,28 +166,42 @@ impl Chunk {
         used: u32,
         now: u64,
     ) -> bool {
-        let Some(grant) = self.grant.filter(|_| now < self.until) else {
-            return false;
-        };
-        let ours = if policy.algorithm() == Algorithm::TokenBucket {
-            let placed = admitted.at_micros.checked_sub(grant.at_micros);
-            admitted.chunk == self.id
-                && placed.is_some_and(|placed| placed < self.until - self.sent)
-        } else {
-            policy.limits().iter().all(|limit| {
-                let w = limit.window_micros();
-                admitted.at_micros / w == grant.at_micros / w
-            })
-        };
-        if !ours {
-            return false;
+        let live = self.grant.filter(|_| now < self.until);
+        if let Some(excess) = used.checked_sub(cost) {
+            let taken = live.is_some() && excess <= self.units;
+            if taken {
+                self.units -= excess;
+            }
+            return taken;
         }
-        match used.checked_sub(cost) {
-            None => self.units += cost - used,
-            Some(excess) if excess <= self.units => self.units -= excess,
-            Some(_) => return false,
+        let counted_here = live.is_some_and(|grant| {
+            if held(policy) {
+                let placed = admitted.at_micros.checked_sub(grant.at_micros);
+                admitted.chunk == self.id
+                    && placed.is_some_and(|placed| placed < self.until - self.sent)
+            } else {
+                policy.limits().iter().all(|limit| {
+                    let w = limit.window_micros();
+                    admitted.at_micros / w == grant.at_micros / w
+                })
+            }
+        });
+        let unused = cost - used;
+        if counted_here {
+            self.units += unused;
+            return true;
         }
-        true
+        match self
+            .retired
+            .as_mut()
+            .filter(|retired| retired.id == admitted.chunk)
+        {
+            Some(retired) => {
+                retired.units += unused;
+                true
+            }
+            None => false,
+        }
     }
 
     /// Takes out what is left of the chunk, if anything.
@@ -178,10 +209,28 @@ impl Chunk {
         let grant = self.grant.filter(|_| self.units > 0)?;
         let units = std::mem::take(&mut self.units);
         Some(Leftover {
+            id: self.id,
             granted_at: grant.at_micros,
             granted: self.granted,
             units,
         })
+    }
+
+    /// Retires the chunk before a new one is granted, and returns the one
+    /// retired before it, if anything is to go back from it.
+    fn retire(&mut self) -> Option<Leftover> {
+        let retiring = self.grant.map(|grant| Leftover {
+            id: self.id,
+            granted_at: grant.at_micros,
+            granted: self.granted,
+            units: std::mem::take(&mut self.units),
+        });
+        std::mem::replace(&mut self.retired, retiring).filter(|retired| retired.units > 0)
+    }
+
+    /// What is to go back from the retired chunk, if anything.
+    fn retired_leftover(&mut self) -> Option<Leftover> {
+        self.retired.take().filter(|retired| retired.units > 0)
     }
 
     /// Holds `grant`, a chunk of `size` units sent at `sent`, to spend for
@@ -210,17 +259,24 @@ fn chunk_size(demand: u64, cost: u32, remaining: u32, live: usize) -> u32 {
 }
 
 impl QuotaBook {
-    /// Whether requests under `policy` are judged from chunks: the
-    /// counter, the fixed window and the bucket with no penalty (a refused
-    /// chunk must start none) and no in-flight cap (each request's slot is
-    /// its own). Any other policy, and the log, is judged by Redis one
-    /// request at a time.
+    /// Whether requests under `policy` are judged from chunks: any with
+    /// no penalty (a refused chunk must start none) and no in-flight cap
+    /// (each request's slot is its own). Any other policy is judged by
+    /// Redis one request at a time.
     pub(super) fn spends(&self, policy: &Policy) -> bool {
-        matches!(
-            policy.algorithm(),
-            Algorithm::SlidingCounter | Algorithm::FixedWindow | Algorithm::TokenBucket
-        ) && policy.penalty_micros() == 0
-            && policy.in_flight().is_none()
+        policy.penalty_micros() == 0 && policy.in_flight().is_none()
+    }
+
+    /// How much a log policy's windows are widened by in Redis (µs): the
+    /// longest a chunk of it is spent over, for every call on its keys. 0
+    /// for any other policy.
+    pub(super) fn widening(&self, policy: &Policy) -> u64 {
+        let log = policy.algorithm() == Algorithm::SlidingLog;
+        if log && self.spends(policy) {
+            self.horizon
+        } else {
+            0
+        }
     }
 
     /// Whether a request admitted under `policy` may give back what it
@@ -322,18 +378,18 @@ impl QuotaBook {
             }
             return decision;
         }
-        if let Some(leftover) = chunk.leftover() {
-            self.give_back(name.clone(), policy, leftover);
+        if let Some(leftover) = chunk.retire() {
+            self.give_back(name.clone(), &binding, leftover);
         }
         let sent = store.guard.now();
-        let ask = match policy.algorithm() {
-            Algorithm::TokenBucket => Ask::Chunk {
+        let ask = match held(policy) {
+            true => Ask::Chunk {
                 cost: size,
                 hold: self.horizon,
             },
-            _ => Ask::Record(size),
+            false => Ask::Record(size),
         };
-        match store.judge(&name, policy, ask).await {
+        match store.judge(&name, &binding, ask).await {
             Ok(grant) if grant.is_allowed() => {
                 store.guard.outage_ended(store.client.outage.ended());
                 let lifetime = lifetime(policy, grant.at_micros, self.horizon);
@@ -385,8 +441,8 @@ impl QuotaBook {
     /// not: a later chunk may have been charged from the end of its own
     /// hold, past the arrival time this one left, and time taken off
     /// would undercharge it. They refill as spent tokens do.
-    fn give_back(&self, name: String, policy: &Policy, leftover: Leftover) {
-        if policy.algorithm() == Algorithm::TokenBucket {
+    fn give_back(&self, name: String, binding: &RedisBinding, leftover: Leftover) {
+        if binding.policy().algorithm() == Algorithm::TokenBucket {
             return;
         }
         let ask = Ask::Settle {
@@ -394,7 +450,7 @@ impl QuotaBook {
             cost: leftover.granted,
             units: -i64::from(leftover.units),
         };
-        let settled = self.store.settle_named(name, policy, ask);
+        let settled = self.store.settle_named(name, binding, ask);
         crate::store::send_now(async move {
             if let Err(err) = settled.await {
                 crate::observe::quota_not_returned(&err);
@@ -402,9 +458,10 @@ impl QuotaBook {
         });
     }
 
-    /// Gives back the chunks of keys not asked for in a horizon and those whose
-    /// window ends within one, and forgets keys idle for ten with nothing
-    /// held. A chunk in use is left for the next sweep.
+    /// Gives back what retired chunks gathered, the chunks of keys not
+    /// asked for in a horizon and those whose window ends within one, and
+    /// forgets keys idle for ten with nothing held. A chunk in use is left
+    /// for the next sweep.
     fn sweep(&self) {
         let now = self.store.guard.now();
         self.keys.lock().retain(|name, key| {
@@ -413,9 +470,12 @@ impl QuotaBook {
             };
             let idle = now.saturating_sub(chunk.asked_at);
             let ending = chunk.until.saturating_sub(now) <= self.horizon;
+            if let Some(leftover) = chunk.retired_leftover() {
+                self.give_back(name.to_string(), &key.binding, leftover);
+            }
             if idle >= self.horizon || ending {
                 if let Some(leftover) = chunk.leftover() {
-                    self.give_back(name.to_string(), key.binding.policy(), leftover);
+                    self.give_back(name.to_string(), &key.binding, leftover);
                 }
             }
             chunk.units > 0 || idle < 10 * self.horizon
@@ -446,8 +506,9 @@ impl Drop for QuotaBook {
     fn drop(&mut self) {
         for (name, key) in std::mem::take(self.keys.get_mut()) {
             if let Ok(mut chunk) = key.chunk.try_lock() {
-                if let Some(leftover) = chunk.leftover() {
-                    self.give_back(name.into(), key.binding.policy(), leftover);
+                let leftovers = [chunk.leftover(), chunk.retired_leftover()];
+                for leftover in leftovers.into_iter().flatten() {
+                    self.give_back(name.to_string(), &key.binding, leftover);
                 }
             }
         }

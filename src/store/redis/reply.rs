@@ -10,6 +10,7 @@ use crate::algorithm::leases::free_after_taking;
 use crate::algorithm::log::{blocked_for, quota};
 use crate::algorithm::refusal::{tightest_known, Tally};
 use crate::algorithm::{Algorithm, Decision, FixedWindow, SlidingCounter, TokenBucket};
+use crate::limit::Limit;
 use crate::policy::Policy;
 use crate::state::Counts;
 use crate::store::{StoreError, StoreErrorKind};
@@ -21,8 +22,9 @@ const IN_PENALTY: i64 = 2;
 const IN_FLIGHT_FULL: i64 = 3;
 
 /// The decision `reply` gives a request of `cost` units under `policy`
-/// (a peek is judged as a request of one), or a chunk of local quota held
-/// for `hold` µs.
+/// (a peek is judged as a request of one), with the `hold` the call
+/// passed: how long a chunk of the bucket's may be spent over, or how much
+/// the log's windows are widened by under local quota.
 pub(super) fn decision(
     policy: &Policy,
     reply: &[i64],
@@ -60,7 +62,7 @@ pub(super) fn decision(
             })
         }
         REFUSED | ACCEPTED if policy.algorithm() == Algorithm::SlidingLog => {
-            log_decision(policy, reply, now)
+            log_decision(policy, reply, now, hold)
         }
         REFUSED | ACCEPTED => judged(policy, &reply[2..], now).and_then(|mut counts| {
             let decision = counts.decide_holding(policy, now, cost, hold);
@@ -107,11 +109,31 @@ fn judged(policy: &Policy, numbers: &[i64], now: u64) -> Option<Counts> {
     counts.fits(limits).then_some(counts)
 }
 
-/// The log scripts' verdict. Refused: `{0, now, then per limit the stamp
-/// that blocks it, or -1}`. Accepted: `{1, now, then per limit the stamps
-/// inside its window with this request's, and the oldest of them}`.
-fn log_decision(policy: &Policy, reply: &[i64], now: u64) -> Option<Decision> {
-    let limits = policy.limits();
+/// The log scripts' verdict, its windows widened by `widening` µs.
+/// Refused: `{0, now, then per limit the stamp that blocks it, or -1}`.
+/// Accepted: `{1, now, then per limit the stamps inside its window with
+/// this request's, and the oldest of them}`. The decision names the
+/// policy's own limit.
+fn log_decision(policy: &Policy, reply: &[i64], now: u64, widening: u64) -> Option<Decision> {
+    let widened: Vec<Limit>;
+    let limits = if widening == 0 {
+        policy.limits()
+    } else {
+        widened = policy
+            .limits()
+            .iter()
+            .map(|l| l.widened(widening))
+            .collect();
+        &widened
+    };
+    let mut decision = judged_log(limits, reply, now)?;
+    if let Some(index) = decision.limit_index() {
+        decision.limit = policy.limits()[index];
+    }
+    Some(decision)
+}
+
+fn judged_log(limits: &[Limit], reply: &[i64], now: u64) -> Option<Decision> {
     if reply[0] == REFUSED {
         if reply.len() != 2 + limits.len() {
             return None;

@@ -136,17 +136,19 @@ impl Ask {
 
 /// The call of the script that does `ask` for the key `name` under
 /// `policy`, with now in µs from the client's clock, if it has one (else
-/// the script reads Redis `TIME`), and the slot it takes under a cap. The
+/// the script reads Redis `TIME`), the slot it takes under a cap, and its
+/// `hold` under local quota (a bucket chunk's, or the log's widening). The
 /// arguments are the same for every script: now, the cap, the units, the
-/// time judged at for a settling (for the bucket followed by the
-/// request's cost, which bounds what it may give back), the penalty, the
-/// algorithm, then each limit's max and window.
+/// hold (`h` and µs) and the time judged at for a settling (for the bucket
+/// followed by the request's cost, which bounds what it may give back),
+/// the penalty, the algorithm, then each limit's max and window.
 pub(super) fn invocation(
     policy: &Policy,
     ask: Ask,
     name: &str,
     now: Option<u64>,
     lease: Option<Lease>,
+    hold: u64,
 ) -> ScriptInvocation<'static> {
     let scripts: &'static [Script; 5] = &SCRIPTS;
     let algorithm = policy.algorithm();
@@ -168,14 +170,22 @@ pub(super) fn invocation(
         Some((lease, cap)) => invocation.arg(format!("{cap} {} {}", lease.length, lease.id)),
         None => invocation.arg(""),
     };
-    match ask {
-        Ask::Peek | Ask::Free => invocation.arg(0).arg(""),
-        Ask::Record(cost) => invocation.arg(cost).arg(""),
-        Ask::Chunk { cost, hold } => invocation.arg(cost).arg(format!("h{hold}")),
-        Ask::Settle { at, cost, units } if algorithm == Algorithm::TokenBucket => {
-            invocation.arg(units).arg(format!("{at} {cost}"))
+    let settling = match ask {
+        Ask::Settle { at, cost, .. } if algorithm == Algorithm::TokenBucket => {
+            format!("{at} {cost}")
         }
-        Ask::Settle { at, units, .. } => invocation.arg(units).arg(at),
+        Ask::Settle { at, .. } => at.to_string(),
+        _ => String::new(),
+    };
+    let units = match ask {
+        Ask::Peek | Ask::Free => 0,
+        Ask::Record(cost) | Ask::Chunk { cost, .. } => i64::from(cost),
+        Ask::Settle { units, .. } => units,
+    };
+    match (hold, settling.is_empty()) {
+        (0, _) => invocation.arg(units).arg(settling),
+        (hold, true) => invocation.arg(units).arg(format!("h{hold}")),
+        (hold, false) => invocation.arg(units).arg(format!("h{hold} {settling}")),
     };
     invocation.arg(penalty).arg(algorithm.letter());
     for limit in policy.limits() {

@@ -4,9 +4,9 @@
 --          (µs), at most the largest max: up to 128 oldest first; more in a
 --          ring, as log.rs's VecDeque, behind struct.pack('<I4I4', head,
 --          len): the oldest's place and how many are held
--- ARGV  as lease.lua and state.lua, joined before it, read them. Takes their
---       `now` (raised for a clock that stepped back), `units`, `settle_at`
---       and `n`; sets `reply`, `refused`, `state` and `span` for tail.lua
+-- ARGV  as lease.lua and state.lua read them. Takes their `now` (raised for a
+--       clock that stepped back), `units`, `settle_at`, `n` and `hold` (added
+--       to every window); sets `reply`, `refused`, `state`, `span` for tail.lua
 -- Judging, the reply is {1, now, then per limit the stamps inside its
 -- window with this request's and the oldest of them} when accepted, {0,
 -- now, then per limit the stamp that blocks it or -1} when refused, or {2,
@@ -17,7 +17,7 @@
 local max, win = {0, 0}, {0, 0}
 local capacity, longest = 0, 0 -- the most stamps kept (capacity_for)
 for i = 1, n do
-  max[i], win[i] = ARGV[5 + 2 * i] + 0, ARGV[6 + 2 * i] + 0
+  max[i], win[i] = ARGV[5 + 2 * i] + 0, ARGV[6 + 2 * i] + hold
   if max[i] > capacity then capacity = max[i] end
   if win[i] > longest then longest = win[i] end
 end

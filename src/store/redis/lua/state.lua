@@ -4,10 +4,11 @@
 -- KEYS[2]  until when (µs) the key serves a penalty (used if ARGV[5] ~= 0)
 -- ARGV[3]  judging: the cost, recorded if every limit has room (0: judge one
 --          unit, record nothing); settling: units to charge (< 0: give back)
--- ARGV[4]  '' to judge; 'h' and µs to judge a chunk of local quota that
---          may be spent over that long (the bucket charges it from then);
---          to settle, 'at' or 'at cost': the time (µs) the request was
---          judged at, and for the bucket its cost
+-- ARGV[4]  under local quota, 'h' and µs first: how long a chunk may be
+--          spent over (the bucket charges it from then; the log widens
+--          every window by it, on every call of its keys); then to settle
+--          'at' or 'at cost': the time (µs) the request was judged at, and
+--          for the bucket its cost; '' to judge
 -- ARGV[5]  the penalty in µs a refusal starts (0: none)
 -- ARGV[6]  the algorithm: 'c' counter, 'f' fixed window, 'l' log, 'b' bucket
 -- ARGV[7], ARGV[8], ...  each limit's max and window in µs
@@ -15,11 +16,12 @@
 -- the penalty's end}.
 local units = ARGV[3] + 0
 local settle_at, settle_cost
-local holding = string.match(ARGV[4], '^h(%d+)$')
+local holding, settling = string.match(ARGV[4], '^h(%d+) ?(.*)$')
 local hold = tonumber(holding) or 0
-if ARGV[4] ~= '' and not holding then
-  local at, cost = string.match(ARGV[4], '^(%d+) ?(%d*)$')
-  if not at then return redis.error_reply('ARGV[4] must be "h hold" to judge a chunk, "at" or "at cost" to settle') end
+settling = settling or ARGV[4]
+if settling ~= '' then
+  local at, cost = string.match(settling, '^(%d+) ?(%d*)$')
+  if not at then return redis.error_reply('ARGV[4] must be "[hHOLD ]at[ cost]" to settle') end
   settle_at, settle_cost = at + 0, tonumber(cost)
 end
 local penalty = ARGV[5] ~= '0' and ARGV[5] + 0

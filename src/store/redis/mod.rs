@@ -467,8 +467,8 @@ impl RedisStore {
     ///   sent. The fleet never admits more
     ///   than the limits, stated on the times requests are admitted
     ///   (docs/design.md, "Local quota").
-    /// * **Sized** to the key's local demand over the last one to two
-    ///   `horizon`s, capped by a share of what remains divided by the
+    /// * **Sized** to the key's recent local rate times the `horizon`
+    ///   (a chunk lasts about a horizon), capped by a share of what remains divided by the
     ///   [live instances](Self::live_instances): near the limit a chunk
     ///   holds one request, and Redis judges each request as it does
     ///   without local quota.

@@ -95,8 +95,8 @@ struct Chunk {
     until: u64,
     /// When the key was last asked for.
     asked_at: u64,
-    /// When the current period of demand began, one horizon at most ago,
-    /// and the units asked for in the one before.
+    /// When the current period of demand began, and the units a horizon
+    /// the periods before it asked for, on average.
     period: u64,
     asked_before: u64,
     /// What Redis last said remains of the key's tightest limit.
@@ -484,19 +484,20 @@ impl QuotaBook {
 }
 
 impl KeyQuota {
-    /// Units asked for in this period of demand and the one before, each
-    /// a `horizon` long on the store's clock (one to two horizons' worth,
-    /// so that steady demand needs a grant at most every horizon), or
-    /// waiting for `chunk` now if more: a burst that queued on one grant is
-    /// served by the next.
+    /// The key's recent local rate times `horizon`, on the store's clock:
+    /// the units asked for since the current period of demand began, scaled
+    /// to a horizon once it has lasted one, or waiting for `chunk` now if
+    /// more (a burst that queued on one grant is served by the next). A
+    /// period ends at the first grant a horizon or more after it began.
     fn demand(&self, chunk: &mut Chunk, now: u64, horizon: u64) -> u64 {
-        if now >= chunk.period.saturating_add(horizon) {
+        let lasted = now.saturating_sub(chunk.period);
+        if lasted >= horizon {
             let asked = self.asked.swap(0, Ordering::Relaxed);
-            let just_before = now < chunk.period.saturating_add(2 * horizon);
-            chunk.asked_before = if just_before { asked } else { 0 };
+            let per_horizon = u128::from(asked) * u128::from(horizon) / u128::from(lasted);
+            chunk.asked_before = u64::try_from(per_horizon).unwrap_or(u64::MAX);
             chunk.period = now;
         }
-        let recent = self.asked.load(Ordering::Relaxed) + chunk.asked_before;
+        let recent = chunk.asked_before.max(self.asked.load(Ordering::Relaxed));
         recent.max(self.waiting.load(Ordering::Relaxed) + 1)
     }
 }

@@ -620,27 +620,32 @@ async fn costs_are_settled_within_chunks_of_the_log() {
     costs_settled_within_chunks(Algorithm::SlidingLog).await;
 }
 
-/// Under local quota a log's keys are named with the widening every call
-/// on them judges by, so that stores that widen otherwise, or not at all,
-/// never share them; other algorithms' names do not change.
+/// Under local quota a bucket's and a log's keys are named with the hold
+/// every call on them judges by, so that stores with another hold, or
+/// none, never share them; the windows' names do not change.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_logs_keys_are_named_with_their_widening() {
+async fn held_keys_are_named_with_their_hold() {
     let server = private_server().await;
     let plain = RedisStore::connect(&server.url()).await.unwrap();
     let local = plain.clone().with_local_quota(HORIZON);
-    let log = policy(Algorithm::SlidingLog, &[(100, 1_000)]);
-    let counter = policy(Algorithm::SlidingCounter, &[(100, 1_000)]);
-    assert!(local.key_name(&"k", &log).ends_with("l100/1s;h50ms"));
-    assert_eq!(
-        local.key_name(&"k", &log),
-        format!("{};h50ms", plain.key_name(&"k", &log))
-    );
-    assert_eq!(
-        local.key_name(&"k", &counter),
-        plain.key_name(&"k", &counter)
-    );
-    // A penalised log is judged a request at a time, its windows as they are.
-    let penalised = log.clone().with_penalty(Duration::from_secs(1));
+    for (algorithm, held) in [
+        (Algorithm::SlidingLog, true),
+        (Algorithm::TokenBucket, true),
+        (Algorithm::SlidingCounter, false),
+        (Algorithm::FixedWindow, false),
+    ] {
+        let policy = policy(algorithm, &[(100, 1_000)]);
+        let (name, plain_name) = (local.key_name(&"k", &policy), plain.key_name(&"k", &policy));
+        let named = if held {
+            format!("{plain_name};h50ms")
+        } else {
+            plain_name
+        };
+        assert_eq!(name, named, "{algorithm:?}");
+    }
+    // A penalised log is judged a request at a time, as it is named.
+    let penalised =
+        policy(Algorithm::SlidingLog, &[(100, 1_000)]).with_penalty(Duration::from_secs(1));
     assert_eq!(
         local.key_name(&"k", &penalised),
         plain.key_name(&"k", &penalised)

@@ -10,7 +10,7 @@ use super::client::{within, Orphaned, Watch};
 use super::scripts::{self, Ask};
 use super::{keys, reply, RedisStore};
 use crate::algorithm::leases::fresh_id;
-use crate::algorithm::{Decision, Origin};
+use crate::algorithm::{Algorithm, Decision, Origin};
 use crate::clock::micros;
 use crate::observe::DenyCacheEvents;
 use crate::policy::{Policy, Weighed};
@@ -28,9 +28,9 @@ pub struct RedisBinding {
 
 struct Bound {
     policy: Policy,
-    /// How much the log's windows are widened by in Redis under local
+    /// The hold a bucket's or a log's chunks are spent over under local
     /// quota (µs; 0 for any other policy, or without local quota).
-    widening: u64,
+    hold: u64,
     /// The key name's part after the user's key.
     suffix: String,
     /// Made the first time the deny cache remembers or answers a refusal.
@@ -46,12 +46,12 @@ impl std::fmt::Debug for RedisBinding {
 }
 
 impl RedisBinding {
-    fn new(policy: &Policy, widening: u64) -> Self {
+    fn new(policy: &Policy, hold: u64) -> Self {
         Self {
             inner: Arc::new(Bound {
                 policy: policy.clone(),
-                widening,
-                suffix: keys::suffix(policy.name(), &keys::signature(policy, widening)),
+                hold,
+                suffix: keys::suffix(policy.name(), &keys::signature(policy, hold)),
                 events: OnceLock::new(),
             }),
         }
@@ -61,10 +61,14 @@ impl RedisBinding {
         &self.inner.policy
     }
 
-    /// What a call passes as its hold: a bucket chunk's own, or the log's
-    /// widening, the same for every call on its keys.
+    /// What a call passes as its hold: a bucket chunk's own (a request
+    /// alone holds nothing), or the log's, which widens every call on its
+    /// keys alike.
     fn hold(&self, ask: Ask) -> u64 {
-        ask.hold().max(self.inner.widening)
+        match self.inner.policy.algorithm() {
+            Algorithm::SlidingLog => self.inner.hold,
+            _ => ask.hold(),
+        }
     }
 
     pub(super) fn events(&self) -> &DenyCacheEvents {
@@ -81,7 +85,7 @@ impl<K: std::fmt::Display> Store<K> for RedisStore {
     type Future = Pending;
 
     fn bind(&self, policy: &Policy) -> RedisBinding {
-        RedisBinding::new(policy, self.widening(policy))
+        RedisBinding::new(policy, self.hold(policy))
     }
 
     fn decide_cost_bound(&self, key: K, binding: &RedisBinding, cost: u32) -> Self::Future {
@@ -128,7 +132,7 @@ impl<K: std::fmt::Display> Store<K> for RedisStore {
                 }
                 // The bucket takes no time back in Redis under local quota
                 // (`give_back`).
-                if used < cost && !book.gives_back(policy) {
+                if used < cost && !book.gives_back(policy, &admitted) {
                     return Ok(admitted);
                 }
             }

@@ -22,18 +22,14 @@ pub(super) fn suffix(name: Option<&str>, signature: &str) -> String {
     out
 }
 
-/// `policy`'s signature, and for a log under local quota the `widening`
-/// of its windows (`;h` and a duration), which every call on its keys
-/// must judge by: stores that widen by another amount, or not at all,
+/// `policy`'s signature, and for a bucket or a log under local quota the
+/// `hold` its chunks are spent over (`;h` and a duration), which every
+/// call on its keys must judge by: stores with another hold, or none,
 /// keep keys of their own.
-pub(super) fn signature(policy: &Policy, widening: u64) -> Cow<'_, str> {
-    match widening {
+pub(super) fn signature(policy: &Policy, hold: u64) -> Cow<'_, str> {
+    match hold {
         0 => Cow::Borrowed(policy.signature()),
-        widening => Cow::Owned(format!(
-            "{};h{}",
-            policy.signature(),
-            duration_name(widening)
-        )),
+        hold => Cow::Owned(format!("{};h{}", policy.signature(), duration_name(hold))),
     }
 }
 

@@ -459,44 +459,51 @@ impl RedisStore {
     /// Takes quota from Redis in chunks, one script call a chunk, and
     /// admits from the chunk in the instance until it is spent: a hot key
     /// costs Redis one call per chunk, not one per request. Off by default.
+    /// Give every instance sharing the prefix the same horizon.
     ///
-    /// * **Exact.** A chunk is judged and recorded by Redis as one request
-    ///   of its size, at the instant it is granted, in every limit at once,
-    ///   and it is spent only before the earliest of those windows ends
-    ///   (the bucket: within the horizon), timed from when the grant was
-    ///   sent. The fleet never admits more
-    ///   than the limits, stated on the times requests are admitted
-    ///   (docs/design.md, "Local quota").
-    /// * **Sized** to the key's recent local rate times the `horizon`
-    ///   (a chunk lasts about a horizon), capped by a share of what remains divided by the
-    ///   [live instances](Self::live_instances): near the limit a chunk
-    ///   holds one request, and Redis judges each request as it does
-    ///   without local quota.
-    /// * **Given back.** Units not spent go back to the window they were
-    ///   counted in once the key has had no local demand for a horizon,
-    ///   within a horizon of their window's end, and when the store and
-    ///   its clones are dropped. An instance that dies gives nothing back:
-    ///   what its chunks held counts as admitted until their windows end.
+    /// * **Exact.** Redis judges and records a chunk as one request of its
+    ///   size, at the instant it grants it, in every limit at once. The
+    ///   instance spends it only before the earliest of those windows ends
+    ///   (the bucket and the log: within one `horizon`), timed from when it
+    ///   asked, so the fleet never admits more than the limits, on the
+    ///   times requests are admitted (docs/design.md, "Local quota"; the
+    ///   instance's clock and Redis's must run at the same rate).
+    /// * **The horizon.** A chunk is the key's recent local rate times
+    ///   `horizon`, capped by what Redis last said remains, divided by
+    ///   twice the [live instances](Self::live_instances). Near the limit
+    ///   that is one request, and Redis judges each alone, as without local
+    ///   quota. The horizon is also how often unspent chunks are looked
+    ///   for, the longest a refusal is remembered, and the bucket's and the
+    ///   log's hold: keep it well below the shortest window.
+    /// * **Given back.** Units not spent go back at the next sweep if the
+    ///   key has had no local demand for a horizon or, for the windows,
+    ///   the chunk's window ends within one; and when the last clone is
+    ///   dropped inside a tokio runtime. The bucket's are never given back
+    ///   (they refill). An instance that dies gives nothing back: its
+    ///   chunks count as spent until their windows end.
     /// * **Settling** a request admitted from a chunk gives its unused
     ///   units back to the chunk, or takes an excess from it, with no call.
     /// * **Refusals** are remembered for at most a horizon, since quota
     ///   given back may make room sooner than Redis's wait says; near the
     ///   limit, those of requests of any cost.
-    /// * **Which policies.** Any with no penalty and no in-flight cap.
-    ///   Others, a request of no cost and a peek go to Redis one by one,
-    ///   as without local quota. The bucket's chunks last one horizon and
-    ///   are charged as if spent at its end; their unspent units, and those
-    ///   a settled request did not use, are not given back but refill. The
-    ///   log's chunks last one horizon too, and its keys are judged with
-    ///   every window widened by it, under a name of their own (`;h` and
-    ///   the horizon after the signature): a stamp blocks for a window and
-    ///   a horizon.
-    /// * **What a decision reports.** A decision from a chunk is Redis's
-    ///   decision on the chunk, which counted the whole chunk: the
-    ///   remaining quota it reports is never above what Redis last
-    ///   reported minus what this instance spent since.
-    /// * **Outages.** Chunks already held are spent; then the failure
-    ///   policy answers.
+    /// * **Which policies.** Any with no penalty and no in-flight cap;
+    ///   others, requests of no cost and peeks go to Redis one by one. The
+    ///   bucket charges a chunk as if spent at the end of its horizon. The
+    ///   log judges every window a horizon longer: a stamp blocks for a
+    ///   window and a horizon. Their keys take a name of their own (`;h`
+    ///   and the horizon after the signature), so that stores with another
+    ///   horizon, or none, count apart: turning local quota on starts them
+    ///   empty.
+    /// * **What a decision reports.** A decision from a chunk reports
+    ///   Redis's remaining quota once the whole chunk was counted, the same
+    ///   until the next chunk: never more than is left. For the bucket the
+    ///   chunk counts as spent at the end of its horizon, so it may read 0
+    ///   while requests are admitted; for the log, times to wait are those
+    ///   of the widened windows.
+    /// * **Outages.** Chunks already held are spent until their lifetime
+    ///   is over. Then Redis judges each request, and the failure policy
+    ///   answers those it does not; units that cannot be given back count
+    ///   as spent until their window ends.
     ///
     /// # Panics
     ///
@@ -524,15 +531,15 @@ impl RedisStore {
     /// is longer than 256 bytes (see [`bound_key`](crate::bound_key)), so a
     /// client-chosen key never makes a long name.
     pub fn key_name(&self, key: &impl Display, policy: &Policy) -> String {
-        let signature = keys::signature(policy, self.widening(policy));
+        let signature = keys::signature(policy, self.hold(policy));
         let suffix = keys::suffix(policy.name(), &signature);
         keys::key_name(&self.settings.prefix, key, &suffix)
     }
 
-    /// How much a log policy's windows are widened by in Redis under local
-    /// quota (µs), 0 for any other.
-    fn widening(&self, policy: &Policy) -> u64 {
-        self.quota.as_ref().map_or(0, |book| book.widening(policy))
+    /// The hold a bucket's or a log's chunks are spent over under local
+    /// quota (µs), part of its keys' names; 0 for any other policy.
+    fn hold(&self, policy: &Policy) -> u64 {
+        self.quota.as_ref().map_or(0, |book| book.hold(policy))
     }
 
     /// The Lua scripts this store runs in Redis, by file name, to read

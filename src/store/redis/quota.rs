@@ -81,14 +81,11 @@ struct KeyQuota {
 struct Chunk {
     /// Units left to spend.
     units: u32,
-    /// The grant's size.
-    granted: u32,
-    /// The chunk's number among the key's, never 0 (which no chunk is):
-    /// the decisions it made carry it, so that their settling finds it.
-    id: u16,
+    /// The grant the units came from.
+    grant: Grant,
     /// Redis's decision on the grant: every local decision is this one,
     /// placed later.
-    grant: Option<Decision>,
+    decision: Option<Decision>,
     /// When the grant was sent: the chunk's lifetime runs from then.
     sent: u64,
     /// The units may be spent before this instant.
@@ -114,11 +111,43 @@ struct Chunk {
     retired: Option<Leftover>,
 }
 
+/// A chunk as Redis granted it: what a settling must match to go back to
+/// it, and where its units go back to in Redis.
+#[derive(Clone, Copy, Default)]
+struct Grant {
+    /// Its number among the key's chunks, never 0 (which no chunk is):
+    /// the decisions it made carry it.
+    id: u16,
+    /// Redis's time when it was granted (µs): the window it was counted
+    /// in, the log's stamps.
+    at: u64,
+    /// How long it may be spent, from when it was asked for.
+    lifetime: u64,
+    size: u32,
+}
+
+impl Grant {
+    /// Whether Redis counted `admitted`'s units where it counted this
+    /// grant's, so that units `admitted` did not use may be spent from
+    /// this chunk or go back with it: under the windows, a request counted
+    /// in the same windows; under the bucket and the log, only one this
+    /// chunk admitted (placed inside its lifetime), its units charged
+    /// until its hold ends and stamped at the grant.
+    fn counted(&self, policy: &Policy, admitted: &Decision) -> bool {
+        let at = admitted.at_micros;
+        if held(policy) {
+            return admitted.chunk == self.id && (self.at..self.at + self.lifetime).contains(&at);
+        }
+        policy.limits().iter().all(|limit| {
+            let w = limit.window_micros();
+            at / w == self.at / w
+        })
+    }
+}
+
 /// Unspent units of a chunk, to go back to the window they were counted in.
 struct Leftover {
-    id: u16,
-    granted_at: u64,
-    granted: u32,
+    grant: Grant,
     units: u32,
 }
 
@@ -129,12 +158,12 @@ impl Chunk {
     /// latest: the grant's time plus what has passed since it was sent.
     fn take(&mut self, cost: u32, now: u64) -> Option<Decision> {
         let grant = self
-            .grant
+            .decision
             .filter(|_| now < self.until && self.units >= cost)?;
         self.units -= cost;
         let mut decision = grant;
         decision.at_micros = grant.at_micros + now.saturating_sub(self.sent);
-        decision.chunk = self.id;
+        decision.chunk = self.grant.id;
         Some(decision)
     }
 
@@ -150,14 +179,12 @@ impl Chunk {
     }
 
     /// Settles within the chunk, at local time `now`, a request of `cost`
-    /// units under `policy` that used `used`. An excess is taken from the
-    /// chunk, if it holds as much. Units not used go back to it if it
-    /// counted them: under the windows, if the request was counted in the
-    /// chunk's windows (from this chunk or one before it); under the bucket
-    /// and the log, only if this chunk admitted it, being charged for its
-    /// units until its hold ends. Those of a request the chunk before
-    /// admitted go back with what that one had left. `false` for any
-    /// other: Redis settles it then.
+    /// units under `policy` that used `used`: an excess is taken from the
+    /// chunk, if it is live and holds as much; units not used go back to
+    /// it if it is live and they were [`counted`](Grant::counted) with
+    /// it, or else to the retired chunk if counted with that one, to go
+    /// back to Redis with what it had left. `false` otherwise: Redis
+    /// settles it.
     fn settle(
         &mut self,
         policy: &Policy,
@@ -166,36 +193,21 @@ impl Chunk {
         used: u32,
         now: u64,
     ) -> bool {
-        let live = self.grant.filter(|_| now < self.until);
+        let live = self.decision.is_some() && now < self.until;
         if let Some(excess) = used.checked_sub(cost) {
-            let taken = live.is_some() && excess <= self.units;
+            let taken = live && excess <= self.units;
             if taken {
                 self.units -= excess;
             }
             return taken;
         }
-        let counted_here = live.is_some_and(|grant| {
-            if held(policy) {
-                let placed = admitted.at_micros.checked_sub(grant.at_micros);
-                admitted.chunk == self.id
-                    && placed.is_some_and(|placed| placed < self.until - self.sent)
-            } else {
-                policy.limits().iter().all(|limit| {
-                    let w = limit.window_micros();
-                    admitted.at_micros / w == grant.at_micros / w
-                })
-            }
-        });
         let unused = cost - used;
-        if counted_here {
+        if live && self.grant.counted(policy, admitted) {
             self.units += unused;
             return true;
         }
-        match self
-            .retired
-            .as_mut()
-            .filter(|retired| retired.id == admitted.chunk)
-        {
+        let retired = self.retired.as_mut();
+        match retired.filter(|retired| retired.grant.counted(policy, admitted)) {
             Some(retired) => {
                 retired.units += unused;
                 true
@@ -206,12 +218,10 @@ impl Chunk {
 
     /// Takes out what is left of the chunk, if anything.
     fn leftover(&mut self) -> Option<Leftover> {
-        let grant = self.grant.filter(|_| self.units > 0)?;
+        self.decision.filter(|_| self.units > 0)?;
         let units = std::mem::take(&mut self.units);
         Some(Leftover {
-            id: self.id,
-            granted_at: grant.at_micros,
-            granted: self.granted,
+            grant: self.grant,
             units,
         })
     }
@@ -219,10 +229,8 @@ impl Chunk {
     /// Retires the chunk before a new one is granted, and returns the one
     /// retired before it, if anything is to go back from it.
     fn retire(&mut self) -> Option<Leftover> {
-        let retiring = self.grant.map(|grant| Leftover {
-            id: self.id,
-            granted_at: grant.at_micros,
-            granted: self.granted,
+        let retiring = self.decision.map(|_| Leftover {
+            grant: self.grant,
             units: std::mem::take(&mut self.units),
         });
         std::mem::replace(&mut self.retired, retiring).filter(|retired| retired.units > 0)
@@ -233,17 +241,28 @@ impl Chunk {
         self.retired.take().filter(|retired| retired.units > 0)
     }
 
-    /// Holds `grant`, a chunk of `size` units sent at `sent`, to spend for
-    /// `lifetime` from then.
-    fn fill(&mut self, grant: Decision, size: u32, sent: u64, lifetime: u64) {
-        self.remaining = Some(grant.remaining());
-        self.grant = Some(grant);
-        self.id = self.id.checked_add(1).unwrap_or(1);
-        self.granted = size;
+    /// Holds `decision`, Redis's on a chunk of `size` units sent at `sent`,
+    /// to spend for `lifetime` from then.
+    fn fill(&mut self, decision: Decision, size: u32, sent: u64, lifetime: u64) {
+        self.remaining = Some(decision.remaining());
+        self.grant = Grant {
+            id: self.grant.id.checked_add(1).unwrap_or(1),
+            at: decision.at_micros,
+            lifetime,
+            size,
+        };
+        self.decision = Some(decision);
         self.units = size;
         self.sent = sent;
         self.until = sent + lifetime;
         self.failed = None;
+    }
+
+    /// Whether the chunk ends within `horizon` of `now`, before the sweep
+    /// after next: a window's chunk then goes back while its window is
+    /// still current. A held chunk lasts a horizon from its grant anyway.
+    fn ending(&self, policy: &Policy, now: u64, horizon: u64) -> bool {
+        !held(policy) && self.until.saturating_sub(now) <= horizon
     }
 }
 
@@ -267,23 +286,29 @@ impl QuotaBook {
         policy.penalty_micros() == 0 && policy.in_flight().is_none()
     }
 
-    /// How much a log policy's windows are widened by in Redis (µs): the
-    /// longest a chunk of it is spent over, for every call on its keys. 0
-    /// for any other policy.
-    pub(super) fn widening(&self, policy: &Policy) -> u64 {
-        let log = policy.algorithm() == Algorithm::SlidingLog;
-        if log && self.spends(policy) {
+    /// The hold a bucket's or a log's chunks are spent over (µs), part of
+    /// its keys' names, so that every store on a key judges by the same
+    /// (the log widens every window by it, the bucket charges chunks up to
+    /// it): stores with another horizon, or none, keep keys of their own.
+    /// 0 for any other policy.
+    pub(super) fn hold(&self, policy: &Policy) -> u64 {
+        if held(policy) && self.spends(policy) {
             self.horizon
         } else {
             0
         }
     }
 
-    /// Whether a request admitted under `policy` may give back what it
-    /// did not use: not the bucket's, for the reason chunks of it are not
-    /// given back (see [`give_back`](Self::give_back)).
-    pub(super) fn gives_back(&self, policy: &Policy) -> bool {
-        !(self.spends(policy) && policy.algorithm() == Algorithm::TokenBucket)
+    /// Whether Redis may take back the units `admitted`, a request under
+    /// `policy` settled outside its chunk, did not use: not the bucket's
+    /// (see [`give_back`](Self::give_back)), nor a log chunk's, whose
+    /// stamps are at the grant's time, which the decision does not carry.
+    pub(super) fn gives_back(&self, policy: &Policy, admitted: &Decision) -> bool {
+        match policy.algorithm() {
+            Algorithm::TokenBucket => !self.spends(policy),
+            Algorithm::SlidingLog => admitted.chunk == 0,
+            _ => true,
+        }
     }
 
     /// A book for `store` (which must hold none), sized for `horizon`,
@@ -446,8 +471,8 @@ impl QuotaBook {
             return;
         }
         let ask = Ask::Settle {
-            at: leftover.granted_at,
-            cost: leftover.granted,
+            at: leftover.grant.at,
+            cost: leftover.grant.size,
             units: -i64::from(leftover.units),
         };
         let settled = self.store.settle_named(name, binding, ask);
@@ -469,7 +494,7 @@ impl QuotaBook {
                 return true;
             };
             let idle = now.saturating_sub(chunk.asked_at);
-            let ending = chunk.until.saturating_sub(now) <= self.horizon;
+            let ending = chunk.ending(key.binding.policy(), now, self.horizon);
             if let Some(leftover) = chunk.retired_leftover() {
                 self.give_back(name.to_string(), &key.binding, leftover);
             }
@@ -478,7 +503,8 @@ impl QuotaBook {
                     self.give_back(name.to_string(), &key.binding, leftover);
                 }
             }
-            chunk.units > 0 || idle < 10 * self.horizon
+            // A key a request is about to spend from stays.
+            chunk.units > 0 || idle < 10 * self.horizon || Arc::strong_count(key) > 1
         });
     }
 }
@@ -549,12 +575,71 @@ mod tests {
         assert!(chunk.take(8, 105_000).is_none(), "more than is left");
         assert!(chunk.take(1, 305_000).is_none(), "after the window ended");
         let leftover = chunk.leftover().unwrap();
-        assert_eq!(
-            (leftover.granted_at, leftover.granted, leftover.units),
-            (at, 10, 7)
-        );
+        let grant = leftover.grant;
+        assert_eq!((grant.at, grant.size, leftover.units), (at, 10, 7));
         assert!(chunk.leftover().is_none(), "given back once");
         assert!(chunk.take(1, 105_000).is_none());
+    }
+
+    /// A chunk at local time `sent` of a grant at Redis time `at`, for a
+    /// horizon of 100 ms.
+    fn filled(chunk: &mut Chunk, policy: &Policy, at: u64, sent: u64) {
+        let grant = Decision::allow(policy.first_limit(), Duration::from_micros(at));
+        chunk.fill(grant, 10, sent, lifetime(policy, at, 100_000));
+    }
+
+    #[test]
+    fn a_settling_goes_back_only_where_its_units_were_counted() {
+        let limit = Limit::new(100, Duration::from_secs(1)).unwrap();
+        let log = Policy::new(Algorithm::SlidingLog, [limit]).unwrap();
+        let fixed = Policy::new(Algorithm::FixedWindow, [limit]).unwrap();
+        for policy in [&log, &fixed] {
+            let mut chunk = Chunk::default();
+            filled(&mut chunk, policy, 5_200_000, 0);
+            let first = chunk.take(4, 10_000).unwrap();
+            // A request the chunk admitted gives back to it.
+            assert!(chunk.settle(policy, &first, 4, 1, 20_000));
+            assert_eq!(chunk.units, 9);
+            // An excess is taken from it.
+            assert!(chunk.settle(policy, &first, 4, 6, 20_000));
+            assert_eq!(chunk.units, 7);
+            assert!(
+                !chunk.settle(policy, &first, 4, 12, 20_000),
+                "more than it holds"
+            );
+            // Retired by the next chunk, it gathers what its requests did
+            // not use (the log's: their stamps are its own); a window's
+            // next chunk, counted in the same window, takes them.
+            let second = chunk.take(4, 30_000).unwrap();
+            assert!(chunk.retire().is_none());
+            filled(&mut chunk, policy, 5_240_000, 40_000);
+            assert!(chunk.settle(policy, &second, 4, 0, 50_000));
+            let (new, retired) = if policy == &log { (10, 3 + 4) } else { (14, 3) };
+            assert_eq!(chunk.units, new, "{policy:?}");
+            let leftover = chunk.retired_leftover().unwrap();
+            assert_eq!((leftover.grant.at, leftover.units), (5_200_000, retired));
+        }
+        // Another chunk's request, one of a key forgotten and numbered
+        // again, or a request alone: the log's chunk takes none of them,
+        // since their stamps are not its own; the fixed window's takes what
+        // its window counted.
+        let mut chunk = Chunk::default();
+        filled(&mut chunk, &log, 5_200_000, 0);
+        let mut stale = chunk.take(1, 10_000).unwrap();
+        stale.at_micros -= 150_000;
+        assert!(!chunk.settle(&log, &stale, 4, 1, 20_000));
+        let mut alone = stale;
+        alone.chunk = 0;
+        alone.at_micros = 5_210_000;
+        assert!(!chunk.settle(&log, &alone, 4, 1, 20_000));
+        let mut chunk = Chunk::default();
+        filled(&mut chunk, &fixed, 5_200_000, 0);
+        assert!(chunk.settle(&fixed, &alone, 4, 1, 20_000));
+        alone.at_micros = 4_990_000;
+        assert!(
+            !chunk.settle(&fixed, &alone, 4, 1, 20_000),
+            "another window"
+        );
     }
 
     #[test]

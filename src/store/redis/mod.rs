@@ -12,6 +12,8 @@
 //! * the guard: `guard` (the failure policy, the fallback), `deny_cache`
 //!   (refusals answered locally);
 //! * the fleet: `fleet` (the heartbeat, the live instances, the probe);
+//! * local quota: `quota` (the chunks a store holds), `quota_chunk` (one
+//!   key's chunk);
 //! * the in-flight slots: `leases` (their renewal, by the lease book the
 //!   store shares with `CasStore`).
 
@@ -26,6 +28,7 @@ mod keys;
 mod leases;
 mod outage;
 mod quota;
+mod quota_chunk;
 mod reply;
 mod scripts;
 mod slot_map;

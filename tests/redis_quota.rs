@@ -651,3 +651,67 @@ async fn held_keys_are_named_with_their_hold() {
         plain.key_name(&"k", &penalised)
     );
 }
+
+/// A paused Redis with a queue of requests on one key: each request is
+/// answered by the failure policy within about the timeout, not one
+/// timeout after another; Redis judges again once it is back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_queue_on_a_paused_redis_waits_no_timeout_after_another() {
+    let server = private_server().await;
+    let store = instance(&server, &unique_prefix("paused"))
+        .await
+        .with_heartbeat(Duration::from_secs(5));
+    let policy = policy(Algorithm::FixedWindow, &[(1_000_000, 3_600_000)]);
+    server.pause();
+    let started = std::time::Instant::now();
+    let decisions = demand(std::slice::from_ref(&store), &policy, &[(100, 1)]).await;
+    let took = started.elapsed();
+    server.resume();
+    println!("100 queued on a paused Redis answered in {took:?}");
+    assert!(decisions.iter().all(|d| d.origin() == Origin::FailOpen));
+    // One timeout after another would take 100 × 50 ms.
+    assert!(took < Duration::from_secs(2), "{took:?}");
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while store.decide("hot", &policy).await.unwrap().origin() != Origin::Limits {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "Redis never judged again"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// A grant Redis runs after its call timed out (Redis was paused) is
+/// given back when the reply comes, and a dropped store gives back what it
+/// held: Redis then counts exactly the units the limits admitted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_grant_nobody_waited_for_is_given_back() {
+    let server = private_server().await;
+    let prefix = unique_prefix("late");
+    let policy = policy(Algorithm::FixedWindow, &[(1_000_000, 3_600_000)]);
+    let store = RedisStore::connect(&server.url())
+        .await
+        .unwrap()
+        .with_prefix(&prefix)
+        .with_local_quota(Duration::from_secs(1))
+        .with_heartbeat(Duration::from_secs(5));
+    let burst = demand(std::slice::from_ref(&store), &policy, &[(200, 1)]).await;
+    assert!(burst.iter().all(|d| d.origin() == Origin::Limits));
+    // More than the chunk holds: a grant, which times out.
+    server.pause();
+    let late = store.decide_cost("hot", &policy, 1_000).await.unwrap();
+    server.resume();
+    assert_eq!(late.origin(), Origin::FailOpen);
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    drop(store);
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let reader = RedisStore::connect(&server.url())
+        .await
+        .unwrap()
+        .with_prefix(&prefix);
+    let state = reader.state(&"hot", &policy).await.unwrap().unwrap();
+    let now = Duration::from_micros(redis_micros(&server));
+    // A peek is told what a request of one unit would leave.
+    let counted = 1_000_000 - 1 - state.peek(&policy, now).remaining();
+    assert_eq!(counted, 200, "Redis counts the 200 admitted, no more");
+}

@@ -207,27 +207,35 @@ impl RedisStore {
             crate::observe::denied_locally(binding.events());
             return Box::pin(std::future::ready(Ok(decision)));
         }
-        let store = self.clone();
-        let binding = binding.clone();
-        Box::pin(async move {
-            match store.judge(&name, &binding, ask).await {
-                Ok(decision) => {
-                    store.guard.outage_ended(store.client.outage.ended());
-                    if !decision.is_allowed() {
-                        let (policy, events) = (binding.policy(), binding.events());
-                        store
-                            .guard
-                            .remember(name, decision, sent, policy, events, ask);
-                    }
-                    Ok(decision)
+        Box::pin(self.clone().ask_redis(name, binding.clone(), ask, sent))
+    }
+
+    /// Redis's decision on the key `name`, asked at local time `sent`
+    /// without looking in the deny cache (which it fills), or the failure
+    /// policy's.
+    pub(super) async fn ask_redis(
+        self,
+        name: String,
+        binding: RedisBinding,
+        ask: Ask,
+        sent: u64,
+    ) -> Result<Decision, StoreError> {
+        match self.judge(&name, &binding, ask, None).await {
+            Ok(decision) => {
+                self.guard.outage_ended(self.client.outage.ended());
+                if !decision.is_allowed() {
+                    let (policy, events) = (binding.policy(), binding.events());
+                    self.guard
+                        .remember(name, decision, sent, policy, events, ask);
                 }
-                Err(err) => {
-                    let (live, outage) = (store.live_instances(), store.client.outage.ended());
-                    let policy = binding.policy();
-                    store.guard.on_failure(name, policy, ask, err, live, outage)
-                }
+                Ok(decision)
             }
-        })
+            Err(err) => {
+                let (live, outage) = (self.live_instances(), self.client.outage.ended());
+                let policy = binding.policy();
+                self.guard.on_failure(name, policy, ask, err, live, outage)
+            }
+        }
     }
 
     /// Settles `ask` on the Redis key `name` under `binding`'s policy: a
@@ -277,7 +285,8 @@ impl RedisStore {
         });
     }
 
-    /// Asks Redis to judge a request for the key `name` under `binding`'s policy,
+    /// Asks Redis to judge a request for the key `name` under `binding`'s
+    /// policy (`late` gets the reply if it comes after nobody waits for it),
     /// within the store's timeout but with no failure policy: under a cap,
     /// an admitted request holds a slot this instance renews until it is
     /// released, and one whose reply is never read gives back the slot it
@@ -287,6 +296,7 @@ impl RedisStore {
         name: &str,
         binding: &RedisBinding,
         ask: Ask,
+        late: Option<Orphaned<Vec<i64>>>,
     ) -> Result<Decision, StoreError> {
         let (policy, hold) = (binding.policy(), binding.hold(ask));
         let lease = policy.in_flight().map(|_| scripts::Lease {
@@ -307,6 +317,7 @@ impl RedisStore {
             let store = self.clone();
             Box::new(move |_| store.send_release(leases, id)) as Orphaned<Vec<i64>>
         });
+        let orphaned = orphaned.or(late);
         let unseen = Unseen::new(taking.map(|(leases, id)| move || self.send_release(leases, id)));
         let reply = self.reach(name, call, orphaned).await;
         let mut decision =

@@ -12,7 +12,7 @@
 //! quota") proves the limits hold on the times requests are admitted.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
@@ -20,6 +20,7 @@ use foldhash::quality::RandomState;
 use parking_lot::Mutex;
 
 use super::call::RedisBinding;
+use super::client::Orphaned;
 use super::quota_chunk::{chunk_size, held, lifetime, Chunk, Leftover};
 use super::scripts::Ask;
 use super::RedisStore;
@@ -37,8 +38,9 @@ pub(super) struct QuotaBook {
     /// The store chunks are taken from and given back to, without a book.
     store: RedisStore,
     /// Whether the sweep runs: it starts with the book in a tokio
-    /// runtime, else at the first chunk spent.
-    sweeping: std::sync::Once,
+    /// runtime, else at the first chunk spent, and again after the runtime
+    /// it ran on shut down.
+    sweeping: AtomicBool,
 }
 
 /// One key's chunk and its recent local demand.
@@ -94,21 +96,22 @@ impl QuotaBook {
             horizon: micros(horizon).max(1),
             keys: Mutex::default(),
             store,
-            sweeping: std::sync::Once::new(),
+            sweeping: AtomicBool::new(false),
         });
         book.sweep_from_now();
         book
     }
 
     fn sweep_from_now(self: &Arc<Self>) {
-        if self.sweeping.is_completed() {
+        if self.sweeping.load(Ordering::Relaxed) {
             return;
         }
-        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
-            self.sweeping.call_once(|| {
-                let period = Duration::from_micros(self.horizon);
-                runtime.spawn(sweep_until_dropped(Arc::downgrade(self), period));
-            });
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        if !self.sweeping.swap(true, Ordering::Relaxed) {
+            let sweep = Sweep(Arc::downgrade(self));
+            runtime.spawn(sweep.until_dropped(Duration::from_micros(self.horizon)));
         }
     }
 
@@ -141,9 +144,9 @@ impl QuotaBook {
         let store = &self.store;
         let key = self.key(&name, &binding);
         key.asked.fetch_add(u64::from(cost), Ordering::Relaxed);
-        key.waiting.fetch_add(u64::from(cost), Ordering::Relaxed);
+        let waiting = Waiting::add(&key.waiting, cost);
         let mut chunk = key.chunk.lock().await;
-        key.waiting.fetch_sub(u64::from(cost), Ordering::Relaxed);
+        drop(waiting);
         let now = store.guard.now();
         chunk.asked_at = now;
         if let Some(decision) = chunk.take(cost, now) {
@@ -166,16 +169,35 @@ impl QuotaBook {
             return store.call_named(name, &binding, Ask::Record(cost)).await;
         }
         if size <= cost {
-            // Near the limit Redis judges each request alone, one at a time
-            // for the key: a refusal then answers the requests that waited,
-            // with no call of their own.
-            let decision = store.call_named(name, &binding, Ask::Record(cost)).await;
+            // Near the limit Redis judges each request alone: one at a time
+            // for the key, so that a refusal answers the requests that
+            // waited with no call of their own; but at once, as without
+            // local quota, once a refusal has waited less than a horizon:
+            // quota then comes back sooner than calls one by one would find.
+            let one_at_a_time = chunk
+                .refused
+                .is_none_or(|(refusal, ..)| refusal.retry_after_micros >= self.horizon);
+            let held_chunk = if one_at_a_time {
+                Some(chunk)
+            } else {
+                drop(chunk);
+                None
+            };
+            let ask = Ask::Record(cost);
+            let decision = store
+                .clone()
+                .ask_redis(name, binding.clone(), ask, now)
+                .await;
+            let mut chunk = match held_chunk {
+                Some(chunk) => chunk,
+                None => key.chunk.lock().await,
+            };
             match &decision {
                 Ok(decision) if decision.origin() == Origin::Limits => {
                     chunk.remaining = Some(decision.remaining());
                     chunk.refused = (!decision.is_allowed()).then_some((*decision, cost, now));
                 }
-                _ => chunk.failed = Some(now),
+                _ => chunk.failed = Some(store.guard.now()),
             }
             return decision;
         }
@@ -190,7 +212,8 @@ impl QuotaBook {
             },
             false => Ask::Record(size),
         };
-        match store.judge(&name, &binding, ask).await {
+        let late = self.late_grant(&name, &binding, size);
+        match store.judge(&name, &binding, ask, Some(late)).await {
             Ok(grant) if grant.is_allowed() => {
                 store.guard.outage_ended(store.client.outage.ended());
                 let lifetime = lifetime(policy, grant.at_micros, self.horizon);
@@ -209,7 +232,7 @@ impl QuotaBook {
                 store.call_named(name, &binding, Ask::Record(cost)).await
             }
             Err(err) => {
-                chunk.failed = Some(now);
+                chunk.failed = Some(store.guard.now());
                 drop(chunk);
                 let (live, outage) = (store.live_instances(), store.client.outage.ended());
                 let ask = Ask::Record(cost);
@@ -235,6 +258,27 @@ impl QuotaBook {
         let mut chunk = key.chunk.lock().await;
         let now = self.store.guard.now();
         chunk.settle(key.binding.policy(), admitted, cost, used, now)
+    }
+
+    /// What to do with a grant of `size` units Redis replies to after
+    /// nobody waits for it (its call timed out, or its request was
+    /// dropped): nothing was spent from it, so all of it goes back.
+    fn late_grant(
+        self: &Arc<Self>,
+        name: &str,
+        binding: &RedisBinding,
+        size: u32,
+    ) -> Orphaned<Vec<i64>> {
+        let (book, name, binding) = (Arc::clone(self), name.to_owned(), binding.clone());
+        Box::new(move |reply| {
+            let granted_at = match reply.as_deref() {
+                Ok([1, at, ..]) => u64::try_from(*at).ok(),
+                _ => None,
+            };
+            if let Some(at) = granted_at {
+                book.give_back(name, &binding, Leftover::unspent(at, size));
+            }
+        })
     }
 
     /// Gives `leftover` back to the window it was counted in, in the
@@ -265,23 +309,26 @@ impl QuotaBook {
     /// for the next sweep.
     fn sweep(&self) {
         let now = self.store.guard.now();
+        let mut going_back = Vec::new();
         self.keys.lock().retain(|name, key| {
             let Ok(mut chunk) = key.chunk.try_lock() else {
                 return true;
             };
             let idle = now.saturating_sub(chunk.asked_at);
             let ending = chunk.ending(key.binding.policy(), now, self.horizon);
-            if let Some(leftover) = chunk.retired_leftover() {
-                self.give_back(name.to_string(), &key.binding, leftover);
-            }
-            if idle >= self.horizon || ending {
-                if let Some(leftover) = chunk.leftover() {
-                    self.give_back(name.to_string(), &key.binding, leftover);
-                }
+            let leftover = (idle >= self.horizon || ending)
+                .then(|| chunk.leftover())
+                .flatten();
+            for leftover in [chunk.retired_leftover(), leftover].into_iter().flatten() {
+                going_back.push((name.to_string(), key.binding.clone(), leftover));
             }
             // A key a request is about to spend from stays.
             chunk.units > 0 || idle < 10 * self.horizon || Arc::strong_count(key) > 1
         });
+        // Sent once no request waits for the map.
+        for (name, binding, leftover) in going_back {
+            self.give_back(name, &binding, leftover);
+        }
     }
 }
 
@@ -311,12 +358,43 @@ impl Drop for QuotaBook {
     }
 }
 
-async fn sweep_until_dropped(book: Weak<QuotaBook>, period: Duration) {
-    let mut ticks = tokio::time::interval(period);
-    ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    loop {
-        ticks.tick().await;
-        let Some(book) = book.upgrade() else { return };
-        book.sweep();
+/// The sweep's task, for as long as its book lives: when the runtime it
+/// runs on shuts down, the book's next chunk starts another.
+struct Sweep(Weak<QuotaBook>);
+
+impl Sweep {
+    async fn until_dropped(self, period: Duration) {
+        let mut ticks = tokio::time::interval(period);
+        ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            ticks.tick().await;
+            let Some(book) = self.0.upgrade() else { return };
+            book.sweep();
+        }
+    }
+}
+
+impl Drop for Sweep {
+    fn drop(&mut self) {
+        if let Some(book) = self.0.upgrade() {
+            book.sweeping.store(false, Ordering::Relaxed);
+        }
+    }
+}
+
+/// Units of a request waiting for its key's chunk, counted as the key's
+/// demand until it has the chunk or is dropped.
+struct Waiting<'a>(&'a AtomicU64, u64);
+
+impl<'a> Waiting<'a> {
+    fn add(waiting: &'a AtomicU64, cost: u32) -> Self {
+        waiting.fetch_add(u64::from(cost), Ordering::Relaxed);
+        Self(waiting, u64::from(cost))
+    }
+}
+
+impl Drop for Waiting<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(self.1, Ordering::Relaxed);
     }
 }

@@ -107,6 +107,18 @@ pub(super) struct Leftover {
     pub(super) units: u32,
 }
 
+impl Leftover {
+    /// All `size` units of a grant Redis made at `at`, none of them spent.
+    pub(super) fn unspent(at: u64, size: u32) -> Self {
+        let grant = Grant {
+            at,
+            size,
+            ..Grant::default()
+        };
+        Self { grant, units: size }
+    }
+}
+
 impl Chunk {
     /// The decision on a request of `cost` units at local time `now`, if
     /// the chunk still holds that many and its window has not ended. It is

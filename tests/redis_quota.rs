@@ -21,6 +21,18 @@ use stores::policy;
 use tower_sliding_window::{Algorithm, Decision, ManualClock, Origin, Policy, RedisStore, Store};
 use xorshift::XorShift;
 
+/// A test for each algorithm named, each running `helper` with it.
+macro_rules! per_algorithm {
+    ($helper:ident: $($test:ident => $algorithm:ident),+ $(,)?) => {
+        $(
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn $test() {
+                $helper(Algorithm::$algorithm).await;
+            }
+        )+
+    };
+}
+
 const HORIZON: Duration = Duration::from_millis(50);
 
 async fn private_server() -> Server {
@@ -39,6 +51,27 @@ async fn instance(server: &Server, prefix: &str) -> RedisStore {
         .with_prefix(prefix)
         .with_timeout(TIMEOUT)
         .with_local_quota(HORIZON)
+}
+
+/// Waits until Redis judges `store`'s decisions on the hot key again,
+/// failing after 10 s.
+async fn judged_again_within_10_s(store: &RedisStore, policy: &Policy) {
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while store.decide("hot", policy).await.unwrap().origin() != Origin::Limits {
+        let now = std::time::Instant::now();
+        assert!(now < deadline, "Redis never judged again");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// `instances` stores of their own on `server`, under one prefix: a fleet.
+async fn fleet(server: &Server, label: &str, instances: usize) -> Vec<RedisStore> {
+    let prefix = unique_prefix(label);
+    let mut stores = Vec::new();
+    for _ in 0..instances {
+        stores.push(instance(server, &prefix).await);
+    }
+    stores
 }
 
 /// Every decision the instances made, each running `tasks` loops of
@@ -81,11 +114,7 @@ async fn fleet_demands(
     policy: &Policy,
     per_instance: &[(usize, usize)],
 ) -> (Outcome, Vec<Decision>) {
-    let prefix = unique_prefix("quota");
-    let mut stores = Vec::new();
-    for _ in per_instance {
-        stores.push(instance(server, &prefix).await);
-    }
+    let stores = fleet(server, "quota", per_instance.len()).await;
     let calls_before = server.command_calls("evalsha");
     let mut decisions = demand(&stores, policy, per_instance).await;
     // Chunks stranded where demand stopped go back within a few horizons;
@@ -142,33 +171,18 @@ async fn four_instances_demand_twice_the_limit(
     check_windows(&policy, &decisions);
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn four_instances_on_the_counter_admit_the_limit_from_chunks() {
+/// Four instances evenly, 10,000 an hour, under `algorithm`.
+async fn four_instances_evenly(algorithm: Algorithm) {
     let even = [(32, 20_000 / 128); 4];
-    four_instances_demand_twice_the_limit(Algorithm::SlidingCounter, &[(10_000, 3_600_000)], even)
-        .await;
+    four_instances_demand_twice_the_limit(algorithm, &[(10_000, 3_600_000)], even).await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn four_instances_on_the_fixed_window_admit_the_limit_from_chunks() {
-    let even = [(32, 20_000 / 128); 4];
-    four_instances_demand_twice_the_limit(Algorithm::FixedWindow, &[(10_000, 3_600_000)], even)
-        .await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn four_instances_on_the_bucket_admit_the_limit_from_chunks() {
-    let even = [(32, 20_000 / 128); 4];
-    four_instances_demand_twice_the_limit(Algorithm::TokenBucket, &[(10_000, 3_600_000)], even)
-        .await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn four_instances_on_the_log_admit_the_limit_from_chunks() {
-    let even = [(32, 20_000 / 128); 4];
-    four_instances_demand_twice_the_limit(Algorithm::SlidingLog, &[(10_000, 3_600_000)], even)
-        .await;
-}
+per_algorithm!(four_instances_evenly:
+    four_instances_on_the_counter_admit_the_limit_from_chunks => SlidingCounter,
+    four_instances_on_the_fixed_window_admit_the_limit_from_chunks => FixedWindow,
+    four_instances_on_the_bucket_admit_the_limit_from_chunks => TokenBucket,
+    four_instances_on_the_log_admit_the_limit_from_chunks => SlidingLog,
+);
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_limits_are_taken_from_at_once() {
@@ -279,11 +293,7 @@ fn check_bucket(admitted: &[u64], max: u64, w: u64) {
 async fn short_windows_roll_while_chunks_are_out(algorithm: Algorithm) {
     let server = private_server().await;
     let policy = policy(algorithm, &[(200, 1_000)]);
-    let prefix = unique_prefix("rolling");
-    let mut stores = Vec::new();
-    for _ in 0..4 {
-        stores.push(instance(&server, &prefix).await);
-    }
+    let stores = fleet(&server, "rolling", 4).await;
     let until = tokio::time::Instant::now() + Duration::from_secs(5);
     let mut running = tokio::task::JoinSet::new();
     for store in &stores {
@@ -314,25 +324,12 @@ async fn short_windows_roll_while_chunks_are_out(algorithm: Algorithm) {
     check_windows(&policy, &decisions);
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn short_counter_windows_hold_on_admission_times() {
-    short_windows_roll_while_chunks_are_out(Algorithm::SlidingCounter).await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn short_fixed_windows_hold_on_admission_times() {
-    short_windows_roll_while_chunks_are_out(Algorithm::FixedWindow).await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_short_log_holds_on_admission_times() {
-    short_windows_roll_while_chunks_are_out(Algorithm::SlidingLog).await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_short_bucket_holds_on_admission_times() {
-    short_windows_roll_while_chunks_are_out(Algorithm::TokenBucket).await;
-}
+per_algorithm!(short_windows_roll_while_chunks_are_out:
+    short_counter_windows_hold_on_admission_times => SlidingCounter,
+    short_fixed_windows_hold_on_admission_times => FixedWindow,
+    a_short_log_holds_on_admission_times => SlidingLog,
+    a_short_bucket_holds_on_admission_times => TokenBucket,
+);
 
 /// Redis's time, in µs.
 fn redis_micros(server: &Server) -> u64 {
@@ -499,25 +496,12 @@ async fn a_replayed_trace(algorithm: Algorithm) {
     );
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_replayed_trace_holds_the_counters_limit() {
-    a_replayed_trace(Algorithm::SlidingCounter).await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_replayed_trace_holds_the_fixed_windows_limit() {
-    a_replayed_trace(Algorithm::FixedWindow).await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_replayed_trace_holds_the_logs_limit() {
-    a_replayed_trace(Algorithm::SlidingLog).await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_replayed_trace_holds_the_buckets_limit() {
-    a_replayed_trace(Algorithm::TokenBucket).await;
-}
+per_algorithm!(a_replayed_trace:
+    a_replayed_trace_holds_the_counters_limit => SlidingCounter,
+    a_replayed_trace_holds_the_fixed_windows_limit => FixedWindow,
+    a_replayed_trace_holds_the_logs_limit => SlidingLog,
+    a_replayed_trace_holds_the_buckets_limit => TokenBucket,
+);
 
 /// Redis goes down while an instance holds a chunk: the chunk is spent
 /// first, judged by the limits, then the failure policy answers; once
@@ -559,14 +543,7 @@ async fn an_outage_spends_the_chunk_held_then_the_failure_policy_answers() {
     .await
     .unwrap();
     // Judged by Redis again within a few heartbeats.
-    let deadline = std::time::Instant::now() + Duration::from_secs(10);
-    while store.decide("hot", &policy).await.unwrap().origin() != Origin::Limits {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "Redis never judged again"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    judged_again_within_10_s(&store, &policy).await;
     drop(server);
 }
 
@@ -577,11 +554,7 @@ async fn an_outage_spends_the_chunk_held_then_the_failure_policy_answers() {
 async fn costs_settled_within_chunks(algorithm: Algorithm) {
     let server = private_server().await;
     let policy = policy(algorithm, &[(10_000, 3_600_000)]);
-    let prefix = unique_prefix("settled");
-    let mut stores = Vec::new();
-    for _ in 0..4 {
-        stores.push(instance(&server, &prefix).await);
-    }
+    let stores = fleet(&server, "settled", 4).await;
     let before = server.command_calls("evalsha");
     let mut running = tokio::task::JoinSet::new();
     for store in &stores {
@@ -616,20 +589,11 @@ async fn costs_settled_within_chunks(algorithm: Algorithm) {
     assert!(calls * 50 <= 12_800, "{calls} script calls");
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn costs_are_settled_within_chunks_of_the_fixed_window() {
-    costs_settled_within_chunks(Algorithm::FixedWindow).await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn costs_are_settled_within_chunks_of_the_bucket() {
-    costs_settled_within_chunks(Algorithm::TokenBucket).await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn costs_are_settled_within_chunks_of_the_log() {
-    costs_settled_within_chunks(Algorithm::SlidingLog).await;
-}
+per_algorithm!(costs_settled_within_chunks:
+    costs_are_settled_within_chunks_of_the_fixed_window => FixedWindow,
+    costs_are_settled_within_chunks_of_the_bucket => TokenBucket,
+    costs_are_settled_within_chunks_of_the_log => SlidingLog,
+);
 
 /// Under local quota a bucket's and a log's keys are named with the hold
 /// every call on them judges by, so that stores with another hold, or
@@ -683,14 +647,7 @@ async fn a_queue_on_a_paused_redis_waits_no_timeout_after_another() {
     assert!(decisions.iter().all(|d| d.origin() == Origin::FailOpen));
     // One timeout after another would take 100 × 50 ms.
     assert!(took < Duration::from_secs(2), "{took:?}");
-    let deadline = std::time::Instant::now() + Duration::from_secs(10);
-    while store.decide("hot", &policy).await.unwrap().origin() != Origin::Limits {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "Redis never judged again"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    judged_again_within_10_s(&store, &policy).await;
 }
 
 /// A grant Redis runs after its call timed out (Redis was paused) is

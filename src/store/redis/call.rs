@@ -130,8 +130,8 @@ impl<K: std::fmt::Display> Store<K> for RedisStore {
                 if book.settles(&name, &admitted, cost, used).await {
                     return Ok(admitted.settled(cost, used));
                 }
-                // The bucket takes no time back in Redis under local quota
-                // (`give_back`).
+                // Under local quota Redis takes back no bucket time, nor a
+                // log chunk's stamps, which the decision cannot name.
                 if used < cost && !book.gives_back(policy, &admitted) {
                     return Ok(admitted);
                 }

@@ -18,6 +18,7 @@ use std::time::Duration;
 
 use foldhash::quality::RandomState;
 use parking_lot::Mutex;
+use tokio::sync::MutexGuard;
 
 use super::call::RedisBinding;
 use super::client::Orphaned;
@@ -131,9 +132,9 @@ impl QuotaBook {
     }
 
     /// The decision on a request of `cost` units for the Redis key `name`
-    /// under `binding`'s policy, one the book [`spends`](Self::spends) quota for: from the
-    /// key's chunk, from a new chunk, or judged by Redis alone when a chunk
-    /// would hold no more than the request.
+    /// under `binding`'s policy, one the book [`spends`](Self::spends)
+    /// quota for: from the key's chunk, from a new chunk, or judged by
+    /// Redis alone when a chunk would hold no more than the request.
     pub(super) async fn spend(
         self: Arc<Self>,
         name: String,
@@ -169,40 +170,65 @@ impl QuotaBook {
             return store.call_named(name, &binding, Ask::Record(cost)).await;
         }
         if size <= cost {
-            // Near the limit Redis judges each request alone: one at a time
-            // for the key, so that a refusal answers the requests that
-            // waited with no call of their own; but at once, as without
-            // local quota, once a refusal has waited less than a horizon:
-            // quota then comes back sooner than calls one by one would find.
-            let one_at_a_time = chunk
-                .refused
-                .is_none_or(|(refusal, ..)| refusal.retry_after_micros >= self.horizon);
-            let held_chunk = if one_at_a_time {
-                Some(chunk)
-            } else {
-                drop(chunk);
-                None
-            };
-            let ask = Ask::Record(cost);
-            let decision = store
-                .clone()
-                .ask_redis(name, binding.clone(), ask, now)
-                .await;
-            let mut chunk = match held_chunk {
-                Some(chunk) => chunk,
-                None => key.chunk.lock().await,
-            };
-            match &decision {
-                Ok(decision) if decision.origin() == Origin::Limits => {
-                    chunk.remaining = Some(decision.remaining());
-                    chunk.refused = (!decision.is_allowed()).then_some((*decision, cost, now));
-                }
-                _ => chunk.failed = Some(store.guard.now()),
-            }
-            return decision;
+            return self.alone(&key, chunk, name, &binding, cost, now).await;
         }
+        self.grant(chunk, name, &binding, cost, size).await
+    }
+
+    /// Near the limit: Redis judges the request alone, asked at `now`. One
+    /// at a time for the key, holding `chunk`, so that a refusal answers
+    /// the requests that waited with no call of their own; but at once, as
+    /// without local quota, once a refusal has waited less than a horizon:
+    /// quota then comes back sooner than calls one by one would find.
+    async fn alone(
+        &self,
+        key: &KeyQuota,
+        chunk: MutexGuard<'_, Chunk>,
+        name: String,
+        binding: &RedisBinding,
+        cost: u32,
+        now: u64,
+    ) -> Result<Decision, StoreError> {
+        let one_at_a_time = chunk
+            .refused
+            .is_none_or(|(refusal, ..)| refusal.retry_after_micros >= self.horizon);
+        let held_chunk = if one_at_a_time {
+            Some(chunk)
+        } else {
+            drop(chunk);
+            None
+        };
+        let ask = Ask::Record(cost);
+        let store = self.store.clone();
+        let decision = store.ask_redis(name, binding.clone(), ask, now).await;
+        let mut chunk = match held_chunk {
+            Some(chunk) => chunk,
+            None => key.chunk.lock().await,
+        };
+        match &decision {
+            Ok(decision) if decision.origin() == Origin::Limits => {
+                chunk.remaining = Some(decision.remaining());
+                chunk.refused = (!decision.is_allowed()).then_some((*decision, cost, now));
+            }
+            _ => chunk.failed = Some(self.store.guard.now()),
+        }
+        decision
+    }
+
+    /// A new chunk of `size` units in place of `chunk`'s, and from it the
+    /// decision on a request of `cost`; Redis judges the request alone if
+    /// it refuses the chunk, and the failure policy answers if it fails.
+    async fn grant(
+        self: &Arc<Self>,
+        mut chunk: MutexGuard<'_, Chunk>,
+        name: String,
+        binding: &RedisBinding,
+        cost: u32,
+        size: u32,
+    ) -> Result<Decision, StoreError> {
+        let (store, policy) = (&self.store, binding.policy());
         if let Some(leftover) = chunk.retire() {
-            self.give_back(name.clone(), &binding, leftover);
+            self.give_back(name.clone(), binding, leftover);
         }
         let sent = store.guard.now();
         let ask = match held(policy) {
@@ -212,8 +238,8 @@ impl QuotaBook {
             },
             false => Ask::Record(size),
         };
-        let late = self.late_grant(&name, &binding, size);
-        match store.judge(&name, &binding, ask, Some(late)).await {
+        let late = self.late_grant(&name, binding, size);
+        match store.judge(&name, binding, ask, Some(late)).await {
             Ok(grant) if grant.is_allowed() => {
                 store.guard.outage_ended(store.client.outage.ended());
                 let lifetime = lifetime(policy, grant.at_micros, self.horizon);
@@ -224,12 +250,12 @@ impl QuotaBook {
                 // The reply came after the window it was counted in ended:
                 // the sweep gives the chunk back, and Redis judges the request.
                 drop(chunk);
-                store.call_named(name, &binding, Ask::Record(cost)).await
+                store.call_named(name, binding, Ask::Record(cost)).await
             }
             Ok(refused) => {
                 chunk.remaining = Some(refused.remaining());
                 drop(chunk);
-                store.call_named(name, &binding, Ask::Record(cost)).await
+                store.call_named(name, binding, Ask::Record(cost)).await
             }
             Err(err) => {
                 chunk.failed = Some(store.guard.now());

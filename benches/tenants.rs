@@ -44,6 +44,7 @@ fn service(
     .store(MemoryStore::new())
     .plan(move |tenant: &u64| policy(*tenant, own))
     .rate_limit_headers(false)
+    .wrap_body()
     .layer(hello)
 }
 

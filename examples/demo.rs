@@ -35,7 +35,8 @@ impl Bench {
     async fn replay(&self, times: &[f64]) -> Vec<Outcome> {
         let layer = SlidingWindowLayer::new(self.limit, |_: &Request<()>| Some("client"))
             .algorithm(self.algorithm)
-            .store(MemoryStore::with_clock(self.clock.clone()));
+            .store(MemoryStore::with_clock(self.clock.clone()))
+            .wrap_body();
         let svc = ServiceBuilder::new()
             .layer(layer)
             .service(service_fn(|_| async {

@@ -39,12 +39,21 @@ async fn main() {
         .layer(
             SlidingWindowLayer::new(Limit::per_second(2), client)
                 .limit(Limit::per_minute(6))
-                .store(store.clone()),
+                .store(store.clone())
+                .wrap_body(),
         )
         .service(handler());
     let mut two_layers = ServiceBuilder::new()
-        .layer(SlidingWindowLayer::new(Limit::per_minute(6), client).store(store.clone()))
-        .layer(SlidingWindowLayer::new(Limit::per_second(2), client).store(store))
+        .layer(
+            SlidingWindowLayer::new(Limit::per_minute(6), client)
+                .store(store.clone())
+                .wrap_body(),
+        )
+        .layer(
+            SlidingWindowLayer::new(Limit::per_second(2), client)
+                .store(store)
+                .wrap_body(),
+        )
         .service(handler());
 
     println!("limits: 2 per second and 6 per minute; a client sends bursts of 4 every 2 s\n");

@@ -35,12 +35,12 @@ pub trait ServiceBuilderExt<L>: sealed::Sealed + Sized {
     /// taken by `extractor`, on a private in-memory store.
     fn sliding_window<E>(self, limit: Limit, extractor: E) -> WithLayer<SlidingWindowLayer<E>, L>;
 
-    /// Adds a configured [`SlidingWindowLayer`], whatever its store, plans,
-    /// mode and costs.
-    fn sliding_window_layer<E, St, P, M, W>(
+    /// Adds a configured [`SlidingWindowLayer`], whatever its store, reader
+    /// and behaviour.
+    fn sliding_window_layer<E, St, M>(
         self,
-        layer: SlidingWindowLayer<E, St, P, M, W>,
-    ) -> WithLayer<SlidingWindowLayer<E, St, P, M, W>, L>;
+        layer: SlidingWindowLayer<E, St, M>,
+    ) -> WithLayer<SlidingWindowLayer<E, St, M>, L>;
 }
 
 impl<L> ServiceBuilderExt<L> for ServiceBuilder<L> {
@@ -48,10 +48,10 @@ impl<L> ServiceBuilderExt<L> for ServiceBuilder<L> {
         self.layer(SlidingWindowLayer::new(limit, extractor))
     }
 
-    fn sliding_window_layer<E, St, P, M, W>(
+    fn sliding_window_layer<E, St, M>(
         self,
-        layer: SlidingWindowLayer<E, St, P, M, W>,
-    ) -> WithLayer<SlidingWindowLayer<E, St, P, M, W>, L> {
+        layer: SlidingWindowLayer<E, St, M>,
+    ) -> WithLayer<SlidingWindowLayer<E, St, M>, L> {
         self.layer(layer)
     }
 }

@@ -109,7 +109,8 @@
 //!     req.headers().get("x-client").and_then(|v| v.to_str().ok()).map(str::to_owned)
 //! })
 //! .algorithm(Algorithm::SlidingLog)
-//! .store(MemoryStore::with_clock(clock.clone()));
+//! .store(MemoryStore::with_clock(clock.clone()))
+//! .wrap_body(); // a `String` body: answers go in a `ResponseBody` around it
 //!
 //! let hello = service_fn(|_req: http::Request<String>| async {
 //!     Ok::<_, std::convert::Infallible>(http::Response::new(String::from("hello")))
@@ -265,8 +266,8 @@ pub use crate::builder::ServiceBuilderExt;
 pub use crate::clock::{Clock, ManualClock, SystemClock, TokioClock, UnixClock};
 pub use crate::error::ConfigError;
 pub use crate::layer::{
-    KeyExtractor, MissingKey, MissingKeyError, Plan, QuotaUnit, RateLimited, Rejection,
-    SlidingWindow, SlidingWindowLayer,
+    KeyExtractor, MissingKey, MissingKeyError, QuotaUnit, RateLimited, Rejection, SlidingWindow,
+    SlidingWindowLayer,
 };
 pub use crate::limit::Limit;
 pub use crate::policy::Policy;

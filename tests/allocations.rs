@@ -67,8 +67,7 @@ fn the_layer_allocates_no_more_than_tower_governor_headers_included() {
     let bare = || Router::new().route("/", get(|| async { "hello" }));
     let huge = u32::MAX;
     let ours = SlidingWindowLayer::new(Limit::per_second(huge), PeerIp::new())
-        .limit(Limit::per_minute(huge / 2))
-        .inner_body();
+        .limit(Limit::per_minute(huge / 2));
     let governor = GovernorConfigBuilder::default()
         .per_nanosecond(1)
         .burst_size(huge)

@@ -16,11 +16,11 @@ use tower::util::ServiceFn;
 use tower::{service_fn, BoxError, Service, ServiceBuilder, ServiceExt};
 use tower_sliding_window::extract::HeaderKey;
 use tower_sliding_window::layer::{
-    CostFn, PlanByKey, RefuseWithError, SettleFn, SinglePolicy, Weights, WrapBody,
+    Costed, Planned, RefuseWithError, Settled, SlidingWindowWrapBody,
 };
 use tower_sliding_window::{
     Algorithm, Limit, ManualClock, MemoryStore, MissingKey, MissingKeyError, Origin, Policy,
-    RateLimited, ServiceBuilderExt, SlidingWindow, SlidingWindowLayer, StoreError, TokioClock,
+    RateLimited, ServiceBuilderExt, SlidingWindowLayer, StoreError, TokioClock,
 };
 
 /// A job for background workers, limited per tenant.
@@ -226,7 +226,7 @@ type ByTenant = fn(&Job) -> Option<&'static str>;
 /// paused: the test runs in microseconds and the times are exact.
 fn waiting_layer(
     bound: Duration,
-) -> SlidingWindowLayer<ByTenant, MemoryStore<TokioClock>, SinglePolicy, RefuseWithError> {
+) -> SlidingWindowLayer<ByTenant, MemoryStore<TokioClock>, RefuseWithError> {
     SlidingWindowLayer::new(
         two_per_ten_seconds(),
         tenant as fn(&Job) -> Option<&'static str>,
@@ -335,7 +335,8 @@ async fn an_http_layer_that_waits_answers_later_instead_of_429() {
     let layer = SlidingWindowLayer::new(two_per_ten_seconds(), HeaderKey::new("x-client").unwrap())
         .store(MemoryStore::with_clock(TokioClock::new()))
         .algorithm(Algorithm::SlidingLog)
-        .wait_up_to(Duration::from_secs(11));
+        .wait_up_to(Duration::from_secs(11))
+        .wrap_body();
     let hello = service_fn(|_: http::Request<String>| {
         ready(Ok::<_, Infallible>(http::Response::new(String::from(
             "hello",
@@ -362,13 +363,15 @@ fn hello(_: http::Request<String>) -> Ready<Result<http::Response<String>, Infal
     ready(Ok(http::Response::new(String::from("hello"))))
 }
 
-/// Costs read from the request's body, settled from the response.
-type Costed = Weights<CostFn<http::Request<String>>, SettleFn<http::Response<String>>>;
+/// Per API key, a plan per customer, costs read from the request's body,
+/// settled from the response.
+type Weighed =
+    Settled<Costed<Planned<HeaderKey, String>, http::Request<String>>, http::Response<String>>;
 
 /// A service kept in a struct field with its layer's type written out:
 /// a named extractor, plans, costs and settling, with no boxing.
 struct App {
-    limited: SlidingWindow<Hello, HeaderKey, MemoryStore, PlanByKey<String>, WrapBody, Costed>,
+    limited: SlidingWindowWrapBody<Hello, Weighed>,
 }
 
 #[tokio::test]
@@ -376,7 +379,8 @@ async fn a_configured_service_has_a_type_a_struct_field_can_name() {
     let layer = SlidingWindowLayer::new(Limit::per_minute(10), HeaderKey::new("x-client").unwrap())
         .plan(|_: &String| Policy::new(Algorithm::SlidingCounter, [Limit::per_minute(3)]).unwrap())
         .cost(|request: &http::Request<String>| request.body().len() as u32)
-        .settle(|_: &http::Response<String>| None);
+        .settle(|_: &http::Response<String>| None)
+        .wrap_body();
     let app = App {
         limited: ServiceBuilder::new()
             .sliding_window_layer(layer)
@@ -467,7 +471,8 @@ async fn a_delayed_http_request_holds_no_slot_of_a_buffer_behind_it() {
     )
     .algorithm(Algorithm::SlidingLog)
     .store(MemoryStore::with_clock(TokioClock::new()))
-    .wait_up_to(Duration::from_secs(60));
+    .wait_up_to(Duration::from_secs(60))
+    .wrap_body();
     let hello = service_fn(|_: http::Request<String>| {
         ready(Ok::<_, Infallible>(http::Response::new(String::new())))
     });

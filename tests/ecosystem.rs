@@ -34,13 +34,9 @@ async fn ok(_: Request<()>) -> Result<Response<String>, Infallible> {
 }
 
 /// How many of `n` requests for `key` at one instant get through.
-async fn admitted<S>(svc: &S, key: &str, n: usize) -> usize
+async fn admitted<S, B>(svc: &S, key: &str, n: usize) -> usize
 where
-    S: tower::Service<
-            Request<()>,
-            Response = Response<tower_sliding_window::layer::ResponseBody<String>>,
-            Error = Infallible,
-        > + Clone,
+    S: tower::Service<Request<()>, Response = Response<B>, Error = Infallible> + Clone,
 {
     let mut count = 0;
     for _ in 0..n {
@@ -77,6 +73,7 @@ async fn plans_pick_limits_per_key_and_can_change_while_running() {
                 }
             })
             .store(MemoryStore::with_clock(clock.clone()))
+            .wrap_body()
     };
     let svc = ServiceBuilder::new().layer(layer).service(service_fn(ok));
 
@@ -120,7 +117,8 @@ async fn plans_by_request_see_the_request() {
                 lenient.clone()
             }
         })
-        .store(MemoryStore::with_clock(ManualClock::new()));
+        .store(MemoryStore::with_clock(ManualClock::new()))
+        .wrap_body();
     let svc = ServiceBuilder::new().layer(layer).service(service_fn(ok));
     let to = |path: &str| {
         Request::builder()
@@ -148,7 +146,8 @@ async fn refused_with(
 ) -> Response<tower_sliding_window::layer::ResponseBody<String>> {
     let layer = SlidingWindowLayer::new(Limit::per_minute(1), api_key)
         .rejection(rejection)
-        .store(MemoryStore::with_clock(ManualClock::new()));
+        .store(MemoryStore::with_clock(ManualClock::new()))
+        .wrap_body();
     let svc = ServiceBuilder::new().layer(layer).service(service_fn(ok));
     svc.clone().oneshot(with_key("k")).await.unwrap();
     svc.oneshot(with_key("k")).await.unwrap()
@@ -213,16 +212,21 @@ async fn custom_rejection_and_status() {
     assert_eq!(unavailable.headers()["retry-after"], "120");
 }
 
+/// The shortcut adds the default layer, which answers in axum's body.
+#[cfg(feature = "axum")]
 #[tokio::test]
 async fn service_builder_ext_adds_the_layer() {
+    let axum_ok =
+        |_: Request<()>| async { Ok::<_, Infallible>(Response::new(axum::body::Body::empty())) };
     let svc = ServiceBuilder::new()
         .sliding_window(Limit::per_second(1), api_key)
-        .service(service_fn(ok));
+        .service(service_fn(axum_ok));
     assert_eq!(admitted(&svc, "k", 3).await, 1);
 
     let clock = ManualClock::new();
     let layer = SlidingWindowLayer::new(Limit::per_second(2), api_key)
-        .store(MemoryStore::with_clock(clock));
+        .store(MemoryStore::with_clock(clock))
+        .wrap_body();
     let svc = ServiceBuilder::new()
         .sliding_window_layer(layer)
         .service(service_fn(ok));
@@ -237,7 +241,8 @@ async fn count_only_admits_exactly_the_limit_of_requests_in_flight() {
     let barrier = Arc::new(tokio::sync::Barrier::new(3));
     let layer = SlidingWindowLayer::new(Limit::per_minute(3), api_key)
         .count_only(|status, _| status == StatusCode::UNAUTHORIZED)
-        .store(MemoryStore::with_clock(ManualClock::new()));
+        .store(MemoryStore::with_clock(ManualClock::new()))
+        .wrap_body();
     let svc = ServiceBuilder::new()
         .layer(layer)
         .service(service_fn(move |_: Request<()>| {
@@ -281,7 +286,8 @@ fn counting_failures(
     let layer = SlidingWindowLayer::new(Limit::per_minute(limit), api_key)
         .count_only(|status, _| status == StatusCode::UNAUTHORIZED)
         .rate_limit_headers(headers)
-        .store(store);
+        .store(store)
+        .wrap_body();
     ServiceBuilder::new()
         .layer(layer)
         .service(service_fn(|request: Request<()>| async move {

@@ -7,7 +7,7 @@ use std::net::{IpAddr, SocketAddr};
 use http::Request;
 use proptest::prelude::*;
 use tower_sliding_window::extract::{ClientIp, ForwardedHeader, Global, HeaderKey, PeerIp};
-use tower_sliding_window::{Algorithm, KeyExtractor, Limit, ManualClock, MemoryStore, Policy};
+use tower_sliding_window::{Algorithm, Limit, ManualClock, MemoryStore, Policy};
 
 fn ip(text: &str) -> IpAddr {
     text.parse().unwrap()

@@ -307,7 +307,8 @@ fn key(_: &Request<String>) -> Option<&'static str> {
 async fn poll_ready_is_never_skipped_with_a_store_that_answers_at_once() {
     let (inner, live, calls) = strict();
     let layer = SlidingWindowLayer::new(Limit::per_minute(3), key)
-        .store(MemoryStore::with_clock(ManualClock::new()));
+        .store(MemoryStore::with_clock(ManualClock::new()))
+        .wrap_body();
     let mut svc = tower::Layer::layer(&layer, inner);
     let mut statuses = Vec::new();
     for _ in 0..5 {
@@ -331,7 +332,8 @@ async fn a_clone_is_called_only_after_being_polled_ready_with_a_late_store() {
     let (inner, live, calls) = strict();
     let clock = ManualClock::new();
     let layer = SlidingWindowLayer::new(Limit::per_minute(3), key)
-        .store(Late(MemoryStore::with_clock(clock)));
+        .store(Late(MemoryStore::with_clock(clock)))
+        .wrap_body();
     let mut svc = tower::Layer::layer(&layer, inner);
     let mut statuses = Vec::new();
     for _ in 0..5 {
@@ -351,7 +353,8 @@ async fn a_clone_is_called_only_after_being_polled_ready_with_a_late_store() {
     // judged (counted once) but the inner service is never called, and the
     // service it held is dropped with it.
     let clock_key_policy_fresh = SlidingWindowLayer::new(Limit::per_minute(2), key)
-        .store(Late(MemoryStore::with_clock(ManualClock::new())));
+        .store(Late(MemoryStore::with_clock(ManualClock::new())))
+        .wrap_body();
     let (inner, live2, calls2) = strict();
     let mut svc2 = tower::Layer::layer(&clock_key_policy_fresh, inner);
     let dropped = svc2
@@ -392,7 +395,8 @@ async fn nothing_panics_on_hostile_keys_through_the_layer() {
     let layer = SlidingWindowLayer::new(Limit::per_second(1), |req: &Request<String>| {
         req.headers().get("x-key").map(|v| v.as_bytes().to_vec())
     })
-    .store(MemoryStore::with_clock(ManualClock::new()));
+    .store(MemoryStore::with_clock(ManualClock::new()))
+    .wrap_body();
     let svc = tower::ServiceBuilder::new()
         .layer(layer)
         .service(tower::service_fn(|_: Request<String>| async {

@@ -53,7 +53,9 @@ fn gated(
 #[test]
 #[should_panic(expected = "an in-flight cap of 0 would refuse every request")]
 fn a_cap_of_zero_panics() {
-    let _ = SlidingWindowLayer::new(Limit::per_second(1), key as KeyFn).in_flight(0);
+    let _ = SlidingWindowLayer::new(Limit::per_second(1), key as KeyFn)
+        .in_flight(0)
+        .wrap_body();
 }
 
 #[test]
@@ -108,7 +110,9 @@ async fn an_inner_error_or_a_panic_frees_the_slot() {
             }
         }
     });
-    let svc = SlidingWindowLayer::in_flight_only(1, key as KeyFn).layer(failing);
+    let svc = SlidingWindowLayer::in_flight_only(1, key as KeyFn)
+        .wrap_body()
+        .layer(failing);
     assert!(svc.clone().oneshot(request()).await.is_err());
     match tokio::spawn(svc.clone().oneshot(request())).await {
         Err(panicked) => assert!(panicked.is_panic()),
@@ -133,6 +137,7 @@ async fn shadow_mode_counts_slots_and_refuses_nothing() {
     });
     let svc = SlidingWindowLayer::in_flight_only(1, key as KeyFn)
         .shadow_mode(true)
+        .wrap_body()
         .layer(recording);
     let first = tokio::spawn(svc.clone().oneshot(request()));
     let second = tokio::spawn(svc.clone().oneshot(request()));
@@ -165,6 +170,7 @@ async fn a_waiting_request_is_woken_as_the_slot_frees() {
     });
     let svc = SlidingWindowLayer::in_flight_only(1, key as KeyFn)
         .wait_up_to(Duration::from_secs(5))
+        .wrap_body()
         .layer(timed);
     let first = tokio::spawn(svc.clone().oneshot(request()));
     while running.load(Ordering::SeqCst) == 0 {
@@ -198,6 +204,7 @@ async fn a_store_without_caps_is_a_configuration_error() {
     assert!(error.to_string().contains("in-flight"), "{error}");
     let http = SlidingWindowLayer::in_flight_only(1, key as KeyFn)
         .store(Later::without_caps())
+        .wrap_body()
         .layer(service_fn(|_: Request<()>| async {
             Ok::<_, Infallible>(Response::new(String::new()))
         }));
@@ -205,20 +212,29 @@ async fn a_store_without_caps_is_a_configuration_error() {
     assert_eq!(response.status(), StatusCode::SERVICE_UNAVAILABLE);
 }
 
-/// `inner_body` frees the slot when the inner future resolves, before the
-/// body is read.
+/// In axum's own body, the default, a request holds its slot until that
+/// body ends, as in the wrapped body: the layer boxes the body it holds
+/// the slot in.
+#[cfg(feature = "axum")]
 #[tokio::test]
-async fn inner_body_frees_the_slot_with_the_response() {
-    let svc = SlidingWindowLayer::in_flight_only(1, key as KeyFn)
-        .inner_body()
-        .layer(service_fn(|_: Request<()>| async {
-            let body = http_body_util::Full::new(bytes::Bytes::from_static(b"body"));
-            Ok::<_, Infallible>(Response::new(body))
-        }));
+async fn axums_body_holds_the_slot_until_it_ends() {
+    use http_body_util::BodyExt;
+    let svc = SlidingWindowLayer::in_flight_only(1, key as KeyFn).layer(service_fn(
+        |_: Request<()>| async {
+            Ok::<_, Infallible>(Response::new(axum::body::Body::from("body")))
+        },
+    ));
     let first = svc.clone().oneshot(request()).await.unwrap();
-    let second = svc.oneshot(request()).await.unwrap();
-    assert_eq!(second.status(), StatusCode::OK);
-    drop(first);
+    let second = svc.clone().oneshot(request()).await.unwrap();
+    assert_eq!(
+        second.status(),
+        StatusCode::TOO_MANY_REQUESTS,
+        "the first body is unread"
+    );
+    let body = first.into_body().collect().await.unwrap().to_bytes();
+    assert_eq!(body, "body");
+    let third = svc.oneshot(request()).await.unwrap();
+    assert_eq!(third.status(), StatusCode::OK, "the first body has ended");
 }
 
 /// A store written outside the crate: a memory store whose answers come
@@ -315,7 +331,9 @@ impl Service<Request<()>> for ReadyOnce {
 #[tokio::test]
 async fn a_request_dropped_while_its_service_gets_ready_frees_its_slot() {
     let store = Later(MemoryStore::new(), true);
-    let layer = SlidingWindowLayer::in_flight_only(1, key as KeyFn).store(store);
+    let layer = SlidingWindowLayer::in_flight_only(1, key as KeyFn)
+        .store(store)
+        .wrap_body();
     let stuck = layer.clone().layer(ReadyOnce(Arc::default()));
     let waiting = tokio::time::timeout(Duration::from_millis(50), stuck.oneshot(request())).await;
     assert!(waiting.is_err(), "the inner service never gets ready again");

@@ -7,6 +7,7 @@ use std::time::Duration;
 use http::{Request, Response, StatusCode};
 use http_body_util::BodyExt;
 use tower::{service_fn, ServiceBuilder, ServiceExt};
+use tower_sliding_window::layer::WrapBody;
 use tower_sliding_window::{
     Algorithm, ConfigError, Decision, Limit, ManualClock, MemoryStore, MissingKey, Policy,
     SlidingWindowLayer,
@@ -59,10 +60,11 @@ type ByClient = fn(&Request<String>) -> Option<String>;
 fn layer(
     limit: Limit,
     clock: &ManualClock,
-) -> SlidingWindowLayer<ByClient, MemoryStore<ManualClock>> {
+) -> SlidingWindowLayer<ByClient, MemoryStore<ManualClock>, WrapBody> {
     SlidingWindowLayer::new(limit, by_client as ByClient)
         .store(MemoryStore::with_clock(clock.clone()))
         .decision_extension(true)
+        .wrap_body()
 }
 
 #[tokio::test]
@@ -186,7 +188,8 @@ async fn a_failing_store_answers_503_not_an_error() {
     let svc = ServiceBuilder::new()
         .layer(
             SlidingWindowLayer::new(Limit::per_second(5), by_client)
-                .store(FailingStore("connection refused")),
+                .store(FailingStore("connection refused"))
+                .wrap_body(),
         )
         .service(service_fn(echo_decision));
     let response = svc.clone().oneshot(request(Some("a"), None)).await.unwrap();
@@ -203,8 +206,12 @@ async fn stacked_layers_count_independently() {
     // Outer: 3 per minute. Inner: 1 per second. Separate layers, shared store.
     let clock = ManualClock::new();
     let store = MemoryStore::with_clock(clock.clone());
-    let per_minute = SlidingWindowLayer::new(Limit::per_minute(3), by_client).store(store.clone());
-    let per_second = SlidingWindowLayer::new(Limit::per_second(1), by_client).store(store.clone());
+    let per_minute = SlidingWindowLayer::new(Limit::per_minute(3), by_client)
+        .store(store.clone())
+        .wrap_body();
+    let per_second = SlidingWindowLayer::new(Limit::per_second(1), by_client)
+        .store(store.clone())
+        .wrap_body();
     let stacked = ServiceBuilder::new()
         .layer(per_minute)
         .layer(per_second)
@@ -215,7 +222,8 @@ async fn stacked_layers_count_independently() {
         .layer(
             SlidingWindowLayer::new(Limit::per_minute(3), by_client)
                 .limit(Limit::per_second(1))
-                .store(store),
+                .store(store)
+                .wrap_body(),
         )
         .service(service_fn(echo_decision));
 
@@ -340,11 +348,14 @@ fn refining_a_named_policy_keeps_its_name() {
         .named("login");
     let layer = SlidingWindowLayer::with_policy(login, key)
         .limit(Limit::per_minute(10))
-        .algorithm(Algorithm::SlidingLog);
+        .algorithm(Algorithm::SlidingLog)
+        .wrap_body();
     assert_eq!(layer.policy().name(), Some("login"));
     assert_eq!(layer.policy().limits().len(), 2);
     assert_eq!(layer.policy().algorithm(), Algorithm::SlidingLog);
-    let signup = SlidingWindowLayer::new(Limit::per_second(1), key).named("signup");
+    let signup = SlidingWindowLayer::new(Limit::per_second(1), key)
+        .named("signup")
+        .wrap_body();
     assert_eq!(signup.policy().label(), "signup");
 }
 
@@ -355,7 +366,8 @@ async fn a_cost_in_bytes_names_its_unit() {
     let layer = SlidingWindowLayer::new(Limit::per_minute(1_000_000), by_client)
         .cost(|request: &Request<String>| request.body().len() as u32)
         .quota_unit(tower_sliding_window::QuotaUnit::ContentBytes)
-        .store(MemoryStore::with_clock(ManualClock::new()));
+        .store(MemoryStore::with_clock(ManualClock::new()))
+        .wrap_body();
     let svc = ServiceBuilder::new()
         .layer(layer)
         .service(service_fn(|_: Request<String>| async {
@@ -369,7 +381,8 @@ async fn a_cost_in_bytes_names_its_unit() {
     let ratelimit = response.headers()["ratelimit"].to_str().unwrap();
     assert!(ratelimit.starts_with("\"60s\";r=998500;"), "{ratelimit}");
     let plain = SlidingWindowLayer::new(Limit::per_minute(10), by_client)
-        .store(MemoryStore::with_clock(ManualClock::new()));
+        .store(MemoryStore::with_clock(ManualClock::new()))
+        .wrap_body();
     let svc = ServiceBuilder::new()
         .layer(plain)
         .service(service_fn(|_: Request<String>| async {
@@ -383,7 +396,7 @@ async fn a_cost_in_bytes_names_its_unit() {
 /// in shadow mode, where it tells the handler what enforcement would do.
 #[tokio::test]
 async fn the_decision_extension_is_opt_in_except_in_shadow_mode() {
-    let handler_sees = |layer: SlidingWindowLayer<ByClient, MemoryStore<ManualClock>>| async move {
+    let handler_sees = |layer: SlidingWindowLayer<ByClient, MemoryStore<ManualClock>, WrapBody>| async move {
         let svc = ServiceBuilder::new()
             .layer(layer)
             .service(service_fn(echo_decision));
@@ -393,6 +406,7 @@ async fn the_decision_extension_is_opt_in_except_in_shadow_mode() {
     let plain = || {
         SlidingWindowLayer::new(Limit::per_second(3), by_client as ByClient)
             .store(MemoryStore::with_clock(clock.clone()))
+            .wrap_body()
     };
     assert_eq!(handler_sees(plain()).await, "none");
     assert_eq!(handler_sees(plain().decision_extension(true)).await, "2");

@@ -30,7 +30,8 @@ fn long_value(i: usize) -> String {
 #[tokio::test(flavor = "current_thread")]
 async fn twenty_thousand_64_kb_keys_cost_at_most_1_kb_each() {
     let layer =
-        SlidingWindowLayer::new(Limit::per_minute(100), HeaderKey::new("x-api-key").unwrap());
+        SlidingWindowLayer::new(Limit::per_minute(100), HeaderKey::new("x-api-key").unwrap())
+            .wrap_body();
     let service = layer.layer(service_fn(|_: Request<()>| async {
         Ok::<_, Infallible>(Response::new(()))
     }));

@@ -32,7 +32,8 @@ async fn decisions_and_store_errors_are_counted_by_policy_label() {
     let svc = ServiceBuilder::new()
         .layer(
             SlidingWindowLayer::with_policy(policy.clone(), key)
-                .store(MemoryStore::with_clock(ManualClock::new())),
+                .store(MemoryStore::with_clock(ManualClock::new()))
+                .wrap_body(),
         )
         .service(service_fn(|_: Request<()>| async {
             Ok::<_, Infallible>(Response::new(()))
@@ -41,7 +42,11 @@ async fn decisions_and_store_errors_are_counted_by_policy_label() {
         svc.clone().oneshot(Request::new(())).await.unwrap();
     }
     let failing = ServiceBuilder::new()
-        .layer(SlidingWindowLayer::with_policy(policy, key).store(FailingStore("down")))
+        .layer(
+            SlidingWindowLayer::with_policy(policy, key)
+                .store(FailingStore("down"))
+                .wrap_body(),
+        )
         .service(service_fn(|_: Request<()>| async {
             Ok::<_, Infallible>(Response::new(()))
         }));
@@ -52,7 +57,8 @@ async fn decisions_and_store_errors_are_counted_by_policy_label() {
             SlidingWindowLayer::new(Limit::per_minute(1), key)
                 .named("rollout")
                 .shadow_mode(true)
-                .store(MemoryStore::with_clock(ManualClock::new())),
+                .store(MemoryStore::with_clock(ManualClock::new()))
+                .wrap_body(),
         )
         .service(service_fn(|_: Request<()>| async {
             Ok::<_, Infallible>(Response::new(()))
@@ -70,7 +76,8 @@ async fn decisions_and_store_errors_are_counted_by_policy_label() {
             .plan(|tenant: &u32| {
                 Policy::new(Algorithm::SlidingCounter, [Limit::per_minute(10 + tenant)]).unwrap()
             })
-            .store(MemoryStore::with_clock(ManualClock::new())),
+            .store(MemoryStore::with_clock(ManualClock::new()))
+            .wrap_body(),
         )
         .service(service_fn(|_: Request<u32>| async {
             Ok::<_, Infallible>(Response::new(()))
@@ -86,7 +93,8 @@ async fn decisions_and_store_errors_are_counted_by_policy_label() {
             SlidingWindowLayer::new(Limit::new(1, Duration::from_millis(100)).unwrap(), key)
                 .named("waiting")
                 .algorithm(Algorithm::SlidingLog)
-                .wait_up_to(Duration::from_secs(5)),
+                .wait_up_to(Duration::from_secs(5))
+                .wrap_body(),
         )
         .service(service_fn(|_: Request<()>| async {
             Ok::<_, Infallible>(Response::new(()))

@@ -275,7 +275,8 @@ async fn timed_status(
 ) -> (StatusCode, Duration, Option<Origin>) {
     let layer = SlidingWindowLayer::with_policy(policy.clone(), |_: &Request<()>| Some("faulty"))
         .store(store.clone())
-        .decision_extension(true);
+        .decision_extension(true)
+        .wrap_body();
     let svc =
         ServiceBuilder::new()
             .layer(layer)

@@ -249,6 +249,7 @@ async fn a_waiter_polls_redis_at_a_bounded_rate() {
     let svc = SlidingWindowLayer::in_flight_only(1, |_: &http::Request<()>| Some("w".to_owned()))
         .store(store)
         .wait_up_to(Duration::from_secs(10))
+        .wrap_body()
         .layer(service_fn(move |_: http::Request<()>| {
             let held = std::sync::Arc::clone(&held);
             async move {

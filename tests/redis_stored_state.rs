@@ -689,7 +689,8 @@ async fn a_settle_costs_a_script_call_only_when_it_changes_something() {
         )
         .cost(move |request: &Request<u32>| *request.body())
         .settle(move |response: &Response<()>| header(response.headers(), "x-used"))
-        .store(store.clone());
+        .store(store.clone())
+        .wrap_body();
         let svc = layer.layer(service_fn(|request: Request<u32>| {
             let mut response = Response::new(());
             if let Some(used) = request.headers().get("x-use") {

@@ -60,6 +60,7 @@ async fn refusals_and_shadow_refusals_are_traced_by_policy() {
     let layer = || {
         SlidingWindowLayer::new(Limit::per_minute(1), key)
             .store(MemoryStore::with_clock(ManualClock::new()))
+            .wrap_body()
     };
     let enforcing = ServiceBuilder::new()
         .layer(layer().named("login"))

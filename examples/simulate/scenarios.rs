@@ -9,8 +9,9 @@ use std::time::Duration;
 use http::{Request, Response};
 use tower::util::ServiceFn;
 use tower::{service_fn, Layer, Service, ServiceExt};
+use tower_sliding_window::layer::SlidingWindowWrapBody;
 use tower_sliding_window::{
-    Algorithm, Limit, ManualClock, MemoryStore, Policy, SlidingWindow, SlidingWindowLayer,
+    Algorithm, Limit, ManualClock, MemoryStore, Policy, SlidingWindowLayer,
 };
 
 use super::traffic::{even, poisson_sources, Arrival, Mix, Rng};
@@ -34,14 +35,15 @@ fn source_key(request: &Request<()>) -> Option<u32> {
 /// a scenario read one manual clock.
 pub struct Judge {
     clock: ManualClock,
-    service: SlidingWindow<Handler, KeyFn, MemoryStore<ManualClock>>,
+    service: SlidingWindowWrapBody<Handler, KeyFn, MemoryStore<ManualClock>>,
 }
 
 impl Judge {
     pub fn new(clock: &ManualClock, algorithm: Algorithm, limits: &[Limit]) -> Self {
         let policy = Policy::new(algorithm, limits.iter().copied()).expect("valid policy");
         let layer = SlidingWindowLayer::with_policy(policy, source_key as KeyFn)
-            .store(MemoryStore::with_clock(clock.clone()));
+            .store(MemoryStore::with_clock(clock.clone()))
+            .wrap_body();
         Self {
             clock: clock.clone(),
             service: layer.layer(service_fn(ok as fn(_) -> _)),

@@ -10,7 +10,6 @@ use ipnet::IpNet;
 use super::ip::{check_prefix, key_for, DEFAULT_IPV6_PREFIX};
 use super::peer::peer_addr;
 use crate::error::ConfigError;
-use crate::layer::KeyExtractor;
 
 static X_FORWARDED_FOR: HeaderName = HeaderName::from_static("x-forwarded-for");
 
@@ -148,14 +147,15 @@ impl ClientIp {
     }
 }
 
-impl<B> KeyExtractor<Request<B>> for ClientIp {
-    type Key = IpAddr;
-
-    fn extract(&self, request: &Request<B>) -> Option<IpAddr> {
+impl ClientIp {
+    /// The request's key, if it has one: what the layer counts it under.
+    pub fn extract<B>(&self, request: &Request<B>) -> Option<IpAddr> {
         let peer = peer_addr(request)?;
         Some(key_for(self.resolve(peer, request), self.ipv6_prefix))
     }
 }
+
+super::reads_requests!(ClientIp => IpAddr);
 
 /// An address as proxies write it: `192.0.2.1`, `192.0.2.1:80`, `2001:db8::1`,
 /// `[2001:db8::1]` or `[2001:db8::1]:80`, optionally in double quotes.

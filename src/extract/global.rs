@@ -8,10 +8,17 @@ use crate::layer::KeyExtractor;
 #[derive(Clone, Copy, Debug, Default)]
 pub struct Global;
 
-impl<R> KeyExtractor<R> for Global {
+impl Global {
+    /// The one key, whatever the request.
+    pub fn extract<R>(&self, _: &R) -> Option<&'static str> {
+        Some("global")
+    }
+}
+
+impl<R, Res> KeyExtractor<R, Res> for Global {
     type Key = &'static str;
 
-    fn extract(&self, _: &R) -> Option<&'static str> {
-        Some("global")
+    fn extract(&self, request: &R) -> Option<&'static str> {
+        Global::extract(self, request)
     }
 }

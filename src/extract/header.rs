@@ -7,7 +7,6 @@ use http::Request;
 
 use crate::bounded_key::{bound_key, DEFAULT_KEY_BOUND};
 use crate::error::ConfigError;
-use crate::layer::KeyExtractor;
 
 /// Keys requests by the value of one header, e.g. `x-api-key`.
 ///
@@ -50,10 +49,9 @@ impl HeaderKey {
     }
 }
 
-impl<B> KeyExtractor<Request<B>> for HeaderKey {
-    type Key = String;
-
-    fn extract(&self, request: &Request<B>) -> Option<String> {
+impl HeaderKey {
+    /// The request's key, if it has one: what the layer counts it under.
+    pub fn extract<B>(&self, request: &Request<B>) -> Option<String> {
         let value = request.headers().get(&self.name)?.as_bytes();
         if value.is_empty() {
             return None;
@@ -65,6 +63,8 @@ impl<B> KeyExtractor<Request<B>> for HeaderKey {
         }
     }
 }
+
+super::reads_requests!(HeaderKey => String);
 
 /// The value as text, with `%` and bytes that are not visible ASCII (or a
 /// space) written as `%XX`.

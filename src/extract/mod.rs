@@ -24,3 +24,20 @@ pub use self::client_ip::{ClientIp, ForwardedHeader};
 pub use self::global::Global;
 pub use self::header::HeaderKey;
 pub use self::peer::PeerIp;
+
+/// Implements [`KeyExtractor`](crate::KeyExtractor) for an extractor of
+/// `http::Request`s of any body by its own `extract`, which callers reach
+/// without naming the response type.
+macro_rules! reads_requests {
+    ($extractor:ty => $key:ty) => {
+        impl<B, Res> $crate::KeyExtractor<http::Request<B>, Res> for $extractor {
+            type Key = $key;
+
+            #[inline]
+            fn extract(&self, request: &http::Request<B>) -> Option<$key> {
+                <$extractor>::extract(self, request)
+            }
+        }
+    };
+}
+use reads_requests;

@@ -8,7 +8,6 @@ use tonic::transport::server::{TcpConnectInfo, TlsConnectInfo};
 
 use super::ip::{check_prefix, key_for, DEFAULT_IPV6_PREFIX};
 use crate::error::ConfigError;
-use crate::layer::KeyExtractor;
 
 /// Keys requests by the peer's IP address: the TCP connection's other end.
 ///
@@ -59,16 +58,17 @@ impl Default for PeerIp {
     }
 }
 
-impl<B> KeyExtractor<Request<B>> for PeerIp {
-    type Key = IpAddr;
-
+impl PeerIp {
+    /// The request's key, if it has one: what the layer counts it under.
     // Inlined: it runs on every request, and out of line its key comes
     // back through memory rather than in registers.
     #[inline]
-    fn extract(&self, request: &Request<B>) -> Option<IpAddr> {
+    pub fn extract<B>(&self, request: &Request<B>) -> Option<IpAddr> {
         peer_addr(request).map(|ip| key_for(ip, self.ipv6_prefix))
     }
 }
+
+super::reads_requests!(PeerIp => IpAddr);
 
 /// The peer's IP as the server recorded it in the request's extensions.
 #[inline]

@@ -101,49 +101,77 @@ where
     }
 }
 
-/// How a layer's responses carry their body, given the inner service's body
-/// type `B`: chosen on the layer, [`WrapBody`] by default, [`InnerBody`]
-/// with [`SlidingWindowLayer::inner_body`](crate::SlidingWindowLayer::inner_body).
+/// A response body type the layer can answer in, beside the inner
+/// service's own responses: `axum::body::Body` (feature `axum`) and
+/// `tonic::body::Body` (feature `tonic`). The layer writes its own answers
+/// (429, 503, 400) in it, and a request under an
+/// [in-flight cap](crate::SlidingWindowLayer::in_flight) holds its slot
+/// until the body ends, is dropped or fails (its body is then boxed, as
+/// both types box any other).
 ///
-/// Sealed: these two are the only modes.
-pub trait BodyMode<B>: sealed::Sealed {
-    /// The body type of the layer's responses.
-    type Body;
-    /// A response the inner service made, in the layer's body type, with
-    /// the in-flight slot its request holds, if any.
-    #[allow(private_interfaces)]
-    fn inner(response: Response<B>, slot: Option<Slot>) -> Response<Self::Body>;
-    /// The body of a response the layer made itself.
-    fn full(data: Bytes) -> Self::Body;
-}
-
-/// Responses carry a [`ResponseBody`]: works with any inner body type.
-#[derive(Clone, Copy, Debug, Default)]
-pub struct WrapBody;
-
-/// Responses carry the inner service's own body type, which the layer builds
-/// its own answers in (from `Bytes`, as `axum::body::Body` and
-/// `http_body_util::Full<Bytes>` are built).
+/// Sealed. For any other body type, [`wrap_body`] answers in a
+/// [`ResponseBody`] around it.
 ///
-/// axum boxes every response body that is not already its `Body` again; with
-/// axum's `Body` passed through as it is, that allocation goes. tonic's body
-/// cannot be built from `Bytes`: tonic servers keep [`WrapBody`].
+/// [`wrap_body`]: crate::SlidingWindowLayer::wrap_body
+#[diagnostic::on_unimplemented(
+    message = "the rate-limit layer cannot answer in `{Self}`",
+    note = "enable the crate's `axum` or `tonic` feature for their bodies, or call `.wrap_body()` on the layer for any other"
+)]
+pub trait AnswerBody: sealed::Answer {}
+
+/// The behaviour of a layer that answers in the inner service's own body
+/// type, an [`AnswerBody`]: the default, served by
+/// [`SlidingWindow`](crate::SlidingWindow).
 #[derive(Clone, Copy, Debug, Default)]
 pub struct InnerBody;
 
-/// The modes that answer refusals as HTTP responses, [`WrapBody`] and
-/// [`InnerBody`], as against
-/// [`RefuseWithError`](crate::layer::RefuseWithError). The layer's HTTP
-/// options are offered in these modes only.
-pub trait HttpMode: sealed::Sealed {}
+/// The behaviour set by
+/// [`wrap_body`](crate::SlidingWindowLayer::wrap_body): responses carry a
+/// [`ResponseBody`] around any inner body type; served by
+/// [`SlidingWindowWrapBody`](crate::layer::SlidingWindowWrapBody).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct WrapBody;
 
-impl HttpMode for WrapBody {}
+/// The behaviour set by
+/// [`refuse_with_error`](crate::SlidingWindowLayer::refuse_with_error):
+/// refusals fail the call with an error; served by
+/// [`SlidingWindowRefuseWithError`](crate::layer::SlidingWindowRefuseWithError).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct RefuseWithError;
+
+/// The behaviours that answer refusals as HTTP responses, [`InnerBody`]
+/// and [`WrapBody`], as against [`RefuseWithError`]: the layer's HTTP
+/// options are offered under these only. Sealed.
+pub trait HttpMode: sealed::Http {}
+
 impl HttpMode for InnerBody {}
+impl HttpMode for WrapBody {}
 
-mod sealed {
-    pub trait Sealed {}
-    impl Sealed for super::WrapBody {}
-    impl Sealed for super::InnerBody {}
+/// How a response of the HTTP behaviours carries its body, given the inner
+/// service's body type `B`.
+pub(crate) trait BodyMode<B> {
+    /// The body type of the layer's responses.
+    type Body;
+    /// A response the inner service made, with the in-flight slot its
+    /// request holds, if any.
+    fn inner(response: Response<B>, slot: Option<Slot>) -> Response<Self::Body>;
+    /// The body of an answer the layer made itself.
+    fn full(data: Bytes) -> Self::Body;
+}
+
+impl<B: AnswerBody> BodyMode<B> for InnerBody {
+    type Body = B;
+
+    fn inner(response: Response<B>, slot: Option<Slot>) -> Response<B> {
+        match slot {
+            None => response,
+            Some(slot) => response.map(|body| body.holding(slot)),
+        }
+    }
+
+    fn full(data: Bytes) -> B {
+        B::answer(data)
+    }
 }
 
 impl<B> BodyMode<B> for WrapBody {
@@ -158,20 +186,46 @@ impl<B> BodyMode<B> for WrapBody {
     }
 }
 
-impl<B: From<Bytes>> BodyMode<B> for InnerBody {
-    type Body = B;
+pub(crate) mod sealed {
+    use bytes::Bytes;
 
-    /// The slot is freed here: the body passes through as it is.
-    fn inner(response: Response<B>, _: Option<Slot>) -> Response<Self::Body> {
-        response
-    }
+    use super::Slot;
 
-    fn full(data: Bytes) -> Self::Body {
-        B::from(data)
+    /// What makes a behaviour an [`HttpMode`](super::HttpMode).
+    pub trait Http {}
+    impl Http for super::InnerBody {}
+    impl Http for super::WrapBody {}
+
+    /// What [`AnswerBody`](super::AnswerBody) asks of a body type.
+    pub trait Answer: Sized {
+        /// A body of `text`, for an answer the layer makes.
+        fn answer(text: Bytes) -> Self;
+        /// The body, holding `slot` until it ends, fails or is dropped.
+        #[allow(private_interfaces)]
+        fn holding(self, slot: Slot) -> Self;
     }
 }
 
-/// The mode of a layer whose refusals fail the call with an error, set by
-/// [`SlidingWindowLayer::refuse_with_error`](crate::SlidingWindowLayer::refuse_with_error).
-#[derive(Clone, Copy, Debug, Default)]
-pub struct RefuseWithError;
+/// Implements [`AnswerBody`] for a body type that boxes any body given to
+/// its constructor `new`.
+macro_rules! answer_body {
+    ($body:ty) => {
+        impl sealed::Answer for $body {
+            fn answer(text: Bytes) -> Self {
+                <$body>::new(ResponseBody::<$body>::full(text))
+            }
+
+            #[allow(private_interfaces)]
+            fn holding(self, slot: Slot) -> Self {
+                <$body>::new(ResponseBody::inner(self, Some(slot)))
+            }
+        }
+
+        impl AnswerBody for $body {}
+    };
+}
+
+#[cfg(feature = "axum")]
+answer_body!(axum::body::Body);
+#[cfg(feature = "tonic")]
+answer_body!(tonic::body::Body);

@@ -1,21 +1,22 @@
-//! The response future, in every mode: await the store's decision, then
-//! either answer the request or call the inner service with it, and
-//! settle from the response. What differs between modes is how a request
-//! ends ([`Ending`]).
+//! The response futures: await the store's decision, then either answer
+//! the request or call the inner service with it, and settle from the
+//! response. One future does this for every behaviour; what differs is
+//! how a request ends ([`Ending`]), and each behaviour names its own
+//! future type around it.
 
 use std::future::Future;
-use std::marker::PhantomData;
-use std::ops::ControlFlow;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{ready, Context, Poll};
 
+use bytes::Bytes;
+use http::{Request, Response};
 use pin_project_lite::pin_project;
-use tower::Service;
+use tower::{BoxError, Service};
 
-use super::body::WrapBody;
+use super::answers::{Accepted, Ending, Http, Refusal};
+use super::body::{AnswerBody, InnerBody, RefuseWithError, ResponseBody, WrapBody};
 use super::config::{Chosen, LayerConfig};
-use super::ending::{Ending, Refusal};
 use super::slot::Hold;
 use super::wait::Admission;
 use crate::algorithm::{Decision, Origin};
@@ -34,28 +35,22 @@ pub(crate) struct After<R, F> {
     pub(crate) hold: Hold,
 }
 
-pin_project! {
-    /// Response future of [`SlidingWindow`](crate::SlidingWindow) for a
-    /// request `R`: in the HTTP modes `M` ([`WrapBody`],
-    /// [`InnerBody`](super::InnerBody)) a response, in
-    /// [error mode](crate::SlidingWindowLayer::refuse_with_error) the inner
-    /// service's response or an error. Its bound `M: Ending<R, S>` is this
-    /// crate's own, sealed, and met by every mode: it says how each mode
-    /// ends a request.
-    pub struct ResponseFuture<F, S, R, M = WrapBody>
-    where
-        S: Service<R>,
-        M: Ending<R, S>,
-    {
-        #[pin]
-        kind: Kind<F, S, R, M::Answer>,
-        mode: PhantomData<fn() -> M>,
+impl<R, F> After<R, F> {
+    /// Nothing to do: no settling, no slot.
+    pub(crate) fn nothing() -> Self {
+        Self {
+            settler: None,
+            hold: Hold::None,
+        }
     }
 }
 
 pin_project! {
-    #[project = KindProj]
-    enum Kind<F, S, R, A>
+    /// The future every behaviour runs, for a request `R` to the inner
+    /// service `S`, whose store answers with `F` and whose layer answers
+    /// refusals with `A`.
+    #[project = JudgedProj]
+    pub(crate) enum Judged<F, S, R, A>
     where
         S: Service<R>,
     {
@@ -73,8 +68,7 @@ pin_project! {
             state: State<F, S, R, A>,
             // `None` where nothing reads it once the response is in (the
             // layer's own answers, and accepted requests with headers off):
-            // no reference count taken and dropped, two atomic operations
-            // a request fewer.
+            // no reference count taken and dropped.
             config: Option<Arc<LayerConfig>>,
             chosen: Chosen,
             settler: Option<Settler<S::Response, F>>,
@@ -84,86 +78,118 @@ pin_project! {
 }
 
 pin_project! {
+    /// Where a judged request stands: calling the inner service (whose
+    /// future is pinned), or any other step.
     #[project = StateProj]
     enum State<F, S, R, A>
     where
         S: Service<R>,
     {
-        /// Waiting for a store that could not answer at once (or for a
-        /// turn), then for the inner service to be ready.
-        Check {
-            check: Checking<F, S, R>,
-        },
-        /// The request was let through; waiting for the inner service.
-        Call {
+        /// Let through; waiting for the inner service's response.
+        Calling {
             #[pin]
             call: S::Future,
             decision: Option<Decision>,
         },
-        /// The layer answers by itself.
-        Answer {
-            answer: Option<A>,
-        },
-        /// Settling a request from its response, before handing it on.
-        Settle {
-            #[pin]
-            settling: F,
-            response: Option<S::Response>,
-            reserved: Decision,
+        Other {
+            step: Step<F, S, R, A>,
         },
     }
 }
 
-impl<F, S, R, M> ResponseFuture<F, S, R, M>
+/// The steps whose parts move on to the next one, each holding what it
+/// needs and nothing else.
+enum Step<F, S: Service<R>, R, A> {
+    /// Waiting for a store that could not answer at once, or for a turn.
+    Judging {
+        admission: Admission<F>,
+        parked: Box<Parked<S, R>>,
+        config: Arc<LayerConfig>,
+    },
+    /// Let through; waiting for the inner service to be ready.
+    Readying {
+        parked: Box<Parked<S, R>>,
+        decision: Option<Decision>,
+        config: Arc<LayerConfig>,
+    },
+    /// Settling a request from its response, before handing it on.
+    Settling {
+        settling: F,
+        response: S::Response,
+        reserved: Decision,
+    },
+    /// The layer answers by itself.
+    Answering { answer: A },
+    /// The future has given its output.
+    Done,
+}
+
+impl<F, S: Service<R>, R, A> From<Step<F, S, R, A>> for State<F, S, R, A> {
+    fn from(step: Step<F, S, R, A>) -> Self {
+        Self::Other { step }
+    }
+}
+
+/// The inner service and the request, parked until the verdict is in;
+/// boxed, so that the common states keep the future small.
+pub(crate) struct Parked<S, R> {
+    pub(crate) inner: S,
+    pub(crate) request: R,
+}
+
+/// What the layer makes of the store's answer: call the inner service,
+/// with the decision that let the request through (none for a failed
+/// store in shadow mode), or answer it.
+enum Verdict {
+    Pass(Option<Decision>),
+    Answer(Refusal),
+}
+
+impl<F, S, R, A> Judged<F, S, R, A>
 where
     S: Service<R>,
-    M: Ending<R, S>,
 {
     fn full(
-        state: State<F, S, R, M::Answer>,
+        state: State<F, S, R, A>,
         config: Option<Arc<LayerConfig>>,
         chosen: Chosen,
-        After { settler, hold }: After<S::Response, F>,
+        after: After<S::Response, F>,
     ) -> Self {
-        Self {
-            kind: Kind::Full {
-                state,
-                config,
-                chosen,
-                settler,
-                hold,
-            },
-            mode: PhantomData,
+        Self::Full {
+            state,
+            config,
+            chosen,
+            settler: after.settler,
+            hold: after.hold,
         }
     }
 
     /// A future for a request whose store has not answered: it waits for
-    /// the answer, then, for a request that may pass, for `inner`.
-    pub(crate) fn check(
+    /// the answer, then, for a request that may pass, for `parked.inner`.
+    pub(crate) fn judging(
         admission: Admission<F>,
-        inner: S,
-        request: R,
+        parked: Parked<S, R>,
         config: Arc<LayerConfig>,
         chosen: Chosen,
         after: After<S::Response, F>,
     ) -> Self {
-        let check = Checking {
+        let parked = Box::new(parked);
+        let step = Step::Judging {
             admission,
-            phase: Phase::Judging(Box::new(Parked { inner, request })),
+            parked,
             config,
         };
-        Self::full(State::Check { check }, None, chosen, after)
+        Self::full(step.into(), None, chosen, after)
     }
 
     /// A future for a request whose store answered at once: the inner
     /// service (polled ready) is called now if the request may pass. It
-    /// keeps the decision and the layer's configuration only if the
-    /// response needs them, and the request's in-flight slot, held since
-    /// before the call, if it took one.
+    /// keeps the decision and the configuration only if the response
+    /// needs them.
     // Forced inline, so that the request, passed by value, is not copied
     // into a call's frame on the way.
     #[inline(always)]
-    pub(crate) fn decided(
+    pub(crate) fn decided<M: Ending<R, S, Answer = A>>(
         outcome: Result<Decision, StoreError>,
         inner: &mut S,
         request: R,
@@ -171,63 +197,38 @@ where
         chosen: Chosen,
         mut after: After<S::Response, F>,
     ) -> Self {
-        // Held before the call: a call that panics frees it.
-        let decision = match judge(outcome, config, &chosen, &mut after.hold) {
-            Verdict::Pass(decision) => decision,
-            refused => {
-                let state = next_state::<F, S, R, M>(refused, inner, request, config, &chosen);
-                return Self::full(state, None, chosen, after);
+        let verdict = judge(outcome, config, &chosen, &mut after.hold);
+        let (state, keep) = proceed::<F, S, R, M>(verdict, inner, request, config, &chosen);
+        match state {
+            State::Calling { call, .. } if keep.is_none() && after.is_nothing() => {
+                Self::Pass { call }
             }
-        };
-        let call = pass_on::<S, R, M>(decision.as_ref(), inner, request, config);
-        // Only a response reads the configuration.
-        let reads = config.read_after_response();
-        if !reads && after.settler.is_none() && after.hold.is_none() {
-            return Self::pass(call);
+            state => Self::full(state, keep, chosen, after),
         }
-        let state = State::Call { call, decision };
-        Self::full(state, reads.then(|| Arc::clone(config)), chosen, after)
     }
 
+    /// A request passed on unjudged.
     pub(crate) fn pass(call: S::Future) -> Self {
-        Self {
-            kind: Kind::Pass { call },
-            mode: PhantomData,
-        }
+        Self::Pass { call }
     }
 
     /// The layer's answer to a request that carries no key.
-    pub(crate) fn no_key(request: &R, config: &LayerConfig) -> Self {
+    pub(crate) fn no_key<M: Ending<R, S, Answer = A>>(request: &R, config: &LayerConfig) -> Self {
         let answer = M::answer(Refusal::NoKey, request, config, &Chosen::Layer);
-        let state = State::Answer {
-            answer: Some(answer),
-        };
-        let after = After {
-            settler: None,
-            hold: Hold::None,
-        };
-        Self::full(state, None, Chosen::Layer, after)
+        let step = Step::Answering { answer };
+        Self::full(step.into(), None, Chosen::Layer, After::nothing())
     }
 }
 
-/// Marks a decision the store made as judged in shadow mode or not, and
-/// counts it in events and metrics.
-#[inline(always)]
-fn record(decision: &mut Decision, config: &LayerConfig, chosen: &Chosen) {
-    decision.shadow = config.shadow;
-    observe::decided(&chosen.get(config).events, decision);
-}
-
-/// What the layer makes of the store's answer, once recorded in events and
-/// metrics: call the inner service, with the decision that let the request
-/// through (none for a failed store in shadow mode), or answer it.
-enum Verdict {
-    Pass(Option<Decision>),
-    Answer(Refusal),
+impl<R, F> After<R, F> {
+    fn is_nothing(&self) -> bool {
+        self.settler.is_none() && self.hold.is_none()
+    }
 }
 
 /// Judges the store's answer for a request under the layer's `config`,
-/// holding the in-flight slot of a request that may pass from here on.
+/// once counted in events and metrics, holding the in-flight slot of a
+/// request that may pass from here on: a call that panics frees it.
 #[inline(always)]
 fn judge(
     outcome: Result<Decision, StoreError>,
@@ -237,7 +238,8 @@ fn judge(
 ) -> Verdict {
     match outcome {
         Ok(mut decision) => {
-            record(&mut decision, config, chosen);
+            decision.shadow = config.shadow;
+            observe::decided(&chosen.get(config).events, &decision);
             if decision.origin() == Origin::InFlight {
                 decision.retry_after_micros = micros(config.in_flight_retry);
             }
@@ -260,73 +262,61 @@ fn judge(
     }
 }
 
-/// Reports how long a request the admission let through or refused had
-/// waited, if it had.
-fn waited<F>(admission: &Admission<F>, config: &LayerConfig, chosen: &Chosen) {
-    let waited = admission.waited();
-    if !waited.is_zero() {
-        observe::waited(&chosen.get(config).events, waited);
-    }
-}
+/// The state that follows a verdict, and the configuration the response
+/// reads, if it reads any.
+type Next<F, S, R, A> = (State<F, S, R, A>, Option<Arc<LayerConfig>>);
 
-/// What follows a verdict: calling the inner service, or answering.
+/// What follows a verdict, once the inner service is ready: the call, or
+/// the layer's answer; and the configuration, kept only where the
+/// response to a judged request reads it.
 #[inline(always)]
-fn next_state<F, S, R, M>(
+fn proceed<F, S, R, M>(
     verdict: Verdict,
     inner: &mut S,
-    request: R,
-    config: &LayerConfig,
+    mut request: R,
+    config: &Arc<LayerConfig>,
     chosen: &Chosen,
-) -> State<F, S, R, M::Answer>
+) -> Next<F, S, R, M::Answer>
 where
     S: Service<R>,
     M: Ending<R, S>,
 {
     match verdict {
-        Verdict::Pass(decision) => State::Call {
-            call: pass_on::<S, R, M>(decision.as_ref(), inner, request, config),
-            decision,
-        },
-        Verdict::Answer(refusal) => State::Answer {
-            answer: Some(M::answer(refusal, &request, config, chosen)),
-        },
+        Verdict::Pass(decision) => {
+            if let Some(decision) = &decision {
+                M::admit(&mut request, decision, config);
+            }
+            let keep = decision.is_some() && M::HEADERS && config.read_after_response();
+            let call = inner.call(request);
+            (
+                State::Calling { call, decision },
+                keep.then(|| Arc::clone(config)),
+            )
+        }
+        Verdict::Answer(refusal) => {
+            let answer = M::answer(refusal, &request, config, chosen);
+            (Step::Answering { answer }.into(), None)
+        }
     }
 }
 
-/// Calls the inner service with a request that may pass, marked with the
-/// `decision` that let it through, if any.
-#[inline(always)]
-fn pass_on<S, R, M>(
-    decision: Option<&Decision>,
-    inner: &mut S,
-    mut request: R,
-    config: &LayerConfig,
-) -> S::Future
-where
-    S: Service<R>,
-    M: Ending<R, S>,
-{
-    if let Some(decision) = decision {
-        M::admit(&mut request, decision, config);
-    }
-    inner.call(request)
-}
-
-impl<F, S, R, M> Future for ResponseFuture<F, S, R, M>
+impl<F, S, R, A> Judged<F, S, R, A>
 where
     F: Future<Output = Result<Decision, StoreError>> + Unpin,
     S: Service<R>,
-    M: Ending<R, S>,
 {
-    type Output = Result<M::Output, M::Error>;
-
-    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
-        match self.project().kind.project() {
-            KindProj::Pass { call } => {
+    /// Polls the future as behaviour `M` ends requests.
+    #[inline(always)]
+    fn poll_as<M: Ending<R, S, Answer = A>>(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Result<M::Output, M::Error>> {
+        match self.project() {
+            JudgedProj::Pass { call } => {
                 let response = ready!(call.poll(cx)).map_err(M::failed)?;
                 Poll::Ready(Ok(M::respond(response, None, None)))
             }
-            KindProj::Full {
+            JudgedProj::Full {
                 state,
                 config,
                 chosen,
@@ -337,12 +327,12 @@ where
     }
 }
 
-/// [`ResponseFuture`]'s poll for every request but a plain pass. Out of
-/// line, so that a pass's poll stays a call and a return.
+/// [`Judged`]'s poll for every request but a plain pass. Out of line, so
+/// that a pass's poll stays a call and a return.
 #[inline(never)]
 fn poll_full<F, S, R, M>(
     mut state: Pin<&mut State<F, S, R, M::Answer>>,
-    config: &mut Option<Arc<LayerConfig>>,
+    kept: &mut Option<Arc<LayerConfig>>,
     chosen: &Chosen,
     settler: &mut Option<Settler<S::Response, F>>,
     hold: &mut Hold,
@@ -354,75 +344,128 @@ where
     M: Ending<R, S>,
 {
     loop {
-        match state.as_mut().project() {
-            StateProj::Check { check } => {
-                let (verdict, parked) =
-                    ready!(check.poll_verdict(chosen, hold, cx)).map_err(M::failed)?;
-                let Parked { mut inner, request } = *parked;
-                let layer = Arc::clone(&check.config);
-                // Only the response to a judged request reads it.
-                let reads =
-                    matches!(verdict, Verdict::Pass(Some(_))) && layer.read_after_response();
-                let next = next_state::<F, S, R, M>(verdict, &mut inner, request, &layer, chosen);
-                *config = reads.then_some(layer);
-                state.set(next);
-            }
-            StateProj::Call { call, decision } => {
+        let step = match state.as_mut().project() {
+            StateProj::Calling { call, decision } => {
                 let response = ready!(call.poll(cx)).map_err(M::failed)?;
                 let reserved = decision.take();
-                match responded::<F, S, R, M>(response, reserved, settler, config, chosen, hold) {
-                    ControlFlow::Break(output) => return Poll::Ready(Ok(output)),
-                    ControlFlow::Continue(settle) => state.set(settle),
+                let settle = reserved.as_ref().zip(settler.take());
+                match settle
+                    .and_then(|(reserved, settle)| Some((settle(&response, reserved)?, *reserved)))
+                {
+                    Some((settling, reserved)) => {
+                        let settling = Step::Settling {
+                            settling,
+                            response,
+                            reserved,
+                        };
+                        state.set(settling.into());
+                        continue;
+                    }
+                    None => {
+                        state.set(Step::Done.into());
+                        let output =
+                            respond::<S, R, M>(response, reserved.as_ref(), kept, chosen, hold);
+                        return Poll::Ready(Ok(output));
+                    }
                 }
             }
-            StateProj::Settle {
-                settling,
+            StateProj::Other { step } => std::mem::replace(step, Step::Done),
+        };
+        let next = match step {
+            Step::Judging {
+                mut admission,
+                parked,
+                config,
+            } => {
+                let Poll::Ready(outcome) = Pin::new(&mut admission).poll(cx) else {
+                    state.set(
+                        Step::Judging {
+                            admission,
+                            parked,
+                            config,
+                        }
+                        .into(),
+                    );
+                    return Poll::Pending;
+                };
+                let waited = admission.waited();
+                if !waited.is_zero() {
+                    observe::waited(&chosen.get(&config).events, waited);
+                }
+                match judge(outcome, &config, chosen, hold) {
+                    Verdict::Pass(decision) => Step::Readying {
+                        parked,
+                        decision,
+                        config,
+                    }
+                    .into(),
+                    refused => {
+                        let Parked { mut inner, request } = *parked;
+                        proceed::<F, S, R, M>(refused, &mut inner, request, &config, chosen).0
+                    }
+                }
+            }
+            // Under a layer that waits, the service came unpolled (see
+            // `for_later`): it is made ready only for a request that will
+            // be passed on. A ready one is ready again at once.
+            Step::Readying {
+                mut parked,
+                decision,
+                config,
+            } => match parked.inner.poll_ready(cx) {
+                Poll::Pending => {
+                    state.set(
+                        Step::Readying {
+                            parked,
+                            decision,
+                            config,
+                        }
+                        .into(),
+                    );
+                    return Poll::Pending;
+                }
+                Poll::Ready(Err(err)) => return Poll::Ready(Err(M::failed(err))),
+                Poll::Ready(Ok(())) => {
+                    let Parked { mut inner, request } = *parked;
+                    let verdict = Verdict::Pass(decision);
+                    let (next, keep) =
+                        proceed::<F, S, R, M>(verdict, &mut inner, request, &config, chosen);
+                    *kept = keep;
+                    next
+                }
+            },
+            Step::Settling {
+                mut settling,
                 response,
                 reserved,
             } => {
+                let Poll::Ready(settled) = Pin::new(&mut settling).poll(cx) else {
+                    state.set(
+                        Step::Settling {
+                            settling,
+                            response,
+                            reserved,
+                        }
+                        .into(),
+                    );
+                    return Poll::Pending;
+                };
                 // A settling that fails leaves the reservation standing.
-                let decision = ready!(settling.poll(cx))
+                let decision = settled
                     .inspect_err(observe::settle_failed)
-                    .unwrap_or(*reserved);
-                let response = response.take().expect("polled after completion");
-                let output = respond::<S, R, M>(response, Some(&decision), config, chosen, hold);
-                return Poll::Ready(Ok(output));
+                    .unwrap_or(reserved);
+                return Poll::Ready(Ok(respond::<S, R, M>(
+                    response,
+                    Some(&decision),
+                    kept,
+                    chosen,
+                    hold,
+                )));
             }
-            StateProj::Answer { answer } => {
-                let answer = answer.take().expect("polled after completion");
-                return Poll::Ready(M::answered(answer));
-            }
-        }
-    }
-}
-
-/// The inner service's response is in: handed on at once, or, for a
-/// request `reserved` whose response changes what it cost, the settling
-/// to wait for first.
-fn responded<F, S, R, M>(
-    response: S::Response,
-    reserved: Option<Decision>,
-    settler: &mut Option<Settler<S::Response, F>>,
-    config: &Option<Arc<LayerConfig>>,
-    chosen: &Chosen,
-    hold: &mut Hold,
-) -> ControlFlow<M::Output, State<F, S, R, M::Answer>>
-where
-    S: Service<R>,
-    M: Ending<R, S>,
-{
-    let settle = reserved.as_ref().zip(settler.take());
-    let settling = settle.and_then(|(decision, settle)| settle(&response, decision));
-    match (settling, reserved) {
-        (Some(settling), Some(reserved)) => ControlFlow::Continue(State::Settle {
-            settling,
-            response: Some(response),
-            reserved,
-        }),
-        (_, reserved) => {
-            let decision = reserved.as_ref();
-            ControlFlow::Break(respond::<S, R, M>(response, decision, config, chosen, hold))
-        }
+            Step::Answering { answer } => return Poll::Ready(M::answered(answer)),
+            Step::Done => panic!("a rate-limit response future polled after it finished"),
+        };
+        state.set(next);
     }
 }
 
@@ -440,84 +483,87 @@ where
     S: Service<R>,
     M: Ending<R, S>,
 {
-    let judged = decision
+    // The future keeps the configuration only where the headers go on.
+    let accepted = decision
         .zip(config.as_deref())
-        .map(|(decision, config)| (decision, config, chosen));
-    M::respond(response, judged, hold.take())
+        .map(|(decision, config)| Accepted {
+            decision,
+            headers: chosen.get(config).headers(),
+        });
+    M::respond(response, accepted, hold.take())
 }
 
-/// A request whose store has not answered yet: the store's pending
-/// verdict, then, for a request that may pass, the inner service made
-/// ready. What it parks is boxed, so that the common states keep the
-/// future small.
-struct Checking<F, S, R> {
-    admission: Admission<F>,
-    phase: Phase<S, R>,
-    config: Arc<LayerConfig>,
-}
-
-/// The inner service and the request, parked until the verdict is in.
-struct Parked<S, R> {
-    inner: S,
-    request: R,
-}
-
-/// What a check hands on: its verdict, and what it parked.
-type Handed<S, R> = (Verdict, Box<Parked<S, R>>);
-
-enum Phase<S, R> {
-    /// Waiting for the store.
-    Judging(Box<Parked<S, R>>),
-    /// The verdict is in; a request that may pass waits for the inner
-    /// service to be ready.
-    Readying(Box<Parked<S, R>>, Verdict),
-    /// Finished: the verdict handed on, or the inner service failed to
-    /// get ready.
-    Over,
-}
-
-impl<F, S, R> Checking<F, S, R>
-where
-    F: Future<Output = Result<Decision, StoreError>> + Unpin,
-    S: Service<R>,
-{
-    /// The verdict and what was parked, once the store has answered and,
-    /// for a request that may pass, the inner service is ready. The
-    /// request's slot is held as soon as the verdict is in: a service that
-    /// then fails to get ready, or a future dropped meanwhile, frees it.
-    fn poll_verdict(
-        &mut self,
-        chosen: &Chosen,
-        hold: &mut Hold,
-        cx: &mut Context<'_>,
-    ) -> Poll<Result<Handed<S, R>, S::Error>> {
-        loop {
-            match std::mem::replace(&mut self.phase, Phase::Over) {
-                Phase::Judging(parked) => {
-                    let Poll::Ready(outcome) = Pin::new(&mut self.admission).poll(cx) else {
-                        self.phase = Phase::Judging(parked);
-                        return Poll::Pending;
-                    };
-                    waited(&self.admission, &self.config, chosen);
-                    let verdict = judge(outcome, &self.config, chosen, hold);
-                    self.phase = Phase::Readying(parked, verdict);
-                }
-                // Under a layer that waits, the service came unpolled (see
-                // `for_later`): it is made ready only for a request that
-                // will be passed on. A ready one is ready again at once.
-                Phase::Readying(mut parked, verdict @ Verdict::Pass(_)) => {
-                    match parked.inner.poll_ready(cx) {
-                        Poll::Ready(Ok(())) => return Poll::Ready(Ok((verdict, parked))),
-                        Poll::Ready(Err(err)) => return Poll::Ready(Err(err)),
-                        Poll::Pending => {
-                            self.phase = Phase::Readying(parked, verdict);
-                            return Poll::Pending;
-                        }
-                    }
-                }
-                Phase::Readying(parked, verdict) => return Poll::Ready(Ok((verdict, parked))),
-                Phase::Over => panic!("a check polled after it finished"),
+/// One behaviour's public future: a name for [`Judged`] as it ends
+/// requests, and its `Future` impl.
+macro_rules! behaviour_future {
+    (
+        $(#[$doc:meta])*
+        $name:ident, $mode:ty, $answer:ty,
+        impl<$($param:ident),*> for $request:ty => $output:ty, where { $($bounds:tt)* }
+    ) => {
+        pin_project! {
+            $(#[$doc])*
+            pub struct $name<F, S, R>
+            where
+                S: Service<R>,
+            {
+                #[pin]
+                judged: Judged<F, S, R, $answer>,
             }
         }
+
+        impl<F, S, R> From<Judged<F, S, R, $answer>> for $name<F, S, R>
+        where
+            S: Service<R>,
+        {
+            #[inline(always)]
+            fn from(judged: Judged<F, S, R, $answer>) -> Self {
+                Self { judged }
+            }
+        }
+
+        impl<F, S, $($param),*> Future for $name<F, S, $request>
+        where
+            F: Future<Output = Result<Decision, StoreError>> + Unpin,
+            S: Service<$request>,
+            $($bounds)*
+        {
+            type Output = $output;
+
+            #[inline]
+            fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+                self.project().judged.poll_as::<$mode>(cx)
+            }
+        }
+    };
+}
+
+behaviour_future! {
+    /// Response future of [`SlidingWindow`](crate::SlidingWindow): the
+    /// response, in the inner service's body type.
+    ResponseFuture, Http<InnerBody>, Box<Response<Bytes>>,
+    impl<B, ResB> for Request<B> => Result<Response<ResB>, S::Error>, where {
+        S: Service<Request<B>, Response = Response<ResB>>,
+        ResB: AnswerBody,
+    }
+}
+
+behaviour_future! {
+    /// Response future of
+    /// [`SlidingWindowWrapBody`](crate::layer::SlidingWindowWrapBody): the
+    /// response, in a [`ResponseBody`] around the inner service's body.
+    WrapBodyFuture, Http<WrapBody>, Box<Response<Bytes>>,
+    impl<B, ResB> for Request<B> => Result<Response<ResponseBody<ResB>>, S::Error>, where {
+        S: Service<Request<B>, Response = Response<ResB>>,
+    }
+}
+
+behaviour_future! {
+    /// Response future of
+    /// [`SlidingWindowRefuseWithError`](crate::layer::SlidingWindowRefuseWithError):
+    /// the inner service's response, or the error a refused call fails with.
+    ErrorFuture, RefuseWithError, BoxError,
+    impl<R> for R => Result<S::Response, BoxError>, where {
+        S::Error: Into<BoxError>,
     }
 }

@@ -8,36 +8,47 @@ use std::sync::Arc;
 
 use http::{HeaderMap, StatusCode};
 
-use super::body::{HttpMode, InnerBody};
+use super::body::{HttpMode, InnerBody, WrapBody};
 use super::config::CountOnly;
 use super::layer::SlidingWindowLayer;
 use super::rejection::Rejection;
 use super::response::QuotaUnit;
 use super::view::PolicyView;
 
-impl<E, St, P, M: HttpMode, W> SlidingWindowLayer<E, St, P, M, W> {
-    /// Answers in the inner service's own body type instead of a
-    /// [`ResponseBody`](crate::layer::ResponseBody) around it; the layer builds its
-    /// own answers (429, 503, 400) from `Bytes`, so the body type must
-    /// implement `From<Bytes>`, as `axum::body::Body` does.
+impl<E, St, M: HttpMode> SlidingWindowLayer<E, St, M> {
+    /// Answers in the inner service's own body type, an
+    /// [`AnswerBody`](crate::layer::AnswerBody): axum's `Body` (feature
+    /// `axum`) or tonic's (feature `tonic`). The default; it undoes
+    /// [`wrap_body`](Self::wrap_body).
     ///
     /// On axum this saves an allocation per request: axum boxes every
-    /// response body that is not already its own `Body`. tonic's body type
-    /// has no `From<Bytes>`, so tonic servers keep the default (the compiler
-    /// says `InnerBody: BodyMode<…>` is not satisfied at `.layer()`).
+    /// response body that is not already its own `Body`.
+    pub fn inner_body(self) -> SlidingWindowLayer<E, St, InnerBody> {
+        self.with_behaviour(InnerBody)
+    }
+
+    /// Answers in a [`ResponseBody`](crate::layer::ResponseBody) around the
+    /// inner service's body, for any body type: one a layer cannot build
+    /// its answers in (`String`, a body of your own), or one from a crate
+    /// whose feature is off. The service is then a
+    /// [`SlidingWindowWrapBody`](crate::layer::SlidingWindowWrapBody).
     ///
     /// ```
-    /// # #[cfg(feature = "axum")] {
-    /// use axum::{routing::get, Router};
-    /// use tower_sliding_window::{extract::PeerIp, Limit, SlidingWindowLayer};
+    /// use tower::{service_fn, Service, ServiceBuilder, ServiceExt};
+    /// use tower_sliding_window::{Limit, SlidingWindowLayer};
     ///
-    /// let app: Router = Router::new()
-    ///     .route("/", get(|| async { "hello" }))
-    ///     .layer(SlidingWindowLayer::new(Limit::per_second(10), PeerIp::new()).inner_body());
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() {
+    /// let key = |_: &http::Request<String>| Some("everyone");
+    /// let mut svc = ServiceBuilder::new()
+    ///     .layer(SlidingWindowLayer::new(Limit::per_minute(1), key).wrap_body())
+    ///     .service(service_fn(|_| async { Ok::<_, std::convert::Infallible>(http::Response::new(String::from("hello"))) }));
+    /// let response = svc.ready().await.unwrap().call(http::Request::new(String::new())).await.unwrap();
+    /// assert_eq!(response.status(), http::StatusCode::OK);
     /// # }
     /// ```
-    pub fn inner_body(self) -> SlidingWindowLayer<E, St, P, InnerBody, W> {
-        self.with_mode(InnerBody)
+    pub fn wrap_body(self) -> SlidingWindowLayer<E, St, WrapBody> {
+        self.with_behaviour(WrapBody)
     }
 
     /// Whether accepted responses carry `RateLimit-Policy` and `RateLimit`

@@ -1,9 +1,14 @@
 //! Turning a request into the key its quota is counted under.
 
+use std::borrow::Cow;
+use std::sync::Arc;
+
+use crate::policy::Policy;
+
 /// Picks the key a request of type `R` is counted under: a client IP, an
 /// API key, a user id, a tenant, or one constant for a global limit.
 ///
-/// Any `Fn(&R) -> Option<K>` is a `KeyExtractor<R>`, for HTTP requests and
+/// Any `Fn(&R) -> Option<K>` is a `KeyExtractor<R, Res>`, for HTTP requests and
 /// for any other request type a tower `Service` takes (a job, an outbound
 /// call). `None` means the request carries no key; what happens then is
 /// set with
@@ -22,16 +27,51 @@
 /// ("implementation of `Clone` is not general enough"): a `fn` item
 /// (`fn tenant(job: &Job) -> Option<&'static str>`) or an owned key
 /// (`String`) avoids it.
-pub trait KeyExtractor<R> {
+///
+/// The layer reads more than the key through this trait where it is told
+/// to: [`plan`](crate::SlidingWindowLayer::plan),
+/// [`cost`](crate::SlidingWindowLayer::cost) and
+/// [`settle`](crate::SlidingWindowLayer::settle) wrap the extractor in a
+/// type that names what its closure reads, and answers the methods below
+/// that have defaults. `Res` is the response type, which only a settle
+/// reads: an extractor of your own is written for any
+/// (`impl<B, Res> KeyExtractor<http::Request<B>, Res> for MyKey`).
+pub trait KeyExtractor<R, Res> {
     /// The key type: anything the store can hash and compare
     /// (`String`, `&'static str`, `IpAddr`, `u64`, …).
     type Key;
 
     /// The request's key, if it has one.
     fn extract(&self, request: &R) -> Option<Self::Key>;
+
+    /// The policy the request is judged by: by default the layer's own,
+    /// `own`, which is the cheapest answer, borrowed.
+    #[inline(always)]
+    fn policy<'a>(&'a self, request: &R, key: &Self::Key, own: &'a Policy) -> Cow<'a, Policy> {
+        let _ = (request, key);
+        Cow::Borrowed(own)
+    }
+
+    /// The units the request reserves: by default one.
+    #[inline(always)]
+    fn cost(&self, request: &R) -> u32 {
+        let _ = request;
+        1
+    }
+
+    /// What reads the units a request really used from its response
+    /// (where it gives `None`, the reservation stands), if anything does:
+    /// responses are looked at only then. By default nothing.
+    #[inline(always)]
+    fn settle(&self) -> Option<&UnitsUsed<Res>> {
+        None
+    }
 }
 
-impl<F, R, K> KeyExtractor<R> for F
+/// Reads the units a request really used from its response of type `Res`.
+pub type UnitsUsed<Res> = Arc<dyn Fn(&Res) -> Option<u32> + Send + Sync>;
+
+impl<F, R, Res, K> KeyExtractor<R, Res> for F
 where
     F: Fn(&R) -> Option<K>,
 {

@@ -5,16 +5,16 @@ use std::time::Duration;
 
 use tower_layer::Layer;
 
-use super::body::RefuseWithError;
-use super::body::WrapBody;
+use super::body::{InnerBody, RefuseWithError, WrapBody};
 use super::config::LayerConfig;
 use super::key::MissingKey;
-use super::plan::{PlanByKey, PlanByRequest, SinglePolicy};
+use super::reader::{Costed, Planned, PlannedByRequest, Settled};
 use super::rejection::Rejection;
 use super::response::QuotaUnit;
-use super::service::{Bindings, SlidingWindow};
+use super::service::{
+    Bindings, Shared, SlidingWindow, SlidingWindowRefuseWithError, SlidingWindowWrapBody,
+};
 use super::view::PolicyView;
-use super::weights::{CostFn, SettleFn, Weights};
 use crate::algorithm::Algorithm;
 use crate::limit::Limit;
 use crate::policy::Policy;
@@ -42,16 +42,21 @@ use crate::store::MemoryStore;
 /// layer built separately with an equal policy counts together with this
 /// one if it is given the same store, and apart on its own default
 /// [`MemoryStore`] (see [`Store`](crate::Store)).
+///
+/// `E` reads each request: a [`KeyExtractor`](crate::KeyExtractor), which
+/// [`plan`](Self::plan), [`cost`](Self::cost) and [`settle`](Self::settle)
+/// wrap. `St` is the store. `M` is the behaviour, which picks the service:
+/// [`InnerBody`] (the default, [`SlidingWindow`]), [`WrapBody`]
+/// ([`SlidingWindowWrapBody`]) or [`RefuseWithError`]
+/// ([`SlidingWindowRefuseWithError`]).
 #[derive(Clone, Debug)]
-pub struct SlidingWindowLayer<E, St = MemoryStore, P = SinglePolicy, M = WrapBody, W = Weights> {
-    pub(super) extractor: E,
-    pub(super) store: St,
-    pub(super) plan: P,
+pub struct SlidingWindowLayer<E, St = MemoryStore, M = InnerBody> {
+    reader: E,
+    store: St,
     pub(super) config: Arc<LayerConfig>,
     /// The store's bindings, shared by every service this layer makes.
-    pub(super) bindings: Arc<Bindings>,
-    pub(super) body: M,
-    pub(super) weights: W,
+    bindings: Arc<Bindings>,
+    behaviour: M,
 }
 
 impl<E> SlidingWindowLayer<E> {
@@ -70,12 +75,10 @@ impl<E> SlidingWindowLayer<E> {
     /// fallible way to build one from a list).
     pub fn with_policy(policy: Policy, extractor: E) -> Self {
         Self {
-            extractor,
+            reader: extractor,
             store: MemoryStore::new(),
-            plan: SinglePolicy,
             bindings: Arc::default(),
-            body: WrapBody,
-            weights: Weights::default(),
+            behaviour: InnerBody,
             config: Arc::new(LayerConfig {
                 own: Arc::new(PolicyView::own(policy, QuotaUnit::default())),
                 quota_unit: QuotaUnit::default(),
@@ -115,7 +118,7 @@ impl<E> SlidingWindowLayer<E> {
     }
 }
 
-impl<E, St, P, M, W> SlidingWindowLayer<E, St, P, M, W> {
+impl<E, St, M> SlidingWindowLayer<E, St, M> {
     /// Adds another limit to the policy; a request must fit every limit and
     /// is counted in all of them or in none.
     ///
@@ -203,15 +206,13 @@ impl<E, St, P, M, W> SlidingWindowLayer<E, St, P, M, W> {
     }
 
     /// Keeps state in `store` instead of a private [`MemoryStore`].
-    pub fn store<St2>(self, store: St2) -> SlidingWindowLayer<E, St2, P, M, W> {
+    pub fn store<St2>(self, store: St2) -> SlidingWindowLayer<E, St2, M> {
         SlidingWindowLayer {
-            extractor: self.extractor,
+            reader: self.reader,
             store,
-            plan: self.plan,
             config: self.config,
             bindings: Arc::default(),
-            body: self.body,
-            weights: self.weights,
+            behaviour: self.behaviour,
         }
     }
 
@@ -258,8 +259,8 @@ impl<E, St, P, M, W> SlidingWindowLayer<E, St, P, M, W> {
     /// assert!(error.is::<RateLimited>()); // 80 + 30 pages is over 100 a minute
     /// # }
     /// ```
-    pub fn refuse_with_error(self) -> SlidingWindowLayer<E, St, P, RefuseWithError, W> {
-        self.with_mode(RefuseWithError)
+    pub fn refuse_with_error(self) -> SlidingWindowLayer<E, St, RefuseWithError> {
+        self.with_behaviour(RefuseWithError)
     }
 
     /// A refused request whose turn comes within `bound` of its arrival
@@ -304,27 +305,35 @@ impl<E, St, P, M, W> SlidingWindowLayer<E, St, P, M, W> {
         self
     }
 
-    pub(super) fn with_mode<M2>(self, mode: M2) -> SlidingWindowLayer<E, St, P, M2, W> {
+    pub(super) fn with_behaviour<M2>(self, behaviour: M2) -> SlidingWindowLayer<E, St, M2> {
         SlidingWindowLayer {
-            extractor: self.extractor,
+            reader: self.reader,
             store: self.store,
-            plan: self.plan,
             config: self.config,
             bindings: self.bindings,
-            body: mode,
-            weights: self.weights,
+            behaviour,
+        }
+    }
+
+    fn with_reader<E2>(self, read: impl FnOnce(E) -> E2) -> SlidingWindowLayer<E2, St, M> {
+        SlidingWindowLayer {
+            reader: read(self.reader),
+            store: self.store,
+            config: self.config,
+            bindings: self.bindings,
+            behaviour: self.behaviour,
         }
     }
 
     /// Judges each request by the policy `choose` picks for its key (plans
     /// per tier, or limits read per customer); the layer's own policy is
     /// then unused. The closure may build its policy on every request: equal
-    /// values share windows. See [`Plan`](crate::Plan).
-    pub fn plan<K, F>(self, choose: F) -> SlidingWindowLayer<E, St, PlanByKey<K>, M, W>
+    /// values share windows. See [`Planned`](crate::layer::Planned).
+    pub fn plan<K, F>(self, choose: F) -> SlidingWindowLayer<Planned<E, K>, St, M>
     where
         F: Fn(&K) -> Policy + Send + Sync + 'static,
     {
-        self.with_plan(PlanByKey(Arc::new(choose)))
+        self.with_reader(|reader| Planned::new(reader, choose))
     }
 
     /// Like [`plan`](SlidingWindowLayer::plan), choosing from the request
@@ -332,23 +341,11 @@ impl<E, St, P, M, W> SlidingWindowLayer<E, St, P, M, W> {
     pub fn plan_by_request<R, K, F>(
         self,
         choose: F,
-    ) -> SlidingWindowLayer<E, St, PlanByRequest<R, K>, M, W>
+    ) -> SlidingWindowLayer<PlannedByRequest<E, R, K>, St, M>
     where
         F: Fn(&R, &K) -> Policy + Send + Sync + 'static,
     {
-        self.with_plan(PlanByRequest(Arc::new(choose)))
-    }
-
-    fn with_plan<P2>(self, plan: P2) -> SlidingWindowLayer<E, St, P2, M, W> {
-        SlidingWindowLayer {
-            extractor: self.extractor,
-            store: self.store,
-            plan,
-            config: self.config,
-            bindings: self.bindings,
-            body: self.body,
-            weights: self.weights,
-        }
+        self.with_reader(|reader| PlannedByRequest::new(reader, choose))
     }
 
     /// Shadow mode, for rolling a new limit out: every request is judged
@@ -395,25 +392,43 @@ impl<E, St, P, M, W> SlidingWindowLayer<E, St, P, M, W> {
     }
 }
 
-impl<S, E: Clone, St: Clone, P: Clone, M, W: Clone> Layer<S>
-    for SlidingWindowLayer<E, St, P, M, W>
-{
-    type Service = SlidingWindow<S, E, St, P, M, W>;
-
-    fn layer(&self, inner: S) -> Self::Service {
-        SlidingWindow::new(
-            inner,
-            self.extractor.clone(),
-            self.store.clone(),
-            self.plan.clone(),
-            self.weights.clone(),
-            Arc::clone(&self.config),
-            Arc::clone(&self.bindings),
-        )
+impl<E: Clone, St: Clone, M> SlidingWindowLayer<E, St, M> {
+    /// What the services this layer makes share.
+    fn shared(&self) -> Arc<Shared<E, St>> {
+        Arc::new(Shared {
+            extractor: self.reader.clone(),
+            store: self.store.clone(),
+            config: Arc::clone(&self.config),
+            bindings: Arc::clone(&self.bindings),
+        })
     }
 }
 
-impl<E, St, P, M, C, S> SlidingWindowLayer<E, St, P, M, Weights<C, S>> {
+impl<S, E: Clone, St: Clone> Layer<S> for SlidingWindowLayer<E, St, InnerBody> {
+    type Service = SlidingWindow<S, E, St>;
+
+    fn layer(&self, inner: S) -> Self::Service {
+        SlidingWindow::new(inner, self.shared())
+    }
+}
+
+impl<S, E: Clone, St: Clone> Layer<S> for SlidingWindowLayer<E, St, WrapBody> {
+    type Service = SlidingWindowWrapBody<S, E, St>;
+
+    fn layer(&self, inner: S) -> Self::Service {
+        SlidingWindowWrapBody::new(inner, self.shared())
+    }
+}
+
+impl<S, E: Clone, St: Clone> Layer<S> for SlidingWindowLayer<E, St, RefuseWithError> {
+    type Service = SlidingWindowRefuseWithError<S, E, St>;
+
+    fn layer(&self, inner: S) -> Self::Service {
+        SlidingWindowRefuseWithError::new(inner, self.shared())
+    }
+}
+
+impl<E, St, M> SlidingWindowLayer<E, St, M> {
     /// Charges each request `cost(request)` units instead of one: tokens,
     /// bytes, query complexity. A request is accepted iff every limit
     /// still has room for all its units, and records them all or none. A
@@ -434,14 +449,11 @@ impl<E, St, P, M, C, S> SlidingWindowLayer<E, St, P, M, Weights<C, S>> {
     /// per unit (8 bytes each, up to its largest limit per key): for limits
     /// in the thousands of units, the sliding counter keeps two integers
     /// whatever the cost.
-    pub fn cost<R, F>(self, cost: F) -> SlidingWindowLayer<E, St, P, M, Weights<CostFn<R>, S>>
+    pub fn cost<R, F>(self, cost: F) -> SlidingWindowLayer<Costed<E, R>, St, M>
     where
         F: Fn(&R) -> u32 + Send + Sync + 'static,
     {
-        self.with_weights(|weights| Weights {
-            cost: CostFn(Arc::new(cost)),
-            settle: weights.settle,
-        })
+        self.with_reader(|reader| Costed::new(reader, cost))
     }
 
     /// Settles each accepted request once its response is known:
@@ -465,31 +477,10 @@ impl<E, St, P, M, C, S> SlidingWindowLayer<E, St, P, M, Weights<C, S>> {
     /// any type in error mode (an outbound client settles from the
     /// provider's reported usage), `.settle(|res: &http::Response<Body>| …)`
     /// on axum.
-    pub fn settle<Res, F>(
-        self,
-        settle: F,
-    ) -> SlidingWindowLayer<E, St, P, M, Weights<C, SettleFn<Res>>>
+    pub fn settle<Res, F>(self, settle: F) -> SlidingWindowLayer<Settled<E, Res>, St, M>
     where
         F: Fn(&Res) -> Option<u32> + Send + Sync + 'static,
     {
-        self.with_weights(|weights| Weights {
-            cost: weights.cost,
-            settle: SettleFn(Arc::new(settle)),
-        })
-    }
-
-    fn with_weights<W2>(
-        self,
-        weigh: impl FnOnce(Weights<C, S>) -> W2,
-    ) -> SlidingWindowLayer<E, St, P, M, W2> {
-        SlidingWindowLayer {
-            extractor: self.extractor,
-            store: self.store,
-            plan: self.plan,
-            config: self.config,
-            bindings: self.bindings,
-            body: self.body,
-            weights: weigh(self.weights),
-        }
+        self.with_reader(|reader| Settled::new(reader, settle))
     }
 }

@@ -57,7 +57,7 @@ impl Default for Seen {
 }
 
 type Inner = BoxCloneService<Request<()>, Response<Stream>, Infallible>;
-type Capped<St> = tower_sliding_window::SlidingWindow<Inner, KeyFn, St>;
+type Capped<St> = tower_sliding_window::layer::SlidingWindowWrapBody<Inner, KeyFn, St>;
 
 /// A handler that answers at once, unless the request says `x-wait`
 /// (wait at the gate) or `x-stream` (answer at once with a body that
@@ -87,6 +87,7 @@ fn capped<St: Store<String>>(
     });
     SlidingWindowLayer::with_policy(policy, client_key as KeyFn)
         .store(store)
+        .wrap_body()
         .layer(BoxCloneService::new(handler))
 }
 

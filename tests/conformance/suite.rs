@@ -11,10 +11,10 @@ use http_body_util::BodyExt;
 use tower::util::ServiceFn;
 use tower::{service_fn, Layer, Service, ServiceExt};
 use tower_sliding_window::layer::ResponseBody;
+use tower_sliding_window::layer::SlidingWindowWrapBody;
 use tower_sliding_window::KeyState;
 use tower_sliding_window::{
-    Algorithm, Decision, Limit, ManualClock, Origin, Policy, SlidingWindow, SlidingWindowLayer,
-    Store,
+    Algorithm, Decision, Limit, ManualClock, Origin, Policy, SlidingWindowLayer, Store,
 };
 
 type Handler = ServiceFn<fn(Request<()>) -> std::future::Ready<Result<Response<()>, Infallible>>>;
@@ -24,7 +24,7 @@ type KeyFn = fn(&Request<()>) -> Option<String>;
 mod in_flight;
 pub use in_flight::*;
 
-pub type Svc<St> = SlidingWindow<Handler, KeyFn, St>;
+pub type Svc<St> = SlidingWindowWrapBody<Handler, KeyFn, St>;
 
 /// Every algorithm, for the cases that hold for each.
 const ALGORITHMS: [Algorithm; 4] = [
@@ -50,6 +50,7 @@ fn client_key(request: &Request<()>) -> Option<String> {
 pub fn service<St: Store<String>>(store: St, policy: Policy) -> Svc<St> {
     SlidingWindowLayer::with_policy(policy, client_key as KeyFn)
         .store(store)
+        .wrap_body()
         .layer(service_fn(ok as fn(_) -> _))
 }
 
@@ -417,6 +418,7 @@ pub async fn a_plan_built_per_request_limits<St: Store<String>>(store: St, clock
                     .unwrap_or("2/10s".parse().unwrap());
                 Policy::new(algorithm, [limit]).unwrap()
             })
+            .wrap_body()
             .layer(service_fn(ok as fn(_) -> _));
         for (customer, max) in [("acme", 3), ("initech", 1), ("anyone else", 2)] {
             let mut passed = 0;
@@ -450,6 +452,7 @@ pub async fn many_tenants_with_limits_of_their_own<St: Store<String>>(
             let tenant = tenant.strip_prefix("tenant-").and_then(|n| n.parse().ok());
             own(tenant.unwrap_or(0))
         })
+        .wrap_body()
         .layer(service_fn(ok as fn(_) -> _));
     let (mut passed, mut limits) = (0, 0);
     for tenant in 0..TENANTS {
@@ -499,6 +502,7 @@ pub async fn shadow_mode_refuses_nothing_and_records_as_enforcement_would<St: St
         let shadow = SlidingWindowLayer::with_policy(rules.clone(), client_key as KeyFn)
             .store(store.clone())
             .shadow_mode(true)
+            .wrap_body()
             .layer(service_fn(shadowed as fn(_) -> _));
         let enforcing = service(store.clone(), rules);
         for _ in 0..2 {
@@ -535,6 +539,7 @@ pub async fn shadow_mode_refuses_nothing_and_records_as_enforcement_would<St: St
     .store(store)
     .shadow_mode(true)
     .rate_limit_headers(true)
+    .wrap_body()
     .layer(service_fn(shadowed as fn(_) -> _));
     let (_, ratelimit, _) = send(&with_headers, "shadow-headers").await;
     assert!(ratelimit.is_some_and(|value| value.contains("r=0")));
@@ -557,6 +562,7 @@ pub async fn a_penalty_shuts_a_key_out_without_extending<St: Store<String>>(
             SlidingWindowLayer::with_policy(policy(algorithm, &[(2, 10)]), client_key as KeyFn)
                 .penalty(Duration::from_secs(60))
                 .store(store.clone())
+                .wrap_body()
                 .layer(service_fn(ok as fn(_) -> _));
         assert_eq!(hit(&svc, &key).await.status(), 200);
         assert_eq!(hit(&svc, &key).await.status(), 200);
@@ -635,7 +641,8 @@ pub async fn count_only_counts_matching_responses<St: Store<String>>(
         let layer =
             SlidingWindowLayer::with_policy(policy(algorithm, &[(2, 60)]), client_key as KeyFn)
                 .count_only(|status, _| status == StatusCode::UNAUTHORIZED)
-                .store(store.clone());
+                .store(store.clone())
+                .wrap_body();
         let login = layer.layer(service_fn(|request: Request<()>| {
             let failed = request.headers().contains_key("x-wrong-password");
             let mut response = Response::new(());
@@ -784,7 +791,8 @@ pub async fn the_layer_costs_and_settles<St: Store<String>>(store: St, clock: Ma
                     number(request.headers(), "x-reserve").unwrap_or(1)
                 })
                 .settle(move |response: &Response<()>| number(response.headers(), "x-used"))
-                .store(store.clone());
+                .store(store.clone())
+                .wrap_body();
         let svc = layer.layer(service_fn(|request: Request<()>| {
             let mut response = Response::new(());
             if let Some(used) = request.headers().get("x-use") {

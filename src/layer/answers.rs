@@ -1,20 +1,18 @@
-//! How each mode ends a request: the one place where the HTTP modes and
-//! error mode differ. Everything before it (extract, judge, call, settle)
-//! is one protocol, written once in [`ResponseFuture`](super::ResponseFuture).
+//! The layer's answers, and how each behaviour ends a request: the one
+//! place where the HTTP behaviours and error mode differ. Everything
+//! before it (extract, judge, call, settle) is one protocol, written once
+//! in the layer's future.
 
-// The layer's future names `Ending` as a bound, which makes its hooks
-// reachable; they take the layer's own configuration, which no user sees,
-// since no user can name, implement or call them.
-#![allow(private_interfaces)]
+use std::marker::PhantomData;
 
 use bytes::Bytes;
 use http::{Request, Response};
 use tower::{BoxError, Service};
 
-use super::body::{BodyMode, HttpMode, RefuseWithError};
+use super::body::{BodyMode, RefuseWithError};
 use super::config::{Chosen, LayerConfig};
 use super::errors::{MissingKeyError, RateLimited};
-use super::response::{is_grpc, missing_key, rejection, store_unavailable};
+use super::response::{is_grpc, missing_key, rejection, store_unavailable, PolicyHeaders};
 use super::slot::Slot;
 use crate::algorithm::Decision;
 use crate::store::StoreError;
@@ -29,15 +27,24 @@ pub(crate) enum Refusal {
     NoKey,
 }
 
-/// What a mode makes of a request's end, for requests `R` to a service
-/// `S`. Sealed: its module is private, so only this crate's modes have it.
-pub trait Ending<R, S: Service<R>> {
+/// What an accepted response's `RateLimit` headers are made of: the
+/// decision that let its request through, and its policy's header text.
+pub(crate) struct Accepted<'a> {
+    pub(crate) decision: &'a Decision,
+    pub(crate) headers: &'a PolicyHeaders,
+}
+
+/// What a behaviour makes of a request's end, for requests `R` to a
+/// service `S`.
+pub(crate) trait Ending<R, S: Service<R>> {
     /// What the layer's future gives for a response.
     type Output;
     /// What it fails with.
     type Error;
     /// The layer's own answer, made while the request is at hand.
     type Answer;
+    /// Whether accepted responses carry the `RateLimit` headers.
+    const HEADERS: bool;
 
     /// Readies a request let through: its decision in the request, where
     /// the mode carries one.
@@ -52,21 +59,26 @@ pub trait Ending<R, S: Service<R>> {
     /// its request holds: carried by the body, or freed now.
     fn respond(
         response: S::Response,
-        judged: Option<(&Decision, &LayerConfig, &Chosen)>,
+        accepted: Option<Accepted<'_>>,
         slot: Option<Slot>,
     ) -> Self::Output;
     /// The inner service's error.
     fn failed(error: S::Error) -> Self::Error;
 }
 
-impl<M, S, B, ResB> Ending<Request<B>, S> for M
+/// The HTTP behaviours, whose responses carry their body as `M` says:
+/// [`InnerBody`](super::InnerBody) or [`WrapBody`](super::WrapBody).
+pub(crate) struct Http<M>(PhantomData<M>);
+
+impl<M, S, B, ResB> Ending<Request<B>, S> for Http<M>
 where
-    M: HttpMode + BodyMode<ResB>,
+    M: BodyMode<ResB>,
     S: Service<Request<B>, Response = Response<ResB>>,
 {
     type Output = Response<M::Body>;
     type Error = S::Error;
     type Answer = Box<Response<Bytes>>;
+    const HEADERS: bool = true;
 
     #[inline(always)]
     fn admit(request: &mut Request<B>, decision: &Decision, config: &LayerConfig) {
@@ -101,14 +113,11 @@ where
     #[inline(always)]
     fn respond(
         mut response: Response<ResB>,
-        judged: Option<(&Decision, &LayerConfig, &Chosen)>,
+        accepted: Option<Accepted<'_>>,
         slot: Option<Slot>,
     ) -> Self::Output {
-        if let Some((decision, config, chosen)) = judged {
-            if config.headers_on_success {
-                let headers = chosen.get(config).headers();
-                headers.apply(decision, response.headers_mut());
-            }
+        if let Some(Accepted { decision, headers }) = accepted {
+            headers.apply(decision, response.headers_mut());
         }
         M::inner(response, slot)
     }
@@ -127,6 +136,7 @@ where
     type Output = S::Response;
     type Error = BoxError;
     type Answer = BoxError;
+    const HEADERS: bool = false;
 
     fn admit(_: &mut R, _: &Decision, _: &LayerConfig) {}
 
@@ -142,11 +152,7 @@ where
         Err(answer)
     }
 
-    fn respond(
-        response: S::Response,
-        _: Option<(&Decision, &LayerConfig, &Chosen)>,
-        _: Option<Slot>,
-    ) -> S::Response {
+    fn respond(response: S::Response, _: Option<Accepted<'_>>, _: Option<Slot>) -> S::Response {
         response
     }
 

@@ -170,7 +170,8 @@ fn main() {
 
     // The same routers in interleaved rounds: the added ns is small beside
     // the router's own, so a burst of other work during one contender's
-    // criterion run would swamp it.
+    // criterion run would swamp it. A ratio of two small differences
+    // spreads widely from round to round: its median wants many rounds.
     let mut batches: Vec<(&str, report::Batch)> = routers
         .iter()
         .map(|(name, router)| {
@@ -187,7 +188,7 @@ fn main() {
     let rounds = report::paired(
         "axum router, one request",
         &mut batches,
-        31,
+        101,
         Duration::from_millis(20),
         0,
     );

@@ -400,7 +400,7 @@ async fn a_configured_service_has_a_type_a_struct_field_can_name() {
 }
 
 /// A call waiting for its turn holds none of the inner service's capacity:
-/// behind a `Buffer` of one slot (as a tonic `Channel` is a buffer), a call
+/// behind a `Buffer` of one place (as a tonic `Channel` is a buffer), a call
 /// for another key goes through while the first waits, though the waiting
 /// caller keeps its service.
 #[tokio::test(start_paused = true)]

@@ -368,7 +368,7 @@ async fn on_a_cluster_an_outage_is_decided_per_node() {
             Origin::Limits
         );
     }
-    // Long enough for the heartbeat to have read the slot map.
+    // Long enough for the heartbeat to have read the hash-slot map.
     tokio::time::sleep(HEARTBEAT * 4).await;
     cluster[0].pause();
     let mut slow = 0;

@@ -43,6 +43,10 @@ impl<R, F> After<R, F> {
             hold: Hold::None,
         }
     }
+
+    fn is_nothing(&self) -> bool {
+        self.settler.is_none() && self.hold.is_none()
+    }
 }
 
 pin_project! {
@@ -197,13 +201,19 @@ where
         chosen: Chosen,
         mut after: After<S::Response, F>,
     ) -> Self {
-        let verdict = judge(outcome, config, &chosen, &mut after.hold);
-        let (state, keep) = proceed::<F, S, R, M>(verdict, inner, request, config, &chosen);
-        match state {
-            State::Calling { call, .. } if keep.is_none() && after.is_nothing() => {
-                Self::Pass { call }
+        match judge(outcome, config, &chosen, &mut after.hold) {
+            Verdict::Pass(decision) => {
+                let keep = kept::<R, S, M>(decision.as_ref(), config);
+                let call = call::<S, R, M>(decision.as_ref(), inner, request, config);
+                if keep.is_none() && after.is_nothing() {
+                    return Self::Pass { call };
+                }
+                Self::full(State::Calling { call, decision }, keep, chosen, after)
             }
-            state => Self::full(state, keep, chosen, after),
+            refused => {
+                let (state, _) = proceed::<F, S, R, M>(refused, inner, request, config, &chosen);
+                Self::full(state, None, chosen, after)
+            }
         }
     }
 
@@ -217,12 +227,6 @@ where
         let answer = M::answer(Refusal::NoKey, request, config, &Chosen::Layer);
         let step = Step::Answering { answer };
         Self::full(step.into(), None, Chosen::Layer, After::nothing())
-    }
-}
-
-impl<R, F> After<R, F> {
-    fn is_nothing(&self) -> bool {
-        self.settler.is_none() && self.hold.is_none()
     }
 }
 
@@ -273,7 +277,7 @@ type Next<F, S, R, A> = (State<F, S, R, A>, Option<Arc<LayerConfig>>);
 fn proceed<F, S, R, M>(
     verdict: Verdict,
     inner: &mut S,
-    mut request: R,
+    request: R,
     config: &Arc<LayerConfig>,
     chosen: &Chosen,
 ) -> Next<F, S, R, M::Answer>
@@ -283,21 +287,46 @@ where
 {
     match verdict {
         Verdict::Pass(decision) => {
-            if let Some(decision) = &decision {
-                M::admit(&mut request, decision, config);
-            }
-            let keep = decision.is_some() && M::HEADERS && config.read_after_response();
-            let call = inner.call(request);
-            (
-                State::Calling { call, decision },
-                keep.then(|| Arc::clone(config)),
-            )
+            let keep = kept::<R, S, M>(decision.as_ref(), config);
+            let call = call::<S, R, M>(decision.as_ref(), inner, request, config);
+            (State::Calling { call, decision }, keep)
         }
         Verdict::Answer(refusal) => {
             let answer = M::answer(refusal, &request, config, chosen);
             (Step::Answering { answer }.into(), None)
         }
     }
+}
+
+/// Calls the inner service with a request let through, marked with the
+/// `decision` that let it through, if any.
+#[inline(always)]
+fn call<S, R, M>(
+    decision: Option<&Decision>,
+    inner: &mut S,
+    mut request: R,
+    config: &LayerConfig,
+) -> S::Future
+where
+    S: Service<R>,
+    M: Ending<R, S>,
+{
+    if let Some(decision) = decision {
+        M::admit(&mut request, decision, config);
+    }
+    inner.call(request)
+}
+
+/// The configuration, kept for the response to a request let through by
+/// `decision` only where that response reads it.
+#[inline(always)]
+fn kept<R, S, M>(decision: Option<&Decision>, config: &Arc<LayerConfig>) -> Option<Arc<LayerConfig>>
+where
+    S: Service<R>,
+    M: Ending<R, S>,
+{
+    let reads = decision.is_some() && M::HEADERS && config.read_after_response();
+    reads.then(|| Arc::clone(config))
 }
 
 impl<F, S, R, A> Judged<F, S, R, A>

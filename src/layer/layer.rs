@@ -179,11 +179,10 @@ impl<E, St, M> SlidingWindowLayer<E, St, M> {
     /// `concurrent-requests` unit.
     ///
     /// A request's slot is freed when its response body ends, fails or is
-    /// dropped, so a stream counts for as long as it streams. With
-    /// [`inner_body`](SlidingWindowLayer::inner_body) and in error mode,
-    /// whose bodies pass through unwrapped, it is freed as soon as the
-    /// inner service's future resolves: keep the default body for
-    /// streaming endpoints. An upgraded connection (101) frees its slot
+    /// dropped, so a stream counts for as long as it streams, in either
+    /// HTTP body. In error mode, whose responses pass through as they are,
+    /// it is freed as soon as the inner service's future resolves. An
+    /// upgraded connection (101) frees its slot
     /// with the response. A cancelled request, an inner error and a panic
     /// free it too. [`wait_up_to`](SlidingWindowLayer::wait_up_to) waits
     /// for a slot, asking again every 25 to 50 ms (the memory store wakes
@@ -274,7 +273,7 @@ impl<E, St, M> SlidingWindowLayer<E, St, M> {
     ///
     /// A waiting request holds its own resources (its connection, its
     /// memory, its caller) for up to `bound`, though none of the inner
-    /// service's capacity (a `Buffer` slot, a concurrency permit, taken only
+    /// service's capacity (a place in a `Buffer`, a concurrency permit, taken only
     /// once it may pass), and a waiting client is not told why it waits:
     /// keep the bound short where requests are cheap to send, and below
     /// the deadlines callers set (a gRPC client's `grpc-timeout` runs on

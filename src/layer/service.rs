@@ -403,7 +403,7 @@ impl<E, St> Shared<E, St> {
 ///
 /// A layer that does not wait hands on the ready service. One that waits
 /// hands on an unpolled clone (made ready once the request may pass) and
-/// drops the ready one: what its readiness reserved (a `Buffer`'s slot, a
+/// drops the ready one: what its readiness reserved (a place in a `Buffer`, a
 /// concurrency permit) is given back for the wait rather than held by it.
 fn for_later<S: Clone>(ready: &mut S, waits: bool) -> S {
     let clone = ready.clone();

@@ -32,8 +32,8 @@ use redis::{Cmd, FromRedisValue, RedisResult, ScriptInvocation};
 use tokio::sync::Semaphore;
 
 use super::errors::{error, said_by_server};
+use super::hash_slots::HashSlots;
 use super::outage::{whole, Node, Outage};
-use super::slot_map::SlotMap;
 use crate::store::{StoreError, StoreErrorKind};
 
 /// A connection to one server or a Cluster; clones share it.
@@ -131,8 +131,8 @@ pub(super) struct Client {
     nodes: Mutex<HashMap<Node, Arc<NodeCalls>>>,
     /// The nodes found down.
     pub(super) outage: Outage,
-    /// A Cluster's slot map, as the heartbeat last read it.
-    slot_map: Mutex<Option<SlotMap>>,
+    /// A Cluster's hash-slot map, as the heartbeat last read it.
+    hash_slots: Mutex<Option<HashSlots>>,
 }
 
 /// A node's permits, and when a reply from it last arrived.
@@ -177,13 +177,13 @@ impl Client {
             opener,
             nodes: Mutex::default(),
             outage: Outage::default(),
-            slot_map: Mutex::default(),
+            hash_slots: Mutex::default(),
         }
     }
 
     /// The node holding the key `name`.
     pub(super) fn node_of(&self, name: &str) -> Node {
-        match &*self.slot_map.lock() {
+        match &*self.hash_slots.lock() {
             Some(map) => map.node(name),
             None => whole(),
         }
@@ -192,13 +192,13 @@ impl Client {
     /// Judges every later call's node by `map`. A node down that the
     /// map no longer names (replaced in a failover) will not answer
     /// again: its keys are on another node now.
-    pub(super) fn read_slot_map(&self, map: SlotMap) {
+    pub(super) fn read_hash_slots(&self, map: HashSlots) {
         for node in self.outage.down_nodes() {
             if !node.is_empty() && !map.names(&node) {
                 self.outage.answered(&node);
             }
         }
-        *self.slot_map.lock() = Some(map);
+        *self.hash_slots.lock() = Some(map);
     }
 
     pub(super) fn connection(&self) -> Connection {

@@ -15,9 +15,9 @@ use tokio::sync::oneshot;
 
 use super::client::{within, Client, Watch};
 use super::errors::said_by_server;
+use super::hash_slots::{self, HashSlots};
 use super::outage::Node;
 use super::scripts;
-use super::slot_map::{self, SlotMap};
 use crate::store::{StoreError, StoreErrorKind};
 
 /// The fleet as one instance sees it, and the heartbeat that keeps it.
@@ -179,7 +179,7 @@ impl Heart {
         }
     }
 
-    /// Refreshes the entry, then, on a Cluster, its slot map and a probe
+    /// Refreshes the entry, then, on a Cluster, its hash-slot map and a probe
     /// of each node down. A heartbeat refused for its credentials, or on a
     /// single server found down, opens a new connection with the
     /// configured ones and beats again on it.
@@ -213,7 +213,7 @@ impl Heart {
             Err(err) => crate::observe::heartbeat_failed(&err),
         }
         if !single {
-            self.read_slot_map().await;
+            self.read_hash_slots().await;
             for node in outage.down_nodes() {
                 if self.ping(&node).await {
                     outage.answered(&node);
@@ -233,15 +233,15 @@ impl Heart {
         Watch::new(&self.client, &self.key).note(counted.await)
     }
 
-    async fn read_slot_map(&self) {
+    async fn read_hash_slots(&self) {
         let mut command = redis::cmd("CLUSTER");
         command.arg("SLOTS");
         let random = RoutingInfo::SingleNode(SingleNodeRoutingInfo::Random);
         let connection = self.client.connection();
         let slots = connection.query(&command, Some(random), "CLUSTER SLOTS");
         let reply = within(self.timeout, slots).await;
-        if let Some(map) = reply.ok().as_ref().and_then(SlotMap::read) {
-            self.client.read_slot_map(map);
+        if let Some(map) = reply.ok().as_ref().and_then(HashSlots::read) {
+            self.client.read_hash_slots(map);
         }
     }
 
@@ -249,7 +249,7 @@ impl Heart {
     /// with an error of its own: one the client makes up (no connection
     /// to that address) is no answer.
     async fn ping(&self, node: &Node) -> bool {
-        let routing = match slot_map::address(node) {
+        let routing = match hash_slots::address(node) {
             Some((host, port)) => SingleNodeRoutingInfo::ByAddress { host, port },
             None => SingleNodeRoutingInfo::Random,
         };

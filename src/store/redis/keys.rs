@@ -34,13 +34,13 @@ pub(super) fn signature(policy: &Policy, hold: u64) -> Cow<'_, str> {
 }
 
 /// The key holding until when the state at `name` serves a penalty: the
-/// same hash tag, so the same cluster slot.
+/// same hash tag, so the same hash slot.
 pub(super) fn penalty_key(name: &str) -> String {
     format!("{name}:penalty")
 }
 
 /// The sorted set of the in-flight slots of the state at `name`: the same
-/// hash tag, so the same cluster slot.
+/// hash tag, so the same hash slot.
 pub(super) fn leases_key(name: &str) -> String {
     format!("{name}:leases")
 }

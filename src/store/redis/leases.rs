@@ -9,7 +9,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::client::{within, Client, ClientClock, Watch};
-use super::{scripts, slot_map};
+use super::{hash_slots, scripts};
 use crate::store::lease_book::Renew;
 
 /// The most keys one renewal call renews: a script blocks Redis while it
@@ -40,7 +40,7 @@ impl Renew for Renewal {
         let mut by_hash_slot: HashMap<u16, Vec<KeySlots>> = HashMap::new();
         for (leases, ids) in by_key {
             let slot = if cluster {
-                slot_map::hash_slot(leases.as_bytes())
+                hash_slots::hash_slot(leases.as_bytes())
             } else {
                 0
             };

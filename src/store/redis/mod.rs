@@ -5,7 +5,7 @@
 //! responsibility:
 //! * the client: `client` (the connection, each node's pending calls, when
 //!   a node is down), `connect`, `errors` (what kind a failure is), `outage`,
-//!   `slot_map` (a Cluster's slot map);
+//!   `hash_slots` (a Cluster's hash-slot map);
 //! * the judge: `call` (one decision), `scripts` (the Lua scripts and
 //!   their arguments), `reply` (their replies read into decisions), `keys`
 //!   (the key names), `state` (a key's stored state read back);
@@ -24,6 +24,7 @@ mod deny_cache;
 mod errors;
 mod fleet;
 mod guard;
+mod hash_slots;
 mod keys;
 mod leases;
 mod outage;
@@ -31,7 +32,6 @@ mod quota;
 mod quota_chunk;
 mod reply;
 mod scripts;
-mod slot_map;
 mod state;
 
 use std::fmt::Display;

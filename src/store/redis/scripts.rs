@@ -192,7 +192,7 @@ pub(super) fn invocation(
         invocation.arg(limit.max()).arg(limit.window_micros());
     }
     if penalty > 0 && !matches!(ask, Ask::Settle { .. }) {
-        // Beside the state, in the same slot: the hash tag is the same.
+        // Beside the state, in the same hash slot: the hash tag is the same.
         invocation.key(keys::penalty_key(name));
     }
     if lease.is_some() {

@@ -1,17 +1,17 @@
 //! Which node of a Redis Cluster holds a key, so that an outage is decided
-//! per node: the slot map as `CLUSTER SLOTS` gives it, and a key's slot.
+//! per node: the hash-slot map as `CLUSTER SLOTS` gives it, and a key's hash slot.
 
 use redis::Value;
 
 use super::outage::{whole, Node};
 
-/// The primary serving each range of slots.
+/// The primary serving each range of hash slots.
 #[derive(Debug, Default)]
-pub(super) struct SlotMap {
+pub(super) struct HashSlots {
     ranges: Vec<(u16, u16, Node)>,
 }
 
-impl SlotMap {
+impl HashSlots {
     /// The node holding the key `name`: `""` for a slot no range covers.
     pub(super) fn node(&self, name: &str) -> Node {
         let slot = hash_slot(name.as_bytes());
@@ -85,7 +85,7 @@ mod tests {
     }
 
     #[test]
-    fn a_slot_map_reads_from_its_reply() {
+    fn a_hash_slot_map_reads_from_its_reply() {
         let range = |first: i64, last: i64, port: i64| {
             Value::Array(vec![
                 Value::Int(first),
@@ -97,10 +97,10 @@ mod tests {
             ])
         };
         let reply = Value::Array(vec![range(0, 8191, 7000), range(8192, 16383, 7001)]);
-        let slots = SlotMap::read(&reply).unwrap();
+        let slots = HashSlots::read(&reply).unwrap();
         assert_eq!(&*slots.node("foo"), "10.0.0.1:7001");
         assert_eq!(&*slots.node("tsw:{user-2}:v5:l5/1s"), "10.0.0.1:7000");
-        assert!(SlotMap::read(&Value::Int(1)).is_none());
+        assert!(HashSlots::read(&Value::Int(1)).is_none());
         assert_eq!(
             address(&Node::from("10.0.0.1:7001")),
             Some(("10.0.0.1".into(), 7001))

@@ -67,15 +67,13 @@ bare=$(per_call bare)
 governor=$(per_call governor-layer)
 on=$(per_call ours-on)
 off=$(per_call ours-off)
-inner_on=$(per_call ours-inner-on)
-inner_off=$(per_call ours-inner-off)
+wrapped_on=$(per_call ours-wrapped-on)
 one_off=$(per_call ours-one-off)
 governor_headers=$(per_call governor-layer-headers)
 echo "instructions per request through an axum router (peer IP key, two limits unless said)"
 printf '  %-30s %6d\n' "bare router" "$bare"
 for pair in "tower_governor=$governor" "ours, headers on=$on" "ours, headers off=$off" \
-  "ours, inner body, headers on=$inner_on" "ours, inner body, headers off=$inner_off" \
-  "ours, one limit, inner, off=$one_off"; do
+  "ours, wrapped body, on=$wrapped_on" "ours, one limit, off=$one_off"; do
   value=${pair#*=}
   printf '  %-30s %6d  added %5d  %.2fx tower_governor'"'"'s added\n' "${pair%%=*}" "$value" $((value - bare)) \
     "$(awk -v a=$((value - bare)) -v b=$((governor - bare)) 'BEGIN {print a / b}')"
@@ -84,7 +82,7 @@ done
 # headers (x-ratelimit-limit, x-ratelimit-remaining) on every response.
 printf '  %-30s %6d  added %5d\n' "tower_governor, its headers" "$governor_headers" \
   $((governor_headers - bare))
-for pair in "ours, headers on=$on" "ours, inner body, headers on=$inner_on"; do
+for pair in "ours, headers on=$on" "ours, wrapped body, on=$wrapped_on"; do
   value=${pair#*=}
   printf '  %-30s %.2fx what tower_governor with its headers adds\n' "${pair%%=*}" \
     "$(awk -v a=$((value - bare)) -v b=$((governor_headers - bare)) 'BEGIN {print a / b}')"

@@ -44,8 +44,7 @@ pub fn gateway(store: MemoryStore<ManualClock>) -> Router {
     // Reserve the most the call may use...
     .cost(|request: &Request<Body>| number(request.headers(), "x-max-tokens").unwrap_or(256))
     // ...and settle at what it did use.
-    .settle(|response: &Response<Body>| number(response.headers(), "x-tokens-used"))
-    .inner_body();
+    .settle(|response: &Response<Body>| number(response.headers(), "x-tokens-used"));
     Router::new()
         .route("/v1/complete", post(complete))
         .layer(limit)

@@ -267,7 +267,7 @@ pub use crate::clock::{Clock, ManualClock, SystemClock, TokioClock, UnixClock};
 pub use crate::error::ConfigError;
 pub use crate::layer::{
     KeyExtractor, MissingKey, MissingKeyError, QuotaUnit, RateLimited, Rejection, SlidingWindow,
-    SlidingWindowLayer,
+    SlidingWindowLayer, SlidingWindowRefuseWithError, SlidingWindowWrapBody,
 };
 pub use crate::limit::Limit;
 pub use crate::policy::Policy;

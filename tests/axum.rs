@@ -58,16 +58,15 @@ async fn router_layer_answers_200s_then_429_with_headers() {
     assert_eq!(call("/").await.status(), StatusCode::OK);
 }
 
-/// With `inner_body`, the layer answers in axum's own `Body`: the same
-/// statuses, headers and texts, with no wrapper for axum to box again.
+/// By default the layer answers in axum's own `Body`: the same statuses,
+/// headers and texts, with no wrapper for axum to box again.
 #[tokio::test]
-async fn inner_body_answers_in_axums_own_body() {
+async fn the_layer_answers_in_axums_own_body() {
     use http_body_util::BodyExt;
 
     let clock = ManualClock::new();
     let layer = SlidingWindowLayer::new(Limit::per_second(1), api_key)
-        .store(MemoryStore::with_clock(clock.clone()))
-        .inner_body();
+        .store(MemoryStore::with_clock(clock.clone()));
     // The layer's service returns `Response<Body>` itself, before axum sees it.
     let service = layer.layer(get(|| async { "hello" }).with_state(()));
     let call = |key: Option<&'static str>| {

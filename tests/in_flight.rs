@@ -237,6 +237,28 @@ async fn axums_body_holds_the_slot_until_it_ends() {
     assert_eq!(third.status(), StatusCode::OK, "the first body has ended");
 }
 
+/// The same in tonic's body.
+#[cfg(feature = "tonic")]
+#[tokio::test]
+async fn tonics_body_holds_the_slot_until_it_ends() {
+    use http_body_util::BodyExt;
+    let body = || tonic::body::Body::new(http_body_util::Full::new(bytes::Bytes::from("body")));
+    let svc = SlidingWindowLayer::in_flight_only(1, key as KeyFn).layer(service_fn(
+        move |_: Request<()>| async move { Ok::<_, Infallible>(Response::new(body())) },
+    ));
+    let first = svc.clone().oneshot(request()).await.unwrap();
+    let second = svc.clone().oneshot(request()).await.unwrap();
+    assert_eq!(
+        second.status(),
+        StatusCode::TOO_MANY_REQUESTS,
+        "the first body is unread"
+    );
+    let body = first.into_body().collect().await.unwrap().to_bytes();
+    assert_eq!(body, "body");
+    let third = svc.oneshot(request()).await.unwrap();
+    assert_eq!(third.status(), StatusCode::OK, "the first body has ended");
+}
+
 /// A store written outside the crate: a memory store whose answers come
 /// a turn later, as a remote store's do (the layer waits for them in its
 /// future), keeping caps or saying nothing of them.

@@ -136,7 +136,7 @@ async fn fleet_demands(
 /// Four instances, 32 decisions in flight each, demanding 20,000 of a
 /// limit of 10,000 an hour (or as `limits` say), and 2,000 more from the
 /// first once stranded chunks had time to come back: between 9,500 and
-/// 10,000 admitted, none by the failure policy, and at most 2 % of the
+/// 10,000 admitted (the bucket: see below), none by the failure policy, and at most 2 % of the
 /// decisions costing a script call (heartbeats and quota given back
 /// included).
 async fn four_instances_demand_twice_the_limit(
@@ -156,14 +156,17 @@ async fn four_instances_demand_twice_the_limit(
     println!("{algorithm:?} {limits:?} {per_instance:?}: {decided} decided, {admitted} admitted, {calls} script calls");
     let max = limits.iter().map(|&(max, _)| max as usize).min().unwrap();
     // The bucket refills a few tokens while the test runs: the interval
-    // bound of check_windows is its limit.
-    let most = if algorithm == Algorithm::TokenBucket {
-        max + max / 100
+    // bound of check_windows is its limit. Nor does it take back what a
+    // chunk left unspent (docs/design.md, "Local quota"): an instance the
+    // machine stalls past the horizon loses its chunk, at most an eighth
+    // of what remained, so four stalled at once lose at most half.
+    let (least, most) = if algorithm == Algorithm::TokenBucket {
+        (max / 2, max + max / 100)
     } else {
-        max
+        (max * 95 / 100, max)
     };
     assert!(
-        (max * 95 / 100..=most).contains(&admitted),
+        (least..=most).contains(&admitted),
         "{admitted} admitted of {max}"
     );
     assert_eq!(by_policy, 0, "answered by the failure policy");

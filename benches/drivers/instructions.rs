@@ -11,8 +11,8 @@
 //! holds G + 1 stamps inside it at each call, as the store bench's "10 in
 //! window" (G = 9), "4 in window" (3) and "full ring" (99) rows) or `bare`,
 //! `governor-layer`, `governor-layer-headers`, `ours-on`, `ours-off`,
-//! `ours-inner-on`, `ours-inner-off`, `ours-one-off` (router; see
-//! `SlidingWindowLayer::inner_body`).
+//! `ours-wrapped-on`, `ours-one-off` (router; see
+//! `SlidingWindowLayer::wrap_body`).
 
 use std::future::Future;
 use std::hint::black_box;
@@ -81,11 +81,9 @@ fn router(what: &str) -> Option<Router> {
         "bare" => bare,
         "ours-on" => bare.layer(ours),
         "ours-off" => bare.layer(ours.rate_limit_headers(false)),
-        "ours-inner-on" => bare.layer(ours.inner_body()),
-        "ours-inner-off" => bare.layer(ours.inner_body().rate_limit_headers(false)),
+        "ours-wrapped-on" => bare.layer(ours.wrap_body()),
         "ours-one-off" => bare.layer(
             SlidingWindowLayer::new(Limit::per_second(huge), PeerIp::new())
-                .inner_body()
                 .rate_limit_headers(false),
         ),
         "governor-layer" => {

@@ -47,7 +47,7 @@ pub(crate) trait Ending<R, S: Service<R>> {
     const HEADERS: bool;
 
     /// Readies a request let through: its decision in the request, where
-    /// the mode carries one.
+    /// the behaviour carries one.
     fn admit(request: &mut R, decision: &Decision, config: &LayerConfig);
     /// The layer's answer to a request it does not pass on.
     fn answer(refusal: Refusal, request: &R, config: &LayerConfig, chosen: &Chosen)

@@ -110,7 +110,20 @@ where
 /// both types box any other).
 ///
 /// Sealed. For any other body type, [`wrap_body`] answers in a
-/// [`ResponseBody`] around it.
+/// [`ResponseBody`] around it; the default layer does not compile there:
+///
+/// ```compile_fail
+/// use tower::{service_fn, Service, ServiceExt};
+/// use tower_sliding_window::{Limit, SlidingWindowLayer};
+///
+/// # async fn run() {
+/// let key = |_: &http::Request<String>| Some("everyone");
+/// let svc = tower::ServiceBuilder::new()
+///     .layer(SlidingWindowLayer::new(Limit::per_minute(1), key)) // `.wrap_body()` here
+///     .service(service_fn(|_| async { Ok::<_, std::convert::Infallible>(http::Response::new(String::new())) }));
+/// let _ = svc.oneshot(http::Request::new(String::new())).await;
+/// # }
+/// ```
 ///
 /// [`wrap_body`]: crate::SlidingWindowLayer::wrap_body
 #[diagnostic::on_unimplemented(
@@ -212,6 +225,10 @@ macro_rules! answer_body {
     ($body:ty) => {
         impl sealed::Answer for $body {
             fn answer(text: Bytes) -> Self {
+                if text.is_empty() {
+                    // A gRPC refusal says it all in its headers.
+                    return <$body>::empty();
+                }
                 <$body>::new(ResponseBody::<$body>::full(text))
             }
 

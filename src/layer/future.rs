@@ -203,16 +203,16 @@ where
     ) -> Self {
         match judge(outcome, config, &chosen, &mut after.hold) {
             Verdict::Pass(decision) => {
-                let keep = kept::<R, S, M>(decision.as_ref(), config);
+                let keep = keep::<R, S, M>(decision.as_ref(), config);
                 let call = call::<S, R, M>(decision.as_ref(), inner, request, config);
                 if keep.is_none() && after.is_nothing() {
                     return Self::Pass { call };
                 }
                 Self::full(State::Calling { call, decision }, keep, chosen, after)
             }
-            refused => {
-                let (state, _) = proceed::<F, S, R, M>(refused, inner, request, config, &chosen);
-                Self::full(state, None, chosen, after)
+            Verdict::Answer(refusal) => {
+                let answer = M::answer(refusal, &request, config, &chosen);
+                Self::full(Step::Answering { answer }.into(), None, chosen, after)
             }
         }
     }
@@ -266,38 +266,6 @@ fn judge(
     }
 }
 
-/// The state that follows a verdict, and the configuration the response
-/// reads, if it reads any.
-type Next<F, S, R, A> = (State<F, S, R, A>, Option<Arc<LayerConfig>>);
-
-/// What follows a verdict, once the inner service is ready: the call, or
-/// the layer's answer; and the configuration, kept only where the
-/// response to a judged request reads it.
-#[inline(always)]
-fn proceed<F, S, R, M>(
-    verdict: Verdict,
-    inner: &mut S,
-    request: R,
-    config: &Arc<LayerConfig>,
-    chosen: &Chosen,
-) -> Next<F, S, R, M::Answer>
-where
-    S: Service<R>,
-    M: Ending<R, S>,
-{
-    match verdict {
-        Verdict::Pass(decision) => {
-            let keep = kept::<R, S, M>(decision.as_ref(), config);
-            let call = call::<S, R, M>(decision.as_ref(), inner, request, config);
-            (State::Calling { call, decision }, keep)
-        }
-        Verdict::Answer(refusal) => {
-            let answer = M::answer(refusal, &request, config, chosen);
-            (Step::Answering { answer }.into(), None)
-        }
-    }
-}
-
 /// Calls the inner service with a request let through, marked with the
 /// `decision` that let it through, if any.
 #[inline(always)]
@@ -320,7 +288,7 @@ where
 /// The configuration, kept for the response to a request let through by
 /// `decision` only where that response reads it.
 #[inline(always)]
-fn kept<R, S, M>(decision: Option<&Decision>, config: &Arc<LayerConfig>) -> Option<Arc<LayerConfig>>
+fn keep<R, S, M>(decision: Option<&Decision>, config: &Arc<LayerConfig>) -> Option<Arc<LayerConfig>>
 where
     S: Service<R>,
     M: Ending<R, S>,
@@ -428,9 +396,9 @@ where
                         config,
                     }
                     .into(),
-                    refused => {
-                        let Parked { mut inner, request } = *parked;
-                        proceed::<F, S, R, M>(refused, &mut inner, request, &config, chosen).0
+                    Verdict::Answer(refusal) => {
+                        let answer = M::answer(refusal, &parked.request, &config, chosen);
+                        Step::Answering { answer }.into()
                     }
                 }
             }
@@ -456,11 +424,9 @@ where
                 Poll::Ready(Err(err)) => return Poll::Ready(Err(M::failed(err))),
                 Poll::Ready(Ok(())) => {
                     let Parked { mut inner, request } = *parked;
-                    let verdict = Verdict::Pass(decision);
-                    let (next, keep) =
-                        proceed::<F, S, R, M>(verdict, &mut inner, request, &config, chosen);
-                    *kept = keep;
-                    next
+                    *kept = keep::<R, S, M>(decision.as_ref(), &config);
+                    let call = call::<S, R, M>(decision.as_ref(), &mut inner, request, &config);
+                    State::Calling { call, decision }
                 }
             },
             Step::Settling {

@@ -36,6 +36,10 @@ use crate::policy::Policy;
 /// that have defaults. `Res` is the response type, which only a settle
 /// reads: an extractor of your own is written for any
 /// (`impl<B, Res> KeyExtractor<http::Request<B>, Res> for MyKey`).
+#[diagnostic::on_unimplemented(
+    message = "`{Self}` cannot key requests of type `{R}` with responses of type `{Res}`",
+    note = "a closure given to `plan_by_request`, `cost` or `settle` must name the service's own request and response types (`http::Request<axum::body::Body>` on axum)"
+)]
 pub trait KeyExtractor<R, Res> {
     /// The key type: anything the store can hash and compare
     /// (`String`, `&'static str`, `IpAddr`, `u64`, …).

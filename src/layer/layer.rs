@@ -51,7 +51,7 @@ use crate::store::MemoryStore;
 /// ([`SlidingWindowRefuseWithError`]).
 #[derive(Clone, Debug)]
 pub struct SlidingWindowLayer<E, St = MemoryStore, M = InnerBody> {
-    reader: E,
+    extractor: E,
     store: St,
     pub(super) config: Arc<LayerConfig>,
     /// The store's bindings, shared by every service this layer makes.
@@ -75,7 +75,7 @@ impl<E> SlidingWindowLayer<E> {
     /// fallible way to build one from a list).
     pub fn with_policy(policy: Policy, extractor: E) -> Self {
         Self {
-            reader: extractor,
+            extractor,
             store: MemoryStore::new(),
             bindings: Arc::default(),
             behaviour: InnerBody,
@@ -207,7 +207,7 @@ impl<E, St, M> SlidingWindowLayer<E, St, M> {
     /// Keeps state in `store` instead of a private [`MemoryStore`].
     pub fn store<St2>(self, store: St2) -> SlidingWindowLayer<E, St2, M> {
         SlidingWindowLayer {
-            reader: self.reader,
+            extractor: self.extractor,
             store,
             config: self.config,
             bindings: Arc::default(),
@@ -304,26 +304,6 @@ impl<E, St, M> SlidingWindowLayer<E, St, M> {
         self
     }
 
-    pub(super) fn with_behaviour<M2>(self, behaviour: M2) -> SlidingWindowLayer<E, St, M2> {
-        SlidingWindowLayer {
-            reader: self.reader,
-            store: self.store,
-            config: self.config,
-            bindings: self.bindings,
-            behaviour,
-        }
-    }
-
-    fn with_reader<E2>(self, read: impl FnOnce(E) -> E2) -> SlidingWindowLayer<E2, St, M> {
-        SlidingWindowLayer {
-            reader: read(self.reader),
-            store: self.store,
-            config: self.config,
-            bindings: self.bindings,
-            behaviour: self.behaviour,
-        }
-    }
-
     /// Judges each request by the policy `choose` picks for its key (plans
     /// per tier, or limits read per customer); the layer's own policy is
     /// then unused. The closure may build its policy on every request: equal
@@ -332,7 +312,7 @@ impl<E, St, M> SlidingWindowLayer<E, St, M> {
     where
         F: Fn(&K) -> Policy + Send + Sync + 'static,
     {
-        self.with_reader(|reader| Planned::new(reader, choose))
+        self.with_extractor(|extractor| Planned::new(extractor, choose))
     }
 
     /// Like [`plan`](SlidingWindowLayer::plan), choosing from the request
@@ -344,7 +324,7 @@ impl<E, St, M> SlidingWindowLayer<E, St, M> {
     where
         F: Fn(&R, &K) -> Policy + Send + Sync + 'static,
     {
-        self.with_reader(|reader| PlannedByRequest::new(reader, choose))
+        self.with_extractor(|extractor| PlannedByRequest::new(extractor, choose))
     }
 
     /// Shadow mode, for rolling a new limit out: every request is judged
@@ -383,11 +363,89 @@ impl<E, St, M> SlidingWindowLayer<E, St, M> {
         &self.config.own.policy
     }
 
+    /// Charges each request `cost(request)` units instead of one: tokens,
+    /// bytes, query complexity. A request is accepted iff every limit
+    /// still has room for all its units, and records them all or none. A
+    /// cost of 0 always passes (even for a spent key, or one serving a
+    /// penalty) and records nothing; a cost larger than any one limit's
+    /// `max` can never pass and is answered `413 Content Too Large` (gRPC
+    /// `INVALID_ARGUMENT`) with `RateLimit-Policy` but no `Retry-After`,
+    /// whatever the rejection style (in error mode, a
+    /// [`RateLimited`](crate::RateLimited) of origin
+    /// [`TooCostly`](crate::Origin::TooCostly), never waited on). The
+    /// `RateLimit` header's remaining quota is in units.
+    ///
+    /// A cost read from the request is chosen by the client: clamp it
+    /// (`.clamp(1, most)`), or a client asking for 0 passes a spent limit.
+    /// The closure names the request type: any type in error mode,
+    /// `http::Request<axum::body::Body>` on axum,
+    /// `http::Request<tonic::body::Body>` on tonic. The sliding log keeps one stamp
+    /// per unit (8 bytes each, up to its largest limit per key): for limits
+    /// in the thousands of units, the sliding counter keeps two integers
+    /// whatever the cost.
+    pub fn cost<R, F>(self, cost: F) -> SlidingWindowLayer<Costed<E, R>, St, M>
+    where
+        F: Fn(&R) -> u32 + Send + Sync + 'static,
+    {
+        self.with_extractor(|extractor| Costed::new(extractor, cost))
+    }
+
+    /// Settles each accepted request once its response is known:
+    /// `settle(response)` gives the units it really used (`None` keeps its
+    /// reservation). What it did not use is given back; an excess is
+    /// charged even past the limit, as far as a full window, so the key is
+    /// refused until that drains. A settle that changes nothing costs no
+    /// store call; one that does costs one (in Redis one script call,
+    /// atomic), made before the response is handed on. The response's
+    /// `RateLimit` header then shows the quota the admission left, moved by
+    /// the difference: exact unless other requests for the key came and
+    /// went meanwhile.
+    ///
+    /// It sees the response's head as the inner service made it: usage
+    /// known only at the end of a streamed body, or in gRPC trailers, has
+    /// to be settled another way. The reservation stands when the response
+    /// future is dropped before the response (the client went away), when
+    /// the inner service answers `Err`, when the store fails to settle
+    /// (logged as a `tracing` warning), and for requests a failure policy
+    /// let through. The closure names the inner service's response type:
+    /// any type in error mode (an outbound client settles from the
+    /// provider's reported usage), `.settle(|res: &http::Response<Body>| …)`
+    /// on axum.
+    pub fn settle<Res, F>(self, settle: F) -> SlidingWindowLayer<Settled<E, Res>, St, M>
+    where
+        F: Fn(&Res) -> Option<u32> + Send + Sync + 'static,
+    {
+        self.with_extractor(|extractor| Settled::new(extractor, settle))
+    }
+}
+
+/// The builders' plumbing: a new policy, extractor or behaviour.
+impl<E, St, M> SlidingWindowLayer<E, St, M> {
     fn replace_policy(mut self, policy: Policy) -> Self {
         let config = Arc::make_mut(&mut self.config);
         config.own = Arc::new(PolicyView::own(policy, config.quota_unit));
         self.bindings = Arc::default();
         self
+    }
+
+    fn with_extractor<E2>(self, wrap: impl FnOnce(E) -> E2) -> SlidingWindowLayer<E2, St, M> {
+        SlidingWindowLayer {
+            extractor: wrap(self.extractor),
+            store: self.store,
+            config: self.config,
+            bindings: self.bindings,
+            behaviour: self.behaviour,
+        }
+    }
+
+    pub(super) fn with_behaviour<M2>(self, behaviour: M2) -> SlidingWindowLayer<E, St, M2> {
+        SlidingWindowLayer {
+            extractor: self.extractor,
+            store: self.store,
+            config: self.config,
+            bindings: self.bindings,
+            behaviour,
+        }
     }
 }
 
@@ -395,7 +453,7 @@ impl<E: Clone, St: Clone, M> SlidingWindowLayer<E, St, M> {
     /// What the services this layer makes share.
     fn shared(&self) -> Arc<Shared<E, St>> {
         Arc::new(Shared {
-            extractor: self.reader.clone(),
+            extractor: self.extractor.clone(),
             store: self.store.clone(),
             config: Arc::clone(&self.config),
             bindings: Arc::clone(&self.bindings),
@@ -424,62 +482,5 @@ impl<S, E: Clone, St: Clone> Layer<S> for SlidingWindowLayer<E, St, RefuseWithEr
 
     fn layer(&self, inner: S) -> Self::Service {
         SlidingWindowRefuseWithError::new(inner, self.shared())
-    }
-}
-
-impl<E, St, M> SlidingWindowLayer<E, St, M> {
-    /// Charges each request `cost(request)` units instead of one: tokens,
-    /// bytes, query complexity. A request is accepted iff every limit
-    /// still has room for all its units, and records them all or none. A
-    /// cost of 0 always passes (even for a spent key, or one serving a
-    /// penalty) and records nothing; a cost larger than any one limit's
-    /// `max` can never pass and is answered `413 Content Too Large` (gRPC
-    /// `INVALID_ARGUMENT`) with `RateLimit-Policy` but no `Retry-After`,
-    /// whatever the rejection style (in error mode, a
-    /// [`RateLimited`](crate::RateLimited) of origin
-    /// [`TooCostly`](crate::Origin::TooCostly), never waited on). The
-    /// `RateLimit` header's remaining quota is in units.
-    ///
-    /// A cost read from the request is chosen by the client: clamp it
-    /// (`.clamp(1, most)`), or a client asking for 0 passes a spent limit.
-    /// The closure names the request type: any type in error mode,
-    /// `http::Request<axum::body::Body>` on axum,
-    /// `http::Request<tonic::body::Body>` on tonic. The sliding log keeps one stamp
-    /// per unit (8 bytes each, up to its largest limit per key): for limits
-    /// in the thousands of units, the sliding counter keeps two integers
-    /// whatever the cost.
-    pub fn cost<R, F>(self, cost: F) -> SlidingWindowLayer<Costed<E, R>, St, M>
-    where
-        F: Fn(&R) -> u32 + Send + Sync + 'static,
-    {
-        self.with_reader(|reader| Costed::new(reader, cost))
-    }
-
-    /// Settles each accepted request once its response is known:
-    /// `settle(response)` gives the units it really used (`None` keeps its
-    /// reservation). What it did not use is given back; an excess is
-    /// charged even past the limit, as far as a full window, so the key is
-    /// refused until that drains. A settle that changes nothing costs no
-    /// store call; one that does costs one (in Redis one script call,
-    /// atomic), made before the response is handed on. The response's
-    /// `RateLimit` header then shows the quota the admission left, moved by
-    /// the difference: exact unless other requests for the key came and
-    /// went meanwhile.
-    ///
-    /// It sees the response's head as the inner service made it: usage
-    /// known only at the end of a streamed body, or in gRPC trailers, has
-    /// to be settled another way. The reservation stands when the response
-    /// future is dropped before the response (the client went away), when
-    /// the inner service answers `Err`, when the store fails to settle
-    /// (logged as a `tracing` warning), and for requests a failure policy
-    /// let through. The closure names the inner service's response type:
-    /// any type in error mode (an outbound client settles from the
-    /// provider's reported usage), `.settle(|res: &http::Response<Body>| …)`
-    /// on axum.
-    pub fn settle<Res, F>(self, settle: F) -> SlidingWindowLayer<Settled<E, Res>, St, M>
-    where
-        F: Fn(&Res) -> Option<u32> + Send + Sync + 'static,
-    {
-        self.with_reader(|reader| Settled::new(reader, settle))
     }
 }

@@ -1,7 +1,7 @@
-//! The tower middleware: [`SlidingWindowLayer`], its service and futures,
-//! the body types it answers with, the plans that choose a policy per
-//! request, the HTTP and gRPC answers it writes, and the errors it fails
-//! calls with in error mode.
+//! The tower middleware: [`SlidingWindowLayer`], its services and futures
+//! (one of each per behaviour), the body types it answers in, the key
+//! extractors that also plan, cost and settle, the HTTP and gRPC answers
+//! it writes, and the errors it fails calls with in error mode.
 
 mod answers;
 mod body;

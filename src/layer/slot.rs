@@ -1,6 +1,6 @@
 //! A request's hold on an in-flight slot, from its admission until its
 //! response is over: the layer's future holds it, then the response body
-//! (in the default body mode), and whichever drops it last frees the slot,
+//! (in either HTTP behaviour), and whichever drops it last frees the slot,
 //! however the request ends: a body that ends, fails or is dropped, a
 //! future cancelled, an inner error, a panic unwinding.
 

@@ -221,6 +221,7 @@ pub(crate) mod sealed {
 
 /// Implements [`AnswerBody`] for a body type that boxes any body given to
 /// its constructor `new`.
+#[cfg(any(feature = "axum", feature = "tonic"))]
 macro_rules! answer_body {
     ($body:ty) => {
         impl sealed::Answer for $body {

@@ -212,17 +212,21 @@ async fn a_store_without_caps_is_a_configuration_error() {
     assert_eq!(response.status(), StatusCode::SERVICE_UNAVAILABLE);
 }
 
-/// In axum's own body, the default, a request holds its slot until that
-/// body ends, as in the wrapped body: the layer boxes the body it holds
-/// the slot in.
-#[cfg(feature = "axum")]
-#[tokio::test]
-async fn axums_body_holds_the_slot_until_it_ends() {
+/// In the body type `body` makes, answered in by default, a request holds
+/// its slot until that body ends, as in the wrapped body: the layer boxes
+/// the body it holds the slot in.
+#[cfg(any(feature = "axum", feature = "tonic"))]
+async fn the_slot_is_held_until_the_body_ends<B>(body: fn(&'static str) -> B)
+where
+    B: tower_sliding_window::layer::AnswerBody
+        + http_body::Body<Data = bytes::Bytes>
+        + Send
+        + 'static,
+    B::Error: std::fmt::Debug,
+{
     use http_body_util::BodyExt;
     let svc = SlidingWindowLayer::in_flight_only(1, key as KeyFn).layer(service_fn(
-        |_: Request<()>| async {
-            Ok::<_, Infallible>(Response::new(axum::body::Body::from("body")))
-        },
+        move |_: Request<()>| async move { Ok::<_, Infallible>(Response::new(body("body"))) },
     ));
     let first = svc.clone().oneshot(request()).await.unwrap();
     let second = svc.clone().oneshot(request()).await.unwrap();
@@ -237,26 +241,19 @@ async fn axums_body_holds_the_slot_until_it_ends() {
     assert_eq!(third.status(), StatusCode::OK, "the first body has ended");
 }
 
-/// The same in tonic's body.
+#[cfg(feature = "axum")]
+#[tokio::test]
+async fn axums_body_holds_the_slot_until_it_ends() {
+    the_slot_is_held_until_the_body_ends(axum::body::Body::from).await;
+}
+
 #[cfg(feature = "tonic")]
 #[tokio::test]
 async fn tonics_body_holds_the_slot_until_it_ends() {
-    use http_body_util::BodyExt;
-    let body = || tonic::body::Body::new(http_body_util::Full::new(bytes::Bytes::from("body")));
-    let svc = SlidingWindowLayer::in_flight_only(1, key as KeyFn).layer(service_fn(
-        move |_: Request<()>| async move { Ok::<_, Infallible>(Response::new(body())) },
-    ));
-    let first = svc.clone().oneshot(request()).await.unwrap();
-    let second = svc.clone().oneshot(request()).await.unwrap();
-    assert_eq!(
-        second.status(),
-        StatusCode::TOO_MANY_REQUESTS,
-        "the first body is unread"
-    );
-    let body = first.into_body().collect().await.unwrap().to_bytes();
-    assert_eq!(body, "body");
-    let third = svc.oneshot(request()).await.unwrap();
-    assert_eq!(third.status(), StatusCode::OK, "the first body has ended");
+    the_slot_is_held_until_the_body_ends(|text| {
+        tonic::body::Body::new(http_body_util::Full::new(bytes::Bytes::from(text)))
+    })
+    .await;
 }
 
 /// A store written outside the crate: a memory store whose answers come

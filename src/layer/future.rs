@@ -341,127 +341,200 @@ where
     M: Ending<R, S>,
 {
     loop {
-        let step = match state.as_mut().project() {
+        let moved = match state.as_mut().project() {
             StateProj::Calling { call, decision } => {
                 let response = ready!(call.poll(cx)).map_err(M::failed)?;
-                let reserved = decision.take();
-                let settle = reserved.as_ref().zip(settler.take());
-                match settle
-                    .and_then(|(reserved, settle)| Some((settle(&response, reserved)?, *reserved)))
-                {
-                    Some((settling, reserved)) => {
-                        let settling = Step::Settling {
-                            settling,
-                            response,
-                            reserved,
-                        };
-                        state.set(settling.into());
-                        continue;
-                    }
-                    None => {
-                        state.set(Step::Done.into());
-                        let output =
-                            respond::<S, R, M>(response, reserved.as_ref(), kept, chosen, hold);
-                        return Poll::Ready(Ok(output));
-                    }
-                }
+                responded::<F, S, R, M>(response, decision.take(), settler, kept, chosen, hold)
             }
-            StateProj::Other { step } => std::mem::replace(step, Step::Done),
+            StateProj::Other { step } => match std::mem::replace(step, Step::Done) {
+                Step::Judging {
+                    admission,
+                    parked,
+                    config,
+                } => judged::<F, S, R, M>(admission, parked, config, chosen, hold, cx),
+                Step::Readying {
+                    parked,
+                    decision,
+                    config,
+                } => readied::<F, S, R, M>(parked, decision, config, kept, cx)?,
+                Step::Settling {
+                    settling,
+                    response,
+                    reserved,
+                } => settled::<F, S, R, M>(settling, response, reserved, kept, chosen, hold, cx),
+                Step::Answering { answer } => return Poll::Ready(M::answered(answer)),
+                Step::Done => panic!("a rate-limit response future polled after it finished"),
+            },
         };
-        let next = match step {
-            Step::Judging {
-                mut admission,
-                parked,
-                config,
-            } => {
-                let Poll::Ready(outcome) = Pin::new(&mut admission).poll(cx) else {
-                    state.set(
-                        Step::Judging {
-                            admission,
-                            parked,
-                            config,
-                        }
-                        .into(),
-                    );
-                    return Poll::Pending;
-                };
-                let waited = admission.waited();
-                if !waited.is_zero() {
-                    observe::waited(&chosen.get(&config).events, waited);
-                }
-                match judge(outcome, &config, chosen, hold) {
-                    Verdict::Pass(decision) => Step::Readying {
-                        parked,
-                        decision,
-                        config,
-                    }
-                    .into(),
-                    Verdict::Answer(refusal) => {
-                        let answer = M::answer(refusal, &parked.request, &config, chosen);
-                        Step::Answering { answer }.into()
-                    }
-                }
+        match moved {
+            Moved::Waiting(step) => {
+                state.set(step.into());
+                return Poll::Pending;
             }
-            // Under a layer that waits, the service came unpolled (see
-            // `for_later`): it is made ready only for a request that will
-            // be passed on. A ready one is ready again at once.
-            Step::Readying {
-                mut parked,
+            Moved::To(next) => state.set(next),
+            Moved::Responded(output) => {
+                state.set(Step::Done.into());
+                return Poll::Ready(Ok(output));
+            }
+        }
+    }
+}
+
+/// Where a step of [`poll_full`] left the request.
+enum Moved<F, S: Service<R>, R, A, O> {
+    /// Still at this step, waiting to be woken.
+    Waiting(Step<F, S, R, A>),
+    /// On to the next state.
+    To(State<F, S, R, A>),
+    /// The response, handed on.
+    Responded(O),
+}
+
+type MovedAs<F, S, R, M> = Moved<F, S, R, <M as Ending<R, S>>::Answer, <M as Ending<R, S>>::Output>;
+
+/// The store has answered, or not yet: a request let through goes on to
+/// ready the inner service, any other is answered.
+fn judged<F, S, R, M>(
+    mut admission: Admission<F>,
+    parked: Box<Parked<S, R>>,
+    config: Arc<LayerConfig>,
+    chosen: &Chosen,
+    hold: &mut Hold,
+    cx: &mut Context<'_>,
+) -> MovedAs<F, S, R, M>
+where
+    F: Future<Output = Result<Decision, StoreError>> + Unpin,
+    S: Service<R>,
+    M: Ending<R, S>,
+{
+    let Poll::Ready(outcome) = Pin::new(&mut admission).poll(cx) else {
+        let step = Step::Judging {
+            admission,
+            parked,
+            config,
+        };
+        return Moved::Waiting(step);
+    };
+    let waited = admission.waited();
+    if !waited.is_zero() {
+        observe::waited(&chosen.get(&config).events, waited);
+    }
+    let step = match judge(outcome, &config, chosen, hold) {
+        Verdict::Pass(decision) => Step::Readying {
+            parked,
+            decision,
+            config,
+        },
+        Verdict::Answer(refusal) => Step::Answering {
+            answer: M::answer(refusal, &parked.request, &config, chosen),
+        },
+    };
+    Moved::To(step.into())
+}
+
+/// A request let through, once the inner service is ready, is called.
+/// Under a layer that waits, the service came unpolled (see `for_later`):
+/// it is made ready only for a request that will be passed on. A ready one
+/// is ready again at once.
+fn readied<F, S, R, M>(
+    mut parked: Box<Parked<S, R>>,
+    decision: Option<Decision>,
+    config: Arc<LayerConfig>,
+    kept: &mut Option<Arc<LayerConfig>>,
+    cx: &mut Context<'_>,
+) -> Result<MovedAs<F, S, R, M>, M::Error>
+where
+    S: Service<R>,
+    M: Ending<R, S>,
+{
+    match parked.inner.poll_ready(cx) {
+        Poll::Pending => {
+            let step = Step::Readying {
+                parked,
                 decision,
                 config,
-            } => match parked.inner.poll_ready(cx) {
-                Poll::Pending => {
-                    state.set(
-                        Step::Readying {
-                            parked,
-                            decision,
-                            config,
-                        }
-                        .into(),
-                    );
-                    return Poll::Pending;
-                }
-                Poll::Ready(Err(err)) => return Poll::Ready(Err(M::failed(err))),
-                Poll::Ready(Ok(())) => {
-                    let Parked { mut inner, request } = *parked;
-                    *kept = keep::<R, S, M>(decision.as_ref(), &config);
-                    let call = call::<S, R, M>(decision.as_ref(), &mut inner, request, &config);
-                    State::Calling { call, decision }
-                }
-            },
+            };
+            Ok(Moved::Waiting(step))
+        }
+        Poll::Ready(Err(err)) => Err(M::failed(err)),
+        Poll::Ready(Ok(())) => {
+            let Parked { mut inner, request } = *parked;
+            *kept = keep::<R, S, M>(decision.as_ref(), &config);
+            let call = call::<S, R, M>(decision.as_ref(), &mut inner, request, &config);
+            Ok(Moved::To(State::Calling { call, decision }))
+        }
+    }
+}
+
+/// The inner service's response is in: handed on at once, or, for a
+/// request `reserved` whose response changes what it cost, after the
+/// settling it starts.
+fn responded<F, S, R, M>(
+    response: S::Response,
+    reserved: Option<Decision>,
+    settler: &mut Option<Settler<S::Response, F>>,
+    kept: &Option<Arc<LayerConfig>>,
+    chosen: &Chosen,
+    hold: &mut Hold,
+) -> MovedAs<F, S, R, M>
+where
+    S: Service<R>,
+    M: Ending<R, S>,
+{
+    let settle = reserved.zip(settler.take());
+    match settle.and_then(|(reserved, settle)| Some((settle(&response, &reserved)?, reserved))) {
+        Some((settling, reserved)) => Moved::To(
             Step::Settling {
-                mut settling,
+                settling,
                 response,
                 reserved,
-            } => {
-                let Poll::Ready(settled) = Pin::new(&mut settling).poll(cx) else {
-                    state.set(
-                        Step::Settling {
-                            settling,
-                            response,
-                            reserved,
-                        }
-                        .into(),
-                    );
-                    return Poll::Pending;
-                };
-                // A settling that fails leaves the reservation standing.
-                let decision = settled
-                    .inspect_err(observe::settle_failed)
-                    .unwrap_or(reserved);
-                return Poll::Ready(Ok(respond::<S, R, M>(
-                    response,
-                    Some(&decision),
-                    kept,
-                    chosen,
-                    hold,
-                )));
             }
-            Step::Answering { answer } => return Poll::Ready(M::answered(answer)),
-            Step::Done => panic!("a rate-limit response future polled after it finished"),
-        };
-        state.set(next);
+            .into(),
+        ),
+        None => Moved::Responded(respond::<S, R, M>(
+            response,
+            reserved.as_ref(),
+            kept,
+            chosen,
+            hold,
+        )),
     }
+}
+
+/// The settling of a request's units, once done, hands its response on;
+/// one that fails leaves the reservation standing.
+fn settled<F, S, R, M>(
+    mut settling: F,
+    response: S::Response,
+    reserved: Decision,
+    kept: &Option<Arc<LayerConfig>>,
+    chosen: &Chosen,
+    hold: &mut Hold,
+    cx: &mut Context<'_>,
+) -> MovedAs<F, S, R, M>
+where
+    F: Future<Output = Result<Decision, StoreError>> + Unpin,
+    S: Service<R>,
+    M: Ending<R, S>,
+{
+    let Poll::Ready(settled) = Pin::new(&mut settling).poll(cx) else {
+        let step = Step::Settling {
+            settling,
+            response,
+            reserved,
+        };
+        return Moved::Waiting(step);
+    };
+    let decision = settled
+        .inspect_err(observe::settle_failed)
+        .unwrap_or(reserved);
+    Moved::Responded(respond::<S, R, M>(
+        response,
+        Some(&decision),
+        kept,
+        chosen,
+        hold,
+    ))
 }
 
 /// The inner service's response handed on, with what the layer adds for

@@ -216,8 +216,9 @@ async fn a_long_timeout_outlasts_a_pause() {
 
 /// Four instances on one key, 32 decisions in flight each, demanding
 /// 20,000 of a limit of 10,000 an hour, with the default timeout: Redis
-/// judges them, so that between 9,500 and 10,000 are admitted and at most
-/// 0.1 % are answered by the failure policy.
+/// judges them, so that between 9,500 and 10,000 are admitted (beside any
+/// the failure policy let through) and at most 0.1 % are answered by the
+/// failure policy.
 async fn four_instances_demand_twice_the_limit(algorithm: Algorithm) {
     let server = private_server(&[]).await;
     let prefix = unique_prefix("demand");
@@ -251,8 +252,11 @@ async fn four_instances_demand_twice_the_limit(algorithm: Algorithm) {
     println!(
         "{algorithm:?}: {decided} decided, {admitted} admitted, {by_policy} by the failure policy"
     );
+    // A call the machine stalls past its timeout is let through by the
+    // failure policy (fail-open), outside the limit: the limit holds for
+    // the rest.
     assert!(
-        (9_500..=10_000).contains(&admitted),
+        (9_500..=10_000 + by_policy).contains(&admitted),
         "{algorithm:?}: {admitted} admitted ({by_policy} by the failure policy)"
     );
     assert!(
